@@ -1,0 +1,20 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package controllers reconciles TokenProxy fleets: it gathers the TokenBudgets and
+// ApiKeys that reference a fleet and the Secrets of those keys, renders them into the
+// proxy config document in a ConfigMap, runs the fleet's Deployment and Service, and
+// writes the status of every object it read.
+package controllers
+
+// The operator's permissions, generated into config/rbac/role.yaml by `make manifests`.
+//
+// +kubebuilder:rbac:groups=tokenwarden.io,resources=tokenproxies;tokenbudgets;apikeys,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tokenwarden.io,resources=tokenproxies/status;tokenbudgets/status;apikeys/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tokenwarden.io,resources=tokenproxies/finalizers,verbs=update
+// +kubebuilder:rbac:groups=core,resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=core,resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=core,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete

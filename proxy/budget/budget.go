@@ -1,0 +1,161 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package budget holds the token and request buckets: the dimensions and periods, the
+// resolved allowances (unlimited versus zero), the Store interface with its in-memory
+// implementation, and the Limiter that turns a request's identity and estimate into one
+// all-or-nothing reservation and settles it on the usage the backend reports.
+package budget
+
+import (
+	"math"
+	"time"
+)
+
+// Dimension is one admission-time dimension a budget attaches to.
+type Dimension uint8
+
+// The six dimensions, in the order a reservation charges them.
+const (
+	Global Dimension = iota
+	Client
+	APIKey
+	User
+	Team
+	Model
+	NumDimensions
+)
+
+var dimensionNames = [NumDimensions]string{"global", "client", "api_key", "user", "team", "model"}
+
+// String is the fixed dimension name used in metrics, refusals and logs.
+func (d Dimension) String() string {
+	if d < NumDimensions {
+		return dimensionNames[d]
+	}
+	return "unknown"
+}
+
+// Shared reports whether other tenants draw on the dimension's buckets, so that a
+// refusal must not reveal their level. Only api_key is identity-scoped.
+func (d Dimension) Shared() bool { return d != APIKey }
+
+// Kind is what a bucket counts.
+type Kind uint8
+
+// Bucket kinds. Each kind is its own bucket map with its own max_buckets bound.
+const (
+	Requests Kind = iota
+	TokensMinute
+	TokensDay
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{"requests", "minute", "day"}
+
+// String names the kind; for token kinds it is the period name ("minute", "day").
+func (k Kind) String() string {
+	if k < NumKinds {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Period is the length whose rate a token bucket holds: a minute or a day.
+func (k Kind) Period() time.Duration {
+	switch k {
+	case TokensMinute:
+		return time.Minute
+	case TokensDay:
+		return 24 * time.Hour
+	default:
+		return time.Second
+	}
+}
+
+// Allowance is a resolved allowance for one period. It tells "unlimited" (a configured
+// 0) from "zero" (a positive fleet total divided down to nothing), which refuses every
+// positive reservation.
+type Allowance struct {
+	limited bool
+	n       int64
+}
+
+// Unlimited is the allowance of a configured 0.
+func Unlimited() Allowance { return Allowance{} }
+
+// Limit is an allowance in force of n (n may be 0).
+func Limit(n int64) Allowance { return Allowance{limited: true, n: max(n, 0)} }
+
+// Divide resolves a configured fleet total: 0 is unlimited; a positive value is divided
+// by the replica count with integer floor and may become a zero allowance.
+func Divide(configured, replicas int64) Allowance {
+	if configured <= 0 {
+		return Unlimited()
+	}
+	if replicas < 1 {
+		replicas = 1
+	}
+	return Limit(configured / replicas)
+}
+
+// Limited reports whether the allowance is in force.
+func (a Allowance) Limited() bool { return a.limited }
+
+// Tokens is the allowance in force (0 when unlimited or zero).
+func (a Allowance) Tokens() int64 { return a.n }
+
+// Key identifies one bucket.
+type Key struct {
+	Kind Kind
+	Dim  Dimension
+	// ID is the identity within the dimension: the client address, key name, user,
+	// team or model; empty for global.
+	ID string
+}
+
+// Charge is one bucket a reservation draws on, with the parameters in force when the
+// reservation was made.
+type Charge struct {
+	Key Key
+	// Capacity is the bucket's size; a bucket starts full.
+	Capacity float64
+	// Rate is the continuous refill in units per second.
+	Rate float64
+}
+
+// tokenCharge builds the bucket of a token allowance for one period.
+func tokenCharge(kind Kind, dim Dimension, id string, a Allowance) Charge {
+	c := float64(a.n)
+	return Charge{Key: Key{Kind: kind, Dim: dim, ID: id}, Capacity: c, Rate: c / kind.Period().Seconds()}
+}
+
+// retryAfter is how long a bucket at level needs until it holds amount. A request
+// larger than the whole bucket is told the time to refill its own cost.
+func retryAfter(level, amount float64, ch Charge) time.Duration {
+	if ch.Rate <= 0 {
+		// A zero allowance never refills: tell the caller to come back after one period.
+		return ch.Key.Kind.Period()
+	}
+	need := amount - level
+	if amount > ch.Capacity {
+		need = amount
+	}
+	if need <= 0 {
+		return 0
+	}
+	d := need / ch.Rate
+	if d > math.MaxInt64/float64(time.Second) {
+		return ch.Key.Kind.Period()
+	}
+	return time.Duration(d * float64(time.Second))
+}
+
+// Clock gives the time; tests inject a fake one instead of sleeping for a refill.
+type Clock interface{ Now() time.Time }
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -1,0 +1,382 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package budget
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what happened to tokens on a bucket.
+type Outcome uint8
+
+// Token outcomes, as the seed's metrics name them.
+const (
+	Reserved Outcome = iota
+	Refunded
+	Charged
+	NumOutcomes
+)
+
+var outcomeNames = [NumOutcomes]string{"reserved", "refunded", "charged"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Recorder receives the limiter's decisions for metrics. Implementations must be safe
+// for concurrent use and cheap: they are called on the request path.
+type Recorder interface {
+	// Tokens records n tokens of outcome on a dimension, once per dimension (across
+	// periods), and once per period bucket with the period's kind.
+	DimensionTokens(d Dimension, o Outcome, n float64)
+	PeriodTokens(d Dimension, period Kind, o Outcome, n float64)
+	// TokenRefusal records a refusal by a dimension's period.
+	TokenRefusal(d Dimension, period Kind)
+	// RequestRefusal records a refusal by a dimension's request-count bucket.
+	RequestRefusal(d Dimension)
+	// Skipped records a dimension skipped for a missing identity
+	// ("token_budget_<dimension>"), or a full bucket map that failed open
+	// ("token_budget", "token_budget_day", "request_rate").
+	Skipped(label string)
+	// KeyTokens records tokens of outcome on an API key's budget.
+	KeyTokens(key string, o Outcome, n float64)
+}
+
+// Identity is who a request is, as far as the dimensions care.
+type Identity struct {
+	// Key is the authenticated API key; nil for anonymous traffic.
+	Key *KeyPolicy
+	// Client is the client address; empty when unknown.
+	Client string
+	// Model is the resolved client-facing model name; empty when unknown.
+	Model string
+	// Exempt is true for a whitelisted client: no limit applies.
+	Exempt bool
+}
+
+// Status is one identity-scoped bucket's state for response headers.
+type Status struct {
+	Present   bool
+	Limit     int64
+	Remaining int64
+	// Reset is when the bucket is whole again.
+	Reset time.Time
+}
+
+// Refusal says why a request was refused.
+type Refusal struct {
+	// Requests is true for a request-count refusal, false for a token budget.
+	Requests  bool
+	Dimension Dimension
+	// Period is TokensMinute or TokensDay for a token refusal.
+	Period Kind
+	// BothPeriods: the refusing dimension has a minute and a day budget, so the
+	// refusal names the period (details.token_budget).
+	BothPeriods bool
+	RetryAfter  time.Duration
+	// Capacity and Remaining are the refusing bucket's level, set only for the
+	// identity-scoped api_key dimension.
+	Capacity, Remaining int64
+}
+
+// Decision is the outcome of admission.
+type Decision struct {
+	// Hold is the token reservation to settle or release; nil when nothing was
+	// reserved (no token budget applies, or the request was refused).
+	Hold *Hold
+	// Refusal is non-nil when the request must be refused.
+	Refusal *Refusal
+	// KeyMinute, KeyDay and KeyRequests are the caller's own api_key buckets, for the
+	// x-ratelimit-* headers. Shared dimensions are never reported.
+	KeyMinute, KeyDay, KeyRequests Status
+}
+
+// Limiter admits requests against a Policy on a Store.
+type Limiter struct {
+	store Store
+	rec   Recorder
+	clock Clock
+	// async settles on a detached goroutine, for stores that make a network call.
+	async bool
+}
+
+// NewLimiter returns a limiter on store. async settles off the request's goroutine.
+func NewLimiter(store Store, rec Recorder, clock Clock, async bool) *Limiter {
+	return &Limiter{store: store, rec: rec, clock: clock, async: async}
+}
+
+// Store is the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// charges are the buckets a request draws on; fixed arrays keep the hot path free of
+// allocations for the common case.
+type charges struct {
+	reqs     []Charge
+	reqDims  []Dimension
+	toks     []Charge
+	both     []bool // per token charge: its dimension has both periods
+	reqBuf   [NumDimensions]Charge
+	reqDBuf  [NumDimensions]Dimension
+	tokBuf   [NumDimensions * 2]Charge
+	bothBuf  [NumDimensions * 2]bool
+	keyMin   int // index in toks of the api_key minute bucket, or -1
+	keyDay   int
+	keyReq   int // index in reqs of the api_key request bucket, or -1
+	anything bool
+}
+
+func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, burst float64, both bool) {
+	if rate > 0 {
+		if dim == APIKey {
+			c.keyReq = len(c.reqs)
+		}
+		c.reqs = append(c.reqs, Charge{Key: Key{Kind: Requests, Dim: dim, ID: id}, Capacity: burst, Rate: rate})
+		c.reqDims = append(c.reqDims, dim)
+	}
+	if minute.Limited() {
+		if dim == APIKey {
+			c.keyMin = len(c.toks)
+		}
+		c.toks = append(c.toks, tokenCharge(TokensMinute, dim, id, minute))
+		c.both = append(c.both, both)
+	}
+	if day.Limited() {
+		if dim == APIKey {
+			c.keyDay = len(c.toks)
+		}
+		c.toks = append(c.toks, tokenCharge(TokensDay, dim, id, day))
+		c.both = append(c.both, both)
+	}
+}
+
+// collect resolves the buckets of every configured dimension the identity has, and
+// counts the dimensions skipped for a missing identity.
+func (l *Limiter) collect(p *Policy, id *Identity, c *charges) {
+	c.reqs, c.reqDims, c.toks, c.both = c.reqBuf[:0], c.reqDBuf[:0], c.tokBuf[:0], c.bothBuf[:0]
+	c.keyMin, c.keyDay, c.keyReq = -1, -1, -1
+	for d := Global; d < Model; d++ {
+		dp := &p.dims[d]
+		var ident string
+		switch d {
+		case Global:
+		case Client:
+			ident = id.Client
+		case APIKey:
+			if id.Key != nil {
+				kp := id.Key
+				c.addDim(APIKey, kp.Name, kp.minute, kp.day, kp.reqRate, kp.reqBurst, kp.bothPeriods)
+			} else if dp.configured {
+				l.skip(APIKey, dp)
+			}
+			continue
+		case User:
+			if id.Key != nil {
+				ident = id.Key.User
+			}
+		case Team:
+			if id.Key != nil {
+				ident = id.Key.Team
+			}
+		}
+		if !dp.configured {
+			continue
+		}
+		if d != Global && ident == "" {
+			l.skip(d, dp)
+			continue
+		}
+		c.addDim(d, ident, dp.minute, dp.day, dp.reqRate, dp.reqBurst, dp.bothPeriods)
+	}
+	if len(p.models) > 0 {
+		if id.Model == "" {
+			l.rec.Skipped("token_budget_model")
+		} else if mp := p.models[id.Model]; mp != nil {
+			c.addDim(Model, id.Model, mp.minute, mp.day, mp.reqRate, mp.reqBurst, mp.bothPeriods)
+		}
+	}
+}
+
+func (l *Limiter) skip(d Dimension, dp *dimPolicy) {
+	if dp.minute.Limited() || dp.day.Limited() {
+		l.rec.Skipped("token_budget_" + d.String())
+	}
+}
+
+// Admit reserves amount tokens (and one request) on every bucket the identity draws
+// on, all or nothing. An error means the store could not decide; nothing was taken.
+func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int64) (Decision, error) {
+	var dec Decision
+	if id.Exempt || (id.Key != nil && id.Key.Bypass) {
+		return dec, nil
+	}
+	var c charges
+	l.collect(p, &id, &c)
+	if len(c.reqs) == 0 && len(c.toks) == 0 {
+		return dec, nil
+	}
+	res, err := l.store.Reserve(ctx, &Reservation{Requests: c.reqs, Tokens: c.toks, Amount: amount})
+	if err != nil {
+		return dec, err
+	}
+	now := l.clock.Now()
+	if c.keyReq >= 0 && !res.RequestSkipped[c.keyReq] {
+		dec.KeyRequests = status(c.reqs[c.keyReq], res.RequestLevels[c.keyReq], now)
+	}
+	if res.Admitted || res.RefusedBy != Requests {
+		l.recordSkipped(res.RequestSkipped, "request_rate")
+	}
+	if !res.Admitted {
+		dec.Refusal = l.refusal(&c, &res, now)
+		return dec, nil
+	}
+	if c.keyMin >= 0 && !res.TokenSkipped[c.keyMin] {
+		dec.KeyMinute = status(c.toks[c.keyMin], res.TokenLevels[c.keyMin], now)
+	}
+	if c.keyDay >= 0 && !res.TokenSkipped[c.keyDay] {
+		dec.KeyDay = status(c.toks[c.keyDay], res.TokenLevels[c.keyDay], now)
+	}
+	taken := make([]Charge, 0, len(c.toks))
+	for i, ch := range c.toks {
+		if res.TokenSkipped[i] {
+			if ch.Key.Kind == TokensDay {
+				l.rec.Skipped("token_budget_day")
+			} else {
+				l.rec.Skipped("token_budget")
+			}
+			continue
+		}
+		taken = append(taken, ch)
+	}
+	if len(taken) == 0 {
+		return dec, nil
+	}
+	h := &Hold{l: l, store: res.Backend, charges: taken, amount: amount}
+	if id.Key != nil {
+		h.key = id.Key.Name
+	}
+	h.record(Reserved, float64(amount), nil)
+	dec.Hold = h
+	return dec, nil
+}
+
+func (l *Limiter) recordSkipped(skipped []bool, label string) {
+	for _, s := range skipped {
+		if s {
+			l.rec.Skipped(label)
+		}
+	}
+}
+
+func (l *Limiter) refusal(c *charges, res *Result, now time.Time) *Refusal {
+	r := &Refusal{RetryAfter: res.RetryAfter}
+	if res.RefusedBy == Requests {
+		r.Requests = true
+		r.Dimension = c.reqDims[res.Refused]
+		l.rec.RequestRefusal(r.Dimension)
+		return r
+	}
+	ch := c.toks[res.Refused]
+	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[res.Refused]
+	if r.Dimension == APIKey {
+		r.Capacity = int64(ch.Capacity)
+		r.Remaining = int64(math.Floor(max(res.TokenLevels[res.Refused], 0)))
+	}
+	l.rec.TokenRefusal(r.Dimension, r.Period)
+	return r
+}
+
+func status(c Charge, level float64, now time.Time) Status {
+	level = max(level, 0)
+	s := Status{Present: true, Limit: int64(c.Capacity), Remaining: int64(math.Floor(level)), Reset: now}
+	if c.Rate > 0 && level < c.Capacity {
+		s.Reset = now.Add(time.Duration((c.Capacity - level) / c.Rate * float64(time.Second)))
+	}
+	return s
+}
+
+// Hold is one admitted request's token reservation. Exactly one of Settle or Release
+// takes effect; later calls do nothing, so every path may call Release on its way out.
+type Hold struct {
+	l       *Limiter
+	store   Store
+	charges []Charge
+	amount  int64
+	key     string
+	done    atomic.Bool
+}
+
+// Amount is the reserved estimate.
+func (h *Hold) Amount() int64 { return h.amount }
+
+// Settle replaces the reservation with the usage the backend reported: the unused
+// part is refunded to every bucket; an overage is charged to each bucket that can
+// cover it and consumes nothing from one that cannot.
+func (h *Hold) Settle(used int64) {
+	if h == nil || !h.done.CompareAndSwap(false, true) {
+		return
+	}
+	h.run(func() {
+		delta := float64(h.amount - used)
+		switch {
+		case delta > 0:
+			h.store.Refund(context.Background(), h.charges, delta)
+			h.record(Refunded, delta, nil)
+		case delta < 0:
+			applied := h.store.Charge(context.Background(), h.charges, -delta)
+			h.record(Charged, -delta, applied)
+		}
+	})
+}
+
+// Release returns the whole reservation: the request failed, was cut, or reported no
+// usage.
+func (h *Hold) Release() {
+	if h == nil || !h.done.CompareAndSwap(false, true) {
+		return
+	}
+	h.run(func() {
+		h.store.Refund(context.Background(), h.charges, float64(h.amount))
+		h.record(Refunded, float64(h.amount), nil)
+	})
+}
+
+func (h *Hold) run(fn func()) {
+	if h.l.async {
+		go fn()
+		return
+	}
+	fn()
+}
+
+// record counts n tokens of outcome per period bucket and once per dimension; applied,
+// when set, limits it to the buckets that took the change.
+func (h *Hold) record(o Outcome, n float64, applied []bool) {
+	var seen [NumDimensions]bool
+	any := false
+	for i, c := range h.charges {
+		if applied != nil && !applied[i] {
+			continue
+		}
+		any = true
+		h.l.rec.PeriodTokens(c.Key.Dim, c.Key.Kind, o, n)
+		if !seen[c.Key.Dim] {
+			seen[c.Key.Dim] = true
+			h.l.rec.DimensionTokens(c.Key.Dim, o, n)
+		}
+	}
+	if h.key != "" && any {
+		h.l.rec.KeyTokens(h.key, o, n)
+	}
+}
+
+// NopRecorder discards every record.
+type NopRecorder struct{}
+
+func (NopRecorder) DimensionTokens(Dimension, Outcome, float64)    {}
+func (NopRecorder) PeriodTokens(Dimension, Kind, Outcome, float64) {}
+func (NopRecorder) TokenRefusal(Dimension, Kind)                   {}
+func (NopRecorder) RequestRefusal(Dimension)                       {}
+func (NopRecorder) Skipped(string)                                 {}
+func (NopRecorder) KeyTokens(string, Outcome, float64)             {}

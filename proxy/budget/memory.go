@@ -1,0 +1,289 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package budget
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const memoryShards = 64
+
+// Memory keeps buckets in this process, in sharded maps with one entry bound per bucket
+// kind. An absent bucket is a full one, so Sweep may drop any bucket that refilled.
+type Memory struct {
+	clock      Clock
+	seed       maphash.Seed
+	maxBuckets atomic.Int64
+	counts     [NumKinds]atomic.Int64
+	shards     [memoryShards]memShard
+}
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[Key]*bucket
+	_  [40]byte // keep shards on separate cache lines
+}
+
+type bucket struct {
+	level    float64
+	capacity float64
+	rate     float64
+	last     time.Time
+}
+
+// NewMemory returns an empty store whose maps hold at most maxBuckets buckets per kind.
+func NewMemory(clock Clock, maxBuckets int64) *Memory {
+	m := &Memory{clock: clock, seed: maphash.MakeSeed()}
+	m.SetMaxBuckets(maxBuckets)
+	for i := range m.shards {
+		m.shards[i].m = make(map[Key]*bucket)
+	}
+	return m
+}
+
+// SetMaxBuckets changes the per-kind bound; existing buckets stay.
+func (m *Memory) SetMaxBuckets(n int64) {
+	if n <= 0 {
+		n = 1<<63 - 1
+	}
+	m.maxBuckets.Store(n)
+}
+
+// Len is the number of buckets of a kind.
+func (m *Memory) Len(k Kind) int64 { return m.counts[k].Load() }
+
+func (m *Memory) shardOf(k Key) int {
+	return int(maphash.Comparable(m.seed, k) % memoryShards)
+}
+
+// lockAll locks the shards of every charge in ascending order, so two reservations
+// never wait on each other in a cycle, and returns the unlock.
+func (m *Memory) lockAll(groups ...[]Charge) func() {
+	var buf [32]int
+	idx := buf[:0]
+	for _, g := range groups {
+		for _, c := range g {
+			idx = append(idx, m.shardOf(c.Key))
+		}
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		m.shards[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			m.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// get returns the bucket for c brought up to now under c's parameters, creating it
+// full when absent. It returns nil when the kind's map is full. The shard is locked.
+func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
+	sh := &m.shards[m.shardOf(c.Key)]
+	b := sh.m[c.Key]
+	if b == nil {
+		if !create {
+			return nil
+		}
+		if m.counts[c.Key.Kind].Add(1) > m.maxBuckets.Load() {
+			m.counts[c.Key.Kind].Add(-1)
+			return nil
+		}
+		b = &bucket{level: c.Capacity, capacity: c.Capacity, rate: c.Rate, last: now}
+		sh.m[c.Key] = b
+		return b
+	}
+	b.refill(now)
+	if b.capacity != c.Capacity || b.rate != c.Rate {
+		b.rebuild(c)
+	}
+	return b
+}
+
+func (b *bucket) refill(now time.Time) {
+	if dt := now.Sub(b.last).Seconds(); dt > 0 {
+		b.level = min(b.capacity, b.level+dt*b.rate)
+	}
+	b.last = now
+}
+
+// rebuild moves the bucket to new parameters keeping the fraction already drawn down,
+// so a reload never grants budget. A bucket that had no capacity starts full.
+func (b *bucket) rebuild(c Charge) {
+	frac := 1.0
+	if b.capacity > 0 {
+		frac = b.level / b.capacity
+	}
+	b.level, b.capacity, b.rate = frac*c.Capacity, c.Capacity, c.Rate
+}
+
+// Reserve implements Store.
+func (m *Memory) Reserve(_ context.Context, r *Reservation) (Result, error) {
+	now := m.clock.Now()
+	res := Result{
+		Admitted:       true,
+		Backend:        m,
+		RequestLevels:  make([]float64, len(r.Requests)),
+		TokenLevels:    make([]float64, len(r.Tokens)),
+		RequestSkipped: make([]bool, len(r.Requests)),
+		TokenSkipped:   make([]bool, len(r.Tokens)),
+	}
+	unlock := m.lockAll(r.Requests, r.Tokens)
+	defer unlock()
+
+	var bufR, bufT [NumDimensions * 2]*bucket
+	reqs := check(m, r.Requests, 1, now, bufR[:0], res.RequestLevels, res.RequestSkipped, &res, Requests)
+	if !res.Admitted {
+		return res, nil
+	}
+	amount := float64(r.Amount)
+	toks := check(m, r.Tokens, amount, now, bufT[:0], res.TokenLevels, res.TokenSkipped, &res, TokensMinute)
+	take(reqs, 1, res.RequestLevels)
+	if !res.Admitted {
+		return res, nil
+	}
+	take(toks, amount, res.TokenLevels)
+	return res, nil
+}
+
+// check looks every charge's bucket up and records which cannot cover amount. Skipped
+// buckets (a full map) come back nil.
+func check(m *Memory, charges []Charge, amount float64, now time.Time, bs []*bucket, levels []float64, skipped []bool, res *Result, kind Kind) []*bucket {
+	for i, c := range charges {
+		b := m.get(c, now, true)
+		bs = append(bs, b)
+		if b == nil {
+			skipped[i] = true
+			levels[i] = -1
+			continue
+		}
+		levels[i] = b.level
+		if amount > b.capacity || b.level < amount {
+			if res.Admitted {
+				res.Admitted, res.Refused = false, i
+				res.RefusedBy = kind
+				if kind != Requests {
+					res.RefusedBy = c.Key.Kind
+				}
+			}
+			res.RetryAfter = max(res.RetryAfter, retryAfter(b.level, amount, c))
+		}
+	}
+	return bs
+}
+
+func take(bs []*bucket, amount float64, levels []float64) {
+	for i, b := range bs {
+		if b != nil {
+			b.level -= amount
+			levels[i] = b.level
+		}
+	}
+}
+
+// scaled converts an amount recorded under a hold's parameters to the bucket's current
+// ones, so a hold taken before a reload settles on what it recorded.
+func scaled(amount float64, c Charge, b *bucket) float64 {
+	if c.Capacity > 0 && b.capacity != c.Capacity {
+		return amount * b.capacity / c.Capacity
+	}
+	return amount
+}
+
+// Refund implements Store.
+func (m *Memory) Refund(_ context.Context, charges []Charge, amount float64) {
+	now := m.clock.Now()
+	unlock := m.lockAll(charges)
+	defer unlock()
+	for _, c := range charges {
+		if b := m.getForSettle(c, now); b != nil {
+			b.level = min(b.capacity, b.level+scaled(amount, c, b))
+		}
+	}
+}
+
+// Charge implements Store.
+func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64) []bool {
+	now := m.clock.Now()
+	applied := make([]bool, len(charges))
+	unlock := m.lockAll(charges)
+	defer unlock()
+	for i, c := range charges {
+		b := m.getForSettle(c, now)
+		if b == nil {
+			// An absent bucket is full: charge it by creating it.
+			b = m.get(c, now, true)
+		}
+		if b == nil {
+			continue
+		}
+		if a := scaled(amount, c, b); b.level >= a {
+			b.level -= a
+			applied[i] = true
+		}
+	}
+	return applied
+}
+
+// getForSettle returns an existing bucket brought up to now under its own current
+// parameters; settlement never rebuilds a bucket to the hold's old ones.
+func (m *Memory) getForSettle(c Charge, now time.Time) *bucket {
+	b := m.shards[m.shardOf(c.Key)].m[c.Key]
+	if b != nil {
+		b.refill(now)
+	}
+	return b
+}
+
+// Level reports a bucket's current level and whether it exists (tests and /admin).
+func (m *Memory) Level(k Key) (float64, bool) {
+	sh := &m.shards[m.shardOf(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b := sh.m[k]
+	if b == nil {
+		return 0, false
+	}
+	b.refill(m.clock.Now())
+	return b.level, true
+}
+
+// Prune implements Store.
+func (m *Memory) Prune(keep func(Key) bool) {
+	m.deleteIf(func(k Key, _ *bucket) bool { return !keep(k) })
+}
+
+// Sweep drops every bucket that has refilled to capacity: an absent bucket is a full
+// one, so this frees memory without changing any decision.
+func (m *Memory) Sweep() {
+	now := m.clock.Now()
+	m.deleteIf(func(_ Key, b *bucket) bool {
+		b.refill(now)
+		return b.level >= b.capacity
+	})
+}
+
+func (m *Memory) deleteIf(drop func(Key, *bucket) bool) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for k, b := range sh.m {
+			if drop(k, b) {
+				delete(sh.m, k)
+				m.counts[k.Kind].Add(-1)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Close implements Store.
+func (m *Memory) Close() error { return nil }

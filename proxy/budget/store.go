@@ -1,0 +1,60 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package budget
+
+import (
+	"context"
+	"time"
+)
+
+// Reservation is what admission asks a store to take, all or nothing.
+type Reservation struct {
+	// Requests are request-count buckets; each takes 1.
+	Requests []Charge
+	// Tokens are token buckets; each takes Amount.
+	Tokens []Charge
+	// Amount is the request's estimate: input estimate plus output ceiling.
+	Amount int64
+}
+
+// Result is a store's answer to a Reservation.
+type Result struct {
+	// Admitted: every bucket was charged.
+	Admitted bool
+	// RefusedBy is the kind of bucket that refused: Requests (nothing was taken) or a
+	// token kind (the request buckets were taken, no token bucket was).
+	RefusedBy Kind
+	// Refused is the index, in Requests or Tokens, of the first bucket that could not
+	// cover the request.
+	Refused int
+	// RetryAfter is the longest wait any refusing bucket needs to cover the request.
+	RetryAfter time.Duration
+	// RequestLevels and TokenLevels are each bucket's level after the operation,
+	// parallel to the reservation's charges.
+	RequestLevels []float64
+	TokenLevels   []float64
+	// RequestSkipped and TokenSkipped mark buckets that could not be created because
+	// their map was full; they were admitted without charge (fail open).
+	RequestSkipped []bool
+	TokenSkipped   []bool
+	// Backend is the store that holds the reservation; settlement goes back to it.
+	Backend Store
+}
+
+// Store keeps bucket state. Implementations: Memory, and the Redis store.
+type Store interface {
+	// Reserve takes a Reservation all or nothing: request buckets first (a refusal
+	// takes nothing), then token buckets (a refusal takes only the request buckets).
+	// An error means the store could not decide; nothing was taken.
+	Reserve(ctx context.Context, r *Reservation) (Result, error)
+	// Refund returns amount to each bucket, never above its capacity.
+	Refund(ctx context.Context, charges []Charge, amount float64)
+	// Charge takes amount from each bucket that holds it, and nothing from one that
+	// does not. It reports which buckets were charged.
+	Charge(ctx context.Context, charges []Charge, amount float64) []bool
+	// Prune drops the buckets that keep reports false (a dimension or key gone).
+	Prune(keep func(Key) bool)
+	// Close releases the store's resources.
+	Close() error
+}

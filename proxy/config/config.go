@@ -1,0 +1,271 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package config is the proxy configuration document: its Go type, defaults,
+// validation and warnings. It is the contract between the operator, which renders it
+// into a ConfigMap, and the proxy, which loads it from that ConfigMap or from a file.
+// It has no Kubernetes imports on purpose.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is one proxy's whole configuration. Field names follow the YAML document in
+// docs/proxy-config.md; unknown fields are an error, so a typo never silently drops a
+// budget.
+type Config struct {
+	// Generation identifies this document. The operator writes a number that grows with
+	// every change it renders, so a fleet's pods can be compared by it; a standalone
+	// document may leave it 0.
+	Generation int64 `json:"generation,omitempty"`
+
+	// Listen is the data-plane HTTP address. Default 127.0.0.1:8080.
+	Listen string `json:"listen,omitempty"`
+	// AdminListen serves /metrics, /healthz, /readyz and /admin/effective. Default 127.0.0.1:9090.
+	AdminListen string `json:"admin_listen,omitempty"`
+	// MaxBodyBytes is the largest request body the proxy accepts; larger ones get 413.
+	// Default 16 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+
+	// Upstreams are the backends; the first whose models list holds the request's model
+	// serves it, and an upstream with an empty list serves every other model.
+	Upstreams []Upstream `json:"upstreams"`
+
+	Auth         Auth         `json:"auth,omitempty"`
+	APIKeys      []APIKey     `json:"api_keys,omitempty"`
+	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
+}
+
+// Upstream is one OpenAI- or Anthropic-compatible backend.
+type Upstream struct {
+	// Name identifies the upstream in metrics and logs.
+	Name string `json:"name"`
+	// URL is scheme://host:port with an optional base path prepended to every request path.
+	URL string `json:"url"`
+	// Models are the client-facing model names this upstream serves; empty serves every
+	// model that no other upstream lists.
+	Models []string `json:"models,omitempty"`
+	// AuthHeaderEnv names an environment variable whose value the proxy sends as the
+	// upstream credential (Authorization: Bearer on OpenAI routes, x-api-key on
+	// Anthropic routes). Empty: the client's credential is not forwarded and none is added.
+	AuthHeaderEnv string `json:"auth_header_env,omitempty"`
+	// TimeoutSeconds bounds the wait for the upstream's response headers. Default 300.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+}
+
+// AuthMode says whether requests must carry a known API key.
+type AuthMode string
+
+const (
+	// AuthRequired refuses a request without a known key with 401.
+	AuthRequired AuthMode = "required"
+	// AuthOptional admits anonymous requests; the identity-scoped dimensions
+	// (api_key, user, team) are skipped for them. A presented but unknown key is still 401.
+	AuthOptional AuthMode = "optional"
+)
+
+// Auth configures client authentication.
+type Auth struct {
+	// Mode is required (default) or optional.
+	Mode AuthMode `json:"mode,omitempty"`
+	// TrustedProxies are CIDRs whose X-Forwarded-For header is believed when resolving
+	// the client address for per_client budgets and the whitelist.
+	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+}
+
+// APIKey is one client credential. Only the SHA-256 of the key appears here.
+type APIKey struct {
+	// Name is the key's stable identity: the per_api_key bucket, metric labels and logs.
+	Name string `json:"name"`
+	// KeySHA256 is the lowercase hex SHA-256 of the key the client sends.
+	KeySHA256 string `json:"key_sha256"`
+	// User and Team identify the per_user and per_team buckets the key draws on.
+	User string `json:"user,omitempty"`
+	Team string `json:"team,omitempty"`
+	// RateLimit overrides per_api_key.requests_per_second for this key (0: none).
+	RateLimit int64 `json:"rate_limit,omitempty"`
+	// RateLimitBurst overrides the burst capacity of the key's request rate (0: none).
+	RateLimitBurst int64 `json:"rate_limit_burst,omitempty"`
+	// RateLimitTokensPerMinute overrides per_api_key.tokens_per_minute for this key
+	// (0: none). It is a fleet total and is divided by budget_division.replicas.
+	RateLimitTokensPerMinute int64 `json:"rate_limit_tokens_per_minute,omitempty"`
+	// Bypass exempts the key from every limit.
+	Bypass bool `json:"bypass,omitempty"`
+}
+
+// Storage selects where buckets live.
+type Storage string
+
+const (
+	// StorageMemory keeps buckets in each replica's memory; a fleet needs budget_division.
+	StorageMemory Storage = "memory"
+	// StorageRedis keeps shared buckets in one Redis server.
+	StorageRedis Storage = "redis"
+)
+
+// RateLimiting holds every limit and where its state lives.
+type RateLimiting struct {
+	// Storage is memory (default) or redis.
+	Storage Storage `json:"storage,omitempty"`
+	Redis   Redis   `json:"redis,omitempty"`
+	// BudgetDivision divides every token allowance among the replicas of a fleet.
+	BudgetDivision BudgetDivision `json:"budget_division,omitempty"`
+	// Whitelist are client CIDRs exempt from every limit.
+	Whitelist []string `json:"whitelist,omitempty"`
+	// MaxBuckets bounds each bucket map; a full map admits without charging and counts
+	// it. Default 100000.
+	MaxBuckets int64 `json:"max_buckets,omitempty"`
+	// Limits are the budgets per dimension.
+	Limits Limits `json:"limits,omitempty"`
+}
+
+// Redis configures the shared store.
+type Redis struct {
+	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS. One server:
+	// Sentinel and Cluster URLs are refused.
+	URL string `json:"url,omitempty"`
+	// PasswordEnv names an environment variable holding the password, so the document
+	// need not carry it.
+	PasswordEnv string `json:"password_env,omitempty"`
+	// FallbackToMemory admits on replica-local buckets at the divided share while Redis
+	// is unreachable (default true); false answers 503 with Retry-After: 5.
+	FallbackToMemory *bool `json:"fallback_to_memory,omitempty"`
+	// DialTimeoutMillis, ReadTimeoutMillis and WriteTimeoutMillis bound each Redis call,
+	// so an unreachable Redis costs milliseconds. Defaults 100, 50, 50.
+	DialTimeoutMillis  int64 `json:"dial_timeout_ms,omitempty"`
+	ReadTimeoutMillis  int64 `json:"read_timeout_ms,omitempty"`
+	WriteTimeoutMillis int64 `json:"write_timeout_ms,omitempty"`
+}
+
+// BudgetDivision tells one replica what share of each fleet total it owns.
+type BudgetDivision struct {
+	// Replicas divides every token allowance (integer floor, per period). 0 means no
+	// division is configured (each replica enforces the whole number); the operator
+	// writes the fleet's replica count.
+	Replicas int64 `json:"replicas,omitempty"`
+}
+
+// Limits are the budgets of the six admission-time dimensions.
+type Limits struct {
+	Global    DimensionLimits `json:"global,omitempty"`
+	PerClient DimensionLimits `json:"per_client,omitempty"`
+	PerAPIKey DimensionLimits `json:"per_api_key,omitempty"`
+	PerUser   DimensionLimits `json:"per_user,omitempty"`
+	PerTeam   DimensionLimits `json:"per_team,omitempty"`
+	// PerModel is keyed by the client-facing model name.
+	PerModel map[string]DimensionLimits `json:"per_model,omitempty"`
+}
+
+// DimensionLimits is one dimension's request-count and token budgets. Every field 0 or
+// absent is unlimited.
+type DimensionLimits struct {
+	// RequestsPerSecond is the request refill rate.
+	RequestsPerSecond int64 `json:"requests_per_second,omitempty"`
+	// BurstCapacity is the request bucket's size (default: one second of the rate).
+	BurstCapacity int64 `json:"burst_capacity,omitempty"`
+	// TokensPerMinute is the minute budget: capacity one minute of the rate, refilled
+	// continuously at tokens_per_minute/60 per second.
+	TokensPerMinute int64 `json:"tokens_per_minute,omitempty"`
+	// TokensPerDay is the day budget: capacity one day of the rate, refilled
+	// continuously at tokens_per_day/86400 per second (it does not reset at midnight).
+	TokensPerDay int64 `json:"tokens_per_day,omitempty"`
+}
+
+// HasTokens reports whether either token period is limited.
+func (d DimensionLimits) HasTokens() bool { return d.TokensPerMinute > 0 || d.TokensPerDay > 0 }
+
+// HasRequests reports whether the request rate is limited.
+func (d DimensionLimits) HasRequests() bool { return d.RequestsPerSecond > 0 }
+
+// Defaults.
+const (
+	DefaultListen             = "127.0.0.1:8080"
+	DefaultAdminListen        = "127.0.0.1:9090"
+	DefaultMaxBodyBytes       = 16 << 20
+	DefaultMaxBuckets         = 100000
+	DefaultUpstreamTimeout    = 300
+	DefaultRedisDialTimeoutMs = 100
+	DefaultRedisIOTimeoutMs   = 50
+)
+
+// Parse decodes a YAML (or JSON) document strictly, applies the defaults and validates
+// it. The error names the offending field.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("the document is empty")
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Marshal renders the document as YAML.
+func (c *Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// Digest is the hex SHA-256 of a document's bytes: what the proxy reports as the
+// config it runs, comparable across the pods of a fleet.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Default fills in every unset field that has a default.
+func (c *Config) Default() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = DefaultAdminListen
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Auth.Mode == "" {
+		c.Auth.Mode = AuthRequired
+	}
+	for i := range c.Upstreams {
+		if c.Upstreams[i].TimeoutSeconds == 0 {
+			c.Upstreams[i].TimeoutSeconds = DefaultUpstreamTimeout
+		}
+	}
+	rl := &c.RateLimiting
+	if rl.Storage == "" {
+		rl.Storage = StorageMemory
+	}
+	if rl.MaxBuckets == 0 {
+		rl.MaxBuckets = DefaultMaxBuckets
+	}
+	if rl.Redis.FallbackToMemory == nil {
+		t := true
+		rl.Redis.FallbackToMemory = &t
+	}
+	if rl.Redis.DialTimeoutMillis == 0 {
+		rl.Redis.DialTimeoutMillis = DefaultRedisDialTimeoutMs
+	}
+	if rl.Redis.ReadTimeoutMillis == 0 {
+		rl.Redis.ReadTimeoutMillis = DefaultRedisIOTimeoutMs
+	}
+	if rl.Redis.WriteTimeoutMillis == 0 {
+		rl.Redis.WriteTimeoutMillis = DefaultRedisIOTimeoutMs
+	}
+}
+
+// Divisor is the budget division in force: budget_division.replicas, or 1 when unset.
+func (c *Config) Divisor() int64 {
+	if c.RateLimiting.BudgetDivision.Replicas > 0 {
+		return c.RateLimiting.BudgetDivision.Replicas
+	}
+	return 1
+}

@@ -1,0 +1,309 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// FieldError is one invalid field, named by its path in the document.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+type fieldErrors []error
+
+func (es *fieldErrors) add(field, format string, args ...any) {
+	*es = append(*es, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+var (
+	sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
+)
+
+// Validate checks every field and returns all problems at once, each naming its field.
+func (c *Config) Validate() error {
+	var errs fieldErrors
+	checkAddr(&errs, "listen", c.Listen)
+	checkAddr(&errs, "admin_listen", c.AdminListen)
+	if c.MaxBodyBytes < 0 {
+		errs.add("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	c.validateUpstreams(&errs)
+	switch c.Auth.Mode {
+	case AuthRequired, AuthOptional:
+	default:
+		errs.add("auth.mode", "must be %q or %q, got %q", AuthRequired, AuthOptional, c.Auth.Mode)
+	}
+	for i, p := range c.Auth.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			errs.add(fmt.Sprintf("auth.trusted_proxies[%d]", i), "%v", err)
+		}
+	}
+	c.validateKeys(&errs)
+	c.validateRateLimiting(&errs)
+	return errors.Join(errs...)
+}
+
+func checkAddr(errs *fieldErrors, field, addr string) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		errs.add(field, "must be host:port, got %q", addr)
+	}
+}
+
+func (c *Config) validateUpstreams(errs *fieldErrors) {
+	if len(c.Upstreams) == 0 {
+		errs.add("upstreams", "at least one upstream is required")
+	}
+	names := map[string]int{}
+	servedBy := map[string]int{}
+	for i, u := range c.Upstreams {
+		f := fmt.Sprintf("upstreams[%d]", i)
+		if !nameRE.MatchString(u.Name) {
+			errs.add(f+".name", "must be a non-empty name of letters, digits, '.', '_' and '-', got %q", u.Name)
+		} else if j, dup := names[u.Name]; dup {
+			errs.add(f+".name", "%q is also the name of upstreams[%d]", u.Name, j)
+		}
+		names[u.Name] = i
+		if err := checkUpstreamURL(u.URL); err != nil {
+			errs.add(f+".url", "%v", err)
+		}
+		for k, m := range u.Models {
+			if m == "" {
+				errs.add(fmt.Sprintf("%s.models[%d]", f, k), "must not be empty")
+				continue
+			}
+			if j, dup := servedBy[m]; dup {
+				errs.add(fmt.Sprintf("%s.models[%d]", f, k), "model %q is also listed by upstreams[%d]; the first match would always win", m, j)
+				continue
+			}
+			servedBy[m] = i
+		}
+		if u.TimeoutSeconds < 0 {
+			errs.add(f+".timeout_seconds", "must not be negative, got %d", u.TimeoutSeconds)
+		}
+	}
+}
+
+func checkUpstreamURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must be an http:// or https:// URL, got %q", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("must name a host, got %q", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("must not carry a query or fragment, got %q", raw)
+	}
+	return nil
+}
+
+func (c *Config) validateKeys(errs *fieldErrors) {
+	names := map[string]int{}
+	hashes := map[string]int{}
+	for i := range c.APIKeys {
+		k := &c.APIKeys[i]
+		f := fmt.Sprintf("api_keys[%d]", i)
+		if !nameRE.MatchString(k.Name) {
+			errs.add(f+".name", "must be a non-empty name of letters, digits, '.', '_' and '-', got %q", k.Name)
+		} else if j, dup := names[k.Name]; dup {
+			errs.add(f+".name", "%q is also the name of api_keys[%d]", k.Name, j)
+		}
+		names[k.Name] = i
+		if !sha256Hex.MatchString(k.KeySHA256) {
+			errs.add(f+".key_sha256", "must be the 64 hex digits of the key's SHA-256")
+		} else {
+			k.KeySHA256 = strings.ToLower(k.KeySHA256)
+			if j, dup := hashes[k.KeySHA256]; dup {
+				errs.add(f+".key_sha256", "the same key as api_keys[%d]", j)
+			}
+			hashes[k.KeySHA256] = i
+		}
+		nonNegative(errs, f+".rate_limit", k.RateLimit)
+		nonNegative(errs, f+".rate_limit_burst", k.RateLimitBurst)
+		nonNegative(errs, f+".rate_limit_tokens_per_minute", k.RateLimitTokensPerMinute)
+	}
+}
+
+func nonNegative(errs *fieldErrors, field string, v int64) {
+	if v < 0 {
+		errs.add(field, "must not be negative, got %d", v)
+	}
+}
+
+func (c *Config) validateRateLimiting(errs *fieldErrors) {
+	rl := &c.RateLimiting
+	switch rl.Storage {
+	case StorageMemory:
+	case StorageRedis:
+		if rl.Redis.URL == "" {
+			errs.add("rate_limiting.redis.url", "is required when rate_limiting.storage is redis")
+		}
+	default:
+		errs.add("rate_limiting.storage", "must be %q or %q, got %q", StorageMemory, StorageRedis, rl.Storage)
+	}
+	if rl.Redis.URL != "" {
+		if err := CheckRedisURL(rl.Redis.URL); err != nil {
+			errs.add("rate_limiting.redis.url", "%v", err)
+		}
+	}
+	nonNegative(errs, "rate_limiting.redis.dial_timeout_ms", rl.Redis.DialTimeoutMillis)
+	nonNegative(errs, "rate_limiting.redis.read_timeout_ms", rl.Redis.ReadTimeoutMillis)
+	nonNegative(errs, "rate_limiting.redis.write_timeout_ms", rl.Redis.WriteTimeoutMillis)
+	nonNegative(errs, "rate_limiting.budget_division.replicas", rl.BudgetDivision.Replicas)
+	for i, p := range rl.Whitelist {
+		if _, err := ParsePrefix(p); err != nil {
+			errs.add(fmt.Sprintf("rate_limiting.whitelist[%d]", i), "%v", err)
+		}
+	}
+	if rl.MaxBuckets < 0 {
+		errs.add("rate_limiting.max_buckets", "must be positive, got %d", rl.MaxBuckets)
+	}
+	rl.Limits.Each(func(field string, d DimensionLimits) {
+		nonNegative(errs, field+".requests_per_second", d.RequestsPerSecond)
+		nonNegative(errs, field+".burst_capacity", d.BurstCapacity)
+		nonNegative(errs, field+".tokens_per_minute", d.TokensPerMinute)
+		nonNegative(errs, field+".tokens_per_day", d.TokensPerDay)
+	})
+	for m := range rl.Limits.PerModel {
+		if m == "" {
+			errs.add("rate_limiting.limits.per_model", "a model name must not be empty")
+		}
+	}
+}
+
+// Each calls fn for every dimension's limits with its field path, per_model entries in
+// name order.
+func (l *Limits) Each(fn func(field string, d DimensionLimits)) {
+	fn("rate_limiting.limits.global", l.Global)
+	fn("rate_limiting.limits.per_client", l.PerClient)
+	fn("rate_limiting.limits.per_api_key", l.PerAPIKey)
+	fn("rate_limiting.limits.per_user", l.PerUser)
+	fn("rate_limiting.limits.per_team", l.PerTeam)
+	for _, m := range sortedKeys(l.PerModel) {
+		fn(fmt.Sprintf("rate_limiting.limits.per_model[%q]", m), l.PerModel[m])
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// CheckRedisURL accepts a single-server redis:// or rediss:// URL. Sentinel and Cluster
+// are refused: the reservation script takes every bucket of a request in one call,
+// which needs every key on one server.
+func CheckRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %v", err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+	case "redis-sentinel", "redis+sentinel", "sentinel", "rediss+sentinel":
+		return fmt.Errorf("Redis Sentinel is not supported: point the url at the current primary (redis:// or rediss://); the reservation script needs one server")
+	default:
+		return fmt.Errorf("must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("must name a host, got %q", raw)
+	}
+	if strings.Contains(u.Host, ",") || u.Query().Has("addr") {
+		return fmt.Errorf("several addresses name a Redis Cluster, which is not supported: the reservation script takes every bucket key of a request in one call on one server")
+	}
+	return nil
+}
+
+// ParsePrefix reads a CIDR or a single address.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("not a CIDR: %q", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("not an address or CIDR: %q", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Warnings are problems that do not make the document invalid but make a budget behave
+// other than its author probably meant (seed 000's "config validate").
+func (c *Config) Warnings() []string {
+	var w []string
+	rl := &c.RateLimiting
+	tokens := false
+	rl.Limits.Each(func(_ string, d DimensionLimits) { tokens = tokens || d.HasTokens() })
+	keyOverrides := slices.ContainsFunc(c.APIKeys, func(k APIKey) bool { return k.RateLimitTokensPerMinute > 0 })
+	if rl.Storage == StorageMemory && (tokens || keyOverrides) && rl.BudgetDivision.Replicas == 0 {
+		w = append(w, "rate_limiting: in-memory token budgets with no budget_division: every replica enforces the whole budget, so N replicas admit N times it; set rate_limiting.budget_division.replicas to the number of replicas (1 for a single proxy), or use storage: redis")
+	}
+	if rl.Storage == StorageRedis && rl.BudgetDivision.Replicas > 1 {
+		w = append(w, fmt.Sprintf("rate_limiting.budget_division.replicas: %d is set while storage is redis: the shared Redis buckets hold the fleet total and are not divided; the division applies only to the replica-local buckets used while Redis is unreachable", rl.BudgetDivision.Replicas))
+	}
+	div := c.Divisor()
+	rl.Limits.Each(func(field string, d DimensionLimits) {
+		if d.BurstCapacity > 0 && d.RequestsPerSecond == 0 {
+			w = append(w, field+".burst_capacity: has no effect without requests_per_second")
+		}
+		for _, p := range []struct {
+			name string
+			v    int64
+		}{{"tokens_per_minute", d.TokensPerMinute}, {"tokens_per_day", d.TokensPerDay}} {
+			if p.v > 0 && p.v/div == 0 {
+				w = append(w, fmt.Sprintf("%s.%s: %d divided among %d replicas is 0 per replica: every request is refused", field, p.name, p.v, div))
+			}
+		}
+	})
+	catchAll := slices.ContainsFunc(c.Upstreams, func(u Upstream) bool { return len(u.Models) == 0 })
+	if !catchAll {
+		for _, m := range sortedKeys(rl.Limits.PerModel) {
+			served := slices.ContainsFunc(c.Upstreams, func(u Upstream) bool { return slices.Contains(u.Models, m) })
+			if !served {
+				w = append(w, fmt.Sprintf("rate_limiting.limits.per_model[%q]: no upstream serves this model, so the budget never applies", m))
+			}
+		}
+	}
+	identity := func(field string, d DimensionLimits, has func(APIKey) bool, what string) {
+		if (d.HasTokens() || d.HasRequests()) && !slices.ContainsFunc(c.APIKeys, has) {
+			w = append(w, fmt.Sprintf("%s: no api key has %s, so this budget never applies", field, what))
+		}
+	}
+	identity("rate_limiting.limits.per_api_key", rl.Limits.PerAPIKey, func(APIKey) bool { return true }, "been configured")
+	identity("rate_limiting.limits.per_user", rl.Limits.PerUser, func(k APIKey) bool { return k.User != "" }, "a user")
+	identity("rate_limiting.limits.per_team", rl.Limits.PerTeam, func(k APIKey) bool { return k.Team != "" }, "a team")
+	for i, k := range c.APIKeys {
+		if k.Bypass && (k.RateLimit > 0 || k.RateLimitBurst > 0 || k.RateLimitTokensPerMinute > 0) {
+			w = append(w, fmt.Sprintf("api_keys[%d] (%s): bypass exempts the key from every limit, so its overrides never apply", i, k.Name))
+		}
+		if k.RateLimitTokensPerMinute > 0 && k.RateLimitTokensPerMinute/div == 0 {
+			w = append(w, fmt.Sprintf("api_keys[%d].rate_limit_tokens_per_minute: %d divided among %d replicas is 0 per replica: every request of this key is refused", i, k.RateLimitTokensPerMinute, div))
+		}
+	}
+	return w
+}

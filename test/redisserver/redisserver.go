@@ -1,0 +1,235 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package redisserver starts a real redis-server for tests: on a free loopback port,
+// with no persistence, killable, pausable and restartable on the same port, and always
+// cleaned up when the test ends.
+package redisserver
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// TB is the part of testing.TB (and of Ginkgo's GinkgoT()) that the helper needs.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// Server is one redis-server process bound to 127.0.0.1 on a fixed port.
+type Server struct {
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Binary is the redis-server executable that Start runs: $REDIS_SERVER when set,
+// otherwise the first redis-server on PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server not found on PATH (install Debian's redis-server package, or set REDIS_SERVER): %w", err)
+	}
+	return p, nil
+}
+
+// Start starts a redis-server on a free loopback port and registers its shutdown with
+// t.Cleanup. A missing binary fails the test: the Redis suites never skip.
+func Start(t TB) *Server {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("redisserver: no free port: %v", err)
+	}
+	s := &Server{port: port, dir: mkdirTemp(t)}
+	if err := s.start(); err != nil {
+		t.Fatalf("redisserver: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.Kill()
+		_ = os.RemoveAll(s.dir)
+	})
+	return s
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// URL is the server's redis:// URL for database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Kill stops the server with SIGKILL and waits until it has exited. Its data is lost,
+// as on a crash. Killing a stopped server does nothing.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	s.resumeLocked()
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+	return nil
+}
+
+// Restart starts the server again on the same port, empty, and waits until it answers.
+func (s *Server) Restart() error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	return s.start()
+}
+
+// Pause stops the process with SIGSTOP: connections stay open but nothing answers,
+// as with a stalled or partitioned server. Resume undoes it.
+func (s *Server) Pause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return fmt.Errorf("redis-server is not running")
+	}
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resumeLocked()
+}
+
+func (s *Server) resumeLocked() error {
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// Running reports whether the process is alive.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+func (s *Server) start() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := exec.Command(bin,
+		"--bind", "127.0.0.1",
+		"--port", fmt.Sprint(s.port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--protected-mode", "yes",
+		"--loglevel", "warning",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out := &tailBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ping(s.Addr()) == nil {
+			break
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited at start: %s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server did not answer on %s within 10s: %s", s.Addr(), out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cmd, s.exited = cmd, exited
+	return nil
+}
+
+// ping sends PING in the inline protocol and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func mkdirTemp(t TB) string {
+	dir, err := os.MkdirTemp("", "tokenwarden-redis-")
+	if err != nil {
+		t.Fatalf("redisserver: %v", err)
+	}
+	return dir
+}
+
+// tailBuffer keeps the last few KiB of the server's output for error messages.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 4096 {
+		b.buf = b.buf[len(b.buf)-4096:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimSpace(string(b.buf))
+}
