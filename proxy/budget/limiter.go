@@ -76,9 +76,9 @@ type Refusal struct {
 	// refusal names the period (details.token_budget).
 	BothPeriods bool
 	RetryAfter  time.Duration
-	// Capacity and Remaining are the refusing bucket's level, set only for the
-	// identity-scoped api_key dimension.
-	Capacity, Remaining int64
+	// Bucket is the refusing bucket's capacity and level, set only for the
+	// identity-scoped api_key dimension; a shared dimension never reveals its level.
+	Bucket Status
 }
 
 // Decision is the outcome of admission.
@@ -280,8 +280,7 @@ func (l *Limiter) refusal(c *charges, res *Result, now time.Time) *Refusal {
 	ch := c.toks[res.Refused]
 	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[res.Refused]
 	if r.Dimension == APIKey {
-		r.Capacity = int64(ch.Capacity)
-		r.Remaining = int64(math.Floor(max(res.TokenLevels[res.Refused], 0)))
+		r.Bucket = status(ch, res.TokenLevels[res.Refused], now)
 	}
 	l.rec.TokenRefusal(r.Dimension, r.Period)
 	return r
@@ -313,9 +312,9 @@ func (h *Hold) Amount() int64 { return h.amount }
 // Settle replaces the reservation with the usage the backend reported: the unused
 // part is refunded to every bucket; an overage is charged to each bucket that can
 // cover it and consumes nothing from one that cannot.
-func (h *Hold) Settle(used int64) {
+func (h *Hold) Settle(used int64) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	h.run(func() {
 		delta := float64(h.amount - used)
@@ -328,18 +327,20 @@ func (h *Hold) Settle(used int64) {
 			h.record(Charged, -delta, applied)
 		}
 	})
+	return true
 }
 
 // Release returns the whole reservation: the request failed, was cut, or reported no
 // usage.
-func (h *Hold) Release() {
+func (h *Hold) Release() bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	h.run(func() {
 		h.store.Refund(context.Background(), h.charges, float64(h.amount))
 		h.record(Refunded, float64(h.amount), nil)
 	})
+	return true
 }
 
 func (h *Hold) run(fn func()) {

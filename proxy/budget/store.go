@@ -58,3 +58,10 @@ type Store interface {
 	// Close releases the store's resources.
 	Close() error
 }
+
+// UnavailableError is returned by a store that cannot reach its backend and may not
+// fall back (fail-closed): the request is answered 503 with Retry-After: 5.
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return "budget store unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }

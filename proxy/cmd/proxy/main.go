@@ -1,0 +1,205 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Command proxy is tokenwarden's data plane: it keeps LLM traffic inside token budgets.
+//
+//	proxy --config FILE        serve, reloading FILE when it changes
+//	proxy validate FILE        check a document: errors name the field, warnings are printed
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/proxy/source"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "validate" {
+		os.Exit(validate(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "proxy:", err)
+		os.Exit(1)
+	}
+}
+
+// validate checks documents without serving: exit 0 when valid (warnings printed),
+// 1 naming every invalid field, 2 on usage errors.
+func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: proxy validate FILE...")
+		return 2
+	}
+	code := 0
+	for _, path := range args {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", path, err)
+			code = 1
+			continue
+		}
+		cfg, err := config.Parse(data)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: invalid:\n", path)
+			for _, line := range splitErrors(err) {
+				fmt.Fprintf(stderr, "  %s\n", line)
+			}
+			code = 1
+			continue
+		}
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stdout, "%s: warning: %s\n", path, w)
+		}
+		fmt.Fprintf(stdout, "%s: valid\n", path)
+	}
+	return code
+}
+
+func splitErrors(err error) []string {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, e.Error())
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	configPath := fs.String("config", "", "The config document to serve; reloaded when it changes.")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	var src source.Source
+	switch {
+	case *configPath != "":
+		src = &source.File{Path: *configPath, Log: log}
+	default:
+		return errors.New("a config source is required: --config FILE")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	data, err := src.Load(ctx)
+	if err != nil {
+		return err
+	}
+	first, err := config.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	clock := budget.SystemClock{}
+	store, async, err := newStore(first, clock)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	srv := server.New(server.Options{Store: store, Metrics: m, Clock: clock, Logger: log, AsyncSet: async})
+	if _, err := srv.Apply(data, src.String()); err != nil {
+		return err
+	}
+
+	apply := func(data []byte, origin string) error {
+		cfg, err := srv.Apply(data, origin)
+		if err == nil && (cfg.Listen != first.Listen || cfg.AdminListen != first.AdminListen || cfg.RateLimiting.Storage != first.RateLimiting.Storage) {
+			log.Warn("listen, admin_listen and rate_limiting.storage take effect at the next restart", "origin", origin)
+		}
+		return err
+	}
+	go func() {
+		if err := src.Run(ctx, apply); err != nil {
+			log.Error("The config source stopped; the config in force stays", "source", src.String(), "error", err)
+		}
+	}()
+	if mem, ok := store.(*budget.Memory); ok {
+		go sweep(ctx, mem, m)
+	}
+
+	data1 := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	admin := &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+	lnData, err := net.Listen("tcp", first.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	lnAdmin, err := net.Listen("tcp", first.AdminListen)
+	if err != nil {
+		return fmt.Errorf("admin_listen: %w", err)
+	}
+	log.Info("Serving", "listen", lnData.Addr().String(), "admin_listen", lnAdmin.Addr().String(), "source", src.String())
+	errc := make(chan error, 2)
+	go func() { errc <- data1.Serve(lnData) }()
+	go func() { errc <- admin.Serve(lnAdmin) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	log.Info("Shutting down: finishing requests in flight")
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = admin.Shutdown(shutdown)
+	return data1.Shutdown(shutdown)
+}
+
+// newStore builds the store the config selects. The store is chosen at start; a
+// reload that changes rate_limiting.storage takes effect at the next restart.
+func newStore(c *config.Config, clock budget.Clock) (budget.Store, bool, error) {
+	switch c.RateLimiting.Storage {
+	case config.StorageMemory:
+		return budget.NewMemory(clock, c.RateLimiting.MaxBuckets), false, nil
+	default:
+		return nil, false, fmt.Errorf("rate_limiting.storage: %q is not available in this build", c.RateLimiting.Storage)
+	}
+}
+
+// sweep drops refilled buckets (an absent bucket is a full one) and publishes the
+// bucket counts.
+func sweep(ctx context.Context, mem *budget.Memory, m *metrics.Metrics) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			mem.Sweep()
+			for k := budget.Kind(0); k < budget.NumKinds; k++ {
+				m.BucketsInUse.WithLabelValues(k.String()).Set(float64(mem.Len(k)))
+			}
+		}
+	}
+}

@@ -1,0 +1,281 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package metrics defines the proxy's Prometheus families. Every label value comes
+// from a bounded set: dimension and period names, outcomes, route names, upstream and
+// API key names from the config. Metrics register on the Registerer they are given;
+// there is no global registry.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+)
+
+// Metrics holds every family the proxy exports.
+type Metrics struct {
+	TokenBudgetTokens        *prometheus.CounterVec // rate_limit_token_budget_tokens_total{dimension,outcome}
+	TokenBudgetPeriodTokens  *prometheus.CounterVec // rate_limit_token_budget_period_tokens_total{dimension,budget,outcome}
+	TokenBudgetRefusals      *prometheus.CounterVec // rate_limit_token_budget_refusals_total{dimension}
+	TokenBudgetPeriodRefusal *prometheus.CounterVec // rate_limit_token_budget_period_refusals_total{dimension,budget}
+	Exceeded                 *prometheus.CounterVec // rate_limit_exceeded_total{limit_type}
+	SkippedVec               *prometheus.CounterVec // rate_limit_skipped_total{dimension}
+	RequestRefusals          *prometheus.CounterVec // rate_limit_request_refusals_total{dimension}
+	RedisUnavailable         *prometheus.CounterVec // rate_limit_redis_unavailable_total{dimension,action}
+
+	Requests         *prometheus.CounterVec   // tokenwarden_requests_total{route,code}
+	RequestDuration  *prometheus.HistogramVec // tokenwarden_request_duration_seconds{route}
+	UpstreamDuration *prometheus.HistogramVec // tokenwarden_upstream_duration_seconds{upstream}
+	UpstreamErrors   *prometheus.CounterVec   // tokenwarden_upstream_errors_total{upstream}
+	Usage            *prometheus.CounterVec   // tokenwarden_usage_tokens_total{model,type}
+	Settlements      *prometheus.CounterVec   // tokenwarden_settlements_total{result}
+
+	KeyTokensVec *prometheus.CounterVec // tokenwarden_api_key_tokens_total{api_key,outcome}
+	KeyUsage     *prometheus.CounterVec // tokenwarden_api_key_usage_tokens_total{api_key,type}
+
+	Allowance *prometheus.GaugeVec // tokenwarden_budget_allowance_tokens{dimension,model,budget}
+	Divisor   prometheus.Gauge     // tokenwarden_budget_division_replicas
+
+	ConfigReloads    *prometheus.CounterVec // tokenwarden_config_reloads_total{result}
+	ConfigGeneration prometheus.Gauge       // tokenwarden_config_generation
+	ConfigInfo       *prometheus.GaugeVec   // tokenwarden_config_info{digest}
+	ConfigLastReload prometheus.Gauge       // tokenwarden_config_last_reload_success_timestamp_seconds
+
+	BucketsInUse *prometheus.GaugeVec // tokenwarden_buckets{kind}
+
+	// Pre-resolved children for the hot path.
+	dimTokens    [budget.NumDimensions][budget.NumOutcomes]prometheus.Counter
+	periodTokens [budget.NumDimensions][budget.NumKinds][budget.NumOutcomes]prometheus.Counter
+	refusals     [budget.NumDimensions]prometheus.Counter
+	periodRefuse [budget.NumDimensions][budget.NumKinds]prometheus.Counter
+	reqRefusals  [budget.NumDimensions]prometheus.Counter
+	exceededTok  prometheus.Counter
+	exceededReq  prometheus.Counter
+
+	mu          sync.Mutex
+	configInfo  string
+	keyCounters sync.Map // key name -> *[NumOutcomes]prometheus.Counter
+}
+
+// New creates the families and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	dim := []string{"dimension"}
+	m := &Metrics{
+		TokenBudgetTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_token_budget_tokens_total",
+			Help: "Tokens moved on token budgets by dimension and outcome (reserved, refunded, charged), counted once per dimension across its periods.",
+		}, []string{"dimension", "outcome"}),
+		TokenBudgetPeriodTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_token_budget_period_tokens_total",
+			Help: "Tokens moved on token budgets by dimension, budget period (minute, day) and outcome.",
+		}, []string{"dimension", "budget", "outcome"}),
+		TokenBudgetRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_token_budget_refusals_total",
+			Help: "Requests refused by a token budget, by the refusing dimension.",
+		}, dim),
+		TokenBudgetPeriodRefusal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_token_budget_period_refusals_total",
+			Help: "Requests refused by a token budget, by the refusing dimension and period.",
+		}, []string{"dimension", "budget"}),
+		Exceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_exceeded_total",
+			Help: "Requests refused by any limit, by limit type (token_budget, requests).",
+		}, []string{"limit_type"}),
+		SkippedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_skipped_total",
+			Help: "Dimensions skipped for a missing identity (token_budget_<dimension>), and buckets not created because their map was full (token_budget, token_budget_day, request_rate).",
+		}, dim),
+		RequestRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_request_refusals_total",
+			Help: "Requests refused by a request-count limit, by dimension.",
+		}, dim),
+		RedisUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_redis_unavailable_total",
+			Help: "Admissions that found Redis unreachable, by dimension and action (fallback_memory, fail_closed).",
+		}, []string{"dimension", "action"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_requests_total",
+			Help: "Requests answered by the proxy, by route and status code.",
+		}, []string{"route", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokenwarden_request_duration_seconds",
+			Help:    "Time from the request's arrival to the end of its response, by route.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"route"}),
+		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokenwarden_upstream_duration_seconds",
+			Help:    "Time from forwarding a request to the upstream's response headers, by upstream.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"upstream"}),
+		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_upstream_errors_total",
+			Help: "Requests the upstream did not answer (connection refused, timeout), by upstream.",
+		}, []string{"upstream"}),
+		Usage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_usage_tokens_total",
+			Help: "Tokens the backends reported as used, by model and type (input, output).",
+		}, []string{"model", "type"}),
+		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_settlements_total",
+			Help: "How holds ended: settled on reported usage, or released (error, non-2xx, cut stream, no usage).",
+		}, []string{"result"}),
+		KeyTokensVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_api_key_tokens_total",
+			Help: "Tokens reserved, refunded and charged on the budgets of requests made with an API key, by key name.",
+		}, []string{"api_key", "outcome"}),
+		KeyUsage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_api_key_usage_tokens_total",
+			Help: "Tokens the backends reported for requests made with an API key, by key name and type (input, output).",
+		}, []string{"api_key", "type"}),
+		Allowance: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_budget_allowance_tokens",
+			Help: "Token allowance this replica enforces, by dimension, model and budget period (after the division). Absent when unlimited.",
+		}, []string{"dimension", "model", "budget"}),
+		Divisor: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_budget_division_replicas",
+			Help: "The budget division in force: each token allowance is divided by this number.",
+		}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_config_reloads_total",
+			Help: "Config documents applied (success) or refused (failure; the last good config stays).",
+		}, []string{"result"}),
+		ConfigGeneration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_generation",
+			Help: "The generation of the config in force, as written by the operator (0 for a standalone document).",
+		}),
+		ConfigInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_info",
+			Help: "Always 1; the digest label is the first 12 hex digits of the SHA-256 of the config in force.",
+		}, []string{"digest"}),
+		ConfigLastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last config applied.",
+		}),
+		BucketsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_buckets",
+			Help: "Buckets held in this replica's memory, by kind (requests, minute, day).",
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
+		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailable, m.Requests, m.RequestDuration, m.UpstreamDuration,
+		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.Divisor, m.ConfigReloads,
+		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.BucketsInUse)
+
+	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
+		ds := d.String()
+		for o := budget.Outcome(0); o < budget.NumOutcomes; o++ {
+			m.dimTokens[d][o] = m.TokenBudgetTokens.WithLabelValues(ds, o.String())
+			for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
+				m.periodTokens[d][k][o] = m.TokenBudgetPeriodTokens.WithLabelValues(ds, k.String(), o.String())
+			}
+		}
+		m.refusals[d] = m.TokenBudgetRefusals.WithLabelValues(ds)
+		m.reqRefusals[d] = m.RequestRefusals.WithLabelValues(ds)
+		for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
+			m.periodRefuse[d][k] = m.TokenBudgetPeriodRefusal.WithLabelValues(ds, k.String())
+		}
+	}
+	m.exceededTok = m.Exceeded.WithLabelValues("token_budget")
+	m.exceededReq = m.Exceeded.WithLabelValues("requests")
+	for _, r := range []string{"settled", "released"} {
+		m.Settlements.WithLabelValues(r)
+	}
+	for _, r := range []string{"success", "failure"} {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+	return m
+}
+
+// DimensionTokens implements budget.Recorder.
+func (m *Metrics) DimensionTokens(d budget.Dimension, o budget.Outcome, n float64) {
+	m.dimTokens[d][o].Add(n)
+}
+
+// PeriodTokens implements budget.Recorder.
+func (m *Metrics) PeriodTokens(d budget.Dimension, k budget.Kind, o budget.Outcome, n float64) {
+	m.periodTokens[d][k][o].Add(n)
+}
+
+// TokenRefusal implements budget.Recorder.
+func (m *Metrics) TokenRefusal(d budget.Dimension, k budget.Kind) {
+	m.refusals[d].Inc()
+	m.periodRefuse[d][k].Inc()
+	m.exceededTok.Inc()
+}
+
+// RequestRefusal implements budget.Recorder.
+func (m *Metrics) RequestRefusal(d budget.Dimension) {
+	m.reqRefusals[d].Inc()
+	m.exceededReq.Inc()
+}
+
+// Skipped implements budget.Recorder.
+func (m *Metrics) Skipped(label string) { m.SkippedVec.WithLabelValues(label).Inc() }
+
+// KeyTokens implements budget.Recorder.
+func (m *Metrics) KeyTokens(key string, o budget.Outcome, n float64) {
+	c, ok := m.keyCounters.Load(key)
+	if !ok {
+		var cs [budget.NumOutcomes]prometheus.Counter
+		for i := budget.Outcome(0); i < budget.NumOutcomes; i++ {
+			cs[i] = m.KeyTokensVec.WithLabelValues(key, i.String())
+		}
+		c, _ = m.keyCounters.LoadOrStore(key, &cs)
+	}
+	c.(*[budget.NumOutcomes]prometheus.Counter)[o].Add(n)
+}
+
+// ForgetKeys drops the series of API keys no longer configured, so a deleted key's
+// series ends.
+func (m *Metrics) ForgetKeys(keep func(name string) bool) {
+	m.keyCounters.Range(func(k, _ any) bool {
+		name := k.(string)
+		if !keep(name) {
+			m.keyCounters.Delete(name)
+			m.KeyTokensVec.DeletePartialMatch(prometheus.Labels{"api_key": name})
+			m.KeyUsage.DeletePartialMatch(prometheus.Labels{"api_key": name})
+		}
+		return true
+	})
+}
+
+// SetConfig records the config in force.
+func (m *Metrics) SetConfig(generation int64, digest string, unixSeconds float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(digest) > 12 {
+		digest = digest[:12]
+	}
+	if m.configInfo != "" && m.configInfo != digest {
+		m.ConfigInfo.DeleteLabelValues(m.configInfo)
+	}
+	m.configInfo = digest
+	m.ConfigInfo.WithLabelValues(digest).Set(1)
+	m.ConfigGeneration.Set(float64(generation))
+	m.ConfigLastReload.Set(unixSeconds)
+	m.ConfigReloads.WithLabelValues("success").Inc()
+}
+
+// SetAllowances publishes the allowances in force, replacing the previous set.
+func (m *Metrics) SetAllowances(divisor int64, eff []budget.Effective) {
+	m.Allowance.Reset()
+	m.Divisor.Set(float64(divisor))
+	for _, e := range eff {
+		if e.Key != "" {
+			continue // per-key allowances are bounded by the ApiKey objects but not needed per series here
+		}
+		if e.TokensPerMinute != nil {
+			m.Allowance.WithLabelValues(e.Dimension, e.Model, "minute").Set(float64(*e.TokensPerMinute))
+		}
+		if e.TokensPerDay != nil {
+			m.Allowance.WithLabelValues(e.Dimension, e.Model, "day").Set(float64(*e.TokensPerDay))
+		}
+	}
+}
+
+// Code turns a status code into its label value.
+func Code(code int) string { return strconv.Itoa(code) }

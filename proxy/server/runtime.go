@@ -1,0 +1,188 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// runtime is one config compiled for the request path. It is immutable: a reload
+// builds a new one and swaps it in, and a request keeps the one it started with.
+type runtime struct {
+	cfg       *config.Config
+	digest    string
+	policy    *budget.Policy
+	keys      map[[sha256.Size]byte]*budget.KeyPolicy
+	authMode  config.AuthMode
+	trusted   []netip.Prefix
+	whitelist []netip.Prefix
+	maxBody   int64
+	upstreams []*upstream
+	byModel   map[string]*upstream
+	catchAll  *upstream
+	// knownModels are the model names the config mentions: the usage metrics' label set.
+	knownModels map[string]bool
+	loadedAt    time.Time
+	generation  int64
+}
+
+type upstream struct {
+	name   string
+	target *url.URL
+	proxy  *httputil.ReverseProxy
+	// credential is the upstream's own key, read from auth_header_env at load.
+	credential string
+}
+
+// transports keeps one tuned transport per upstream URL and timeout across reloads, so
+// a reload does not drop the connection pools.
+type transports struct {
+	mu sync.Mutex
+	m  map[string]*http.Transport
+}
+
+func (t *transports) get(u config.Upstream) *http.Transport {
+	key := fmt.Sprintf("%s|%d", u.URL, u.TimeoutSeconds)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr, ok := t.m[key]; ok {
+		return tr
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 1024
+	tr.MaxIdleConnsPerHost = 256
+	tr.IdleConnTimeout = 90 * time.Second
+	tr.ResponseHeaderTimeout = time.Duration(u.TimeoutSeconds) * time.Second
+	tr.ForceAttemptHTTP2 = true
+	if t.m == nil {
+		t.m = map[string]*http.Transport{}
+	}
+	t.m[key] = tr
+	return tr
+}
+
+// compile turns a validated config into a runtime. It fails only on what validation
+// cannot see (an environment variable named by auth_header_env that is not set).
+func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
+	rt := &runtime{
+		cfg:         cfg,
+		digest:      digest,
+		policy:      budget.NewPolicy(cfg),
+		keys:        make(map[[sha256.Size]byte]*budget.KeyPolicy, len(cfg.APIKeys)),
+		authMode:    cfg.Auth.Mode,
+		maxBody:     cfg.MaxBodyBytes,
+		byModel:     map[string]*upstream{},
+		knownModels: map[string]bool{},
+		loadedAt:    s.clock.Now(),
+		generation:  cfg.Generation,
+	}
+	for _, k := range cfg.APIKeys {
+		var h [sha256.Size]byte
+		if _, err := hex.Decode(h[:], []byte(k.KeySHA256)); err != nil {
+			return nil, fmt.Errorf("api_keys %s: key_sha256: %w", k.Name, err)
+		}
+		rt.keys[h] = rt.policy.Key(k.Name)
+	}
+	for _, p := range cfg.Auth.TrustedProxies {
+		pf, _ := config.ParsePrefix(p)
+		rt.trusted = append(rt.trusted, pf)
+	}
+	for _, p := range cfg.RateLimiting.Whitelist {
+		pf, _ := config.ParsePrefix(p)
+		rt.whitelist = append(rt.whitelist, pf)
+	}
+	for i, uc := range cfg.Upstreams {
+		target, err := url.Parse(uc.URL)
+		if err != nil {
+			return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
+		}
+		up := &upstream{name: uc.Name, target: target}
+		if uc.AuthHeaderEnv != "" {
+			v, ok := os.LookupEnv(uc.AuthHeaderEnv)
+			if !ok {
+				return nil, fmt.Errorf("upstreams[%d].auth_header_env: the environment variable %s is not set", i, uc.AuthHeaderEnv)
+			}
+			up.credential = strings.TrimSpace(v)
+		}
+		up.proxy = s.newReverseProxy(up, s.transports.get(uc))
+		rt.upstreams = append(rt.upstreams, up)
+		for _, m := range uc.Models {
+			rt.byModel[m] = up
+			rt.knownModels[m] = true
+		}
+		if len(uc.Models) == 0 && rt.catchAll == nil {
+			rt.catchAll = up
+		}
+	}
+	for m := range cfg.RateLimiting.Limits.PerModel {
+		rt.knownModels[m] = true
+	}
+	return rt, nil
+}
+
+// route picks the upstream of a model: the one that lists it, else the catch-all. With
+// no model (a route without a body), the catch-all or else the first upstream.
+func (rt *runtime) route(model string) *upstream {
+	if up, ok := rt.byModel[model]; ok {
+		return up
+	}
+	if rt.catchAll != nil {
+		return rt.catchAll
+	}
+	if model == "" && len(rt.upstreams) > 0 {
+		return rt.upstreams[0]
+	}
+	return nil
+}
+
+// clientAddr resolves the client address: the peer, or, when the peer is a trusted
+// proxy, the rightmost X-Forwarded-For address that is not itself a trusted proxy.
+func (rt *runtime) clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	addr := ap.Addr().Unmap()
+	if len(rt.trusted) == 0 || !contains(rt.trusted, addr) {
+		return addr
+	}
+	xff := r.Header.Values("X-Forwarded-For")
+	for i := len(xff) - 1; i >= 0; i-- {
+		parts := strings.Split(xff[i], ",")
+		for j := len(parts) - 1; j >= 0; j-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
+			if err != nil {
+				return addr
+			}
+			a = a.Unmap()
+			if !contains(rt.trusted, a) {
+				return a
+			}
+			addr = a
+		}
+	}
+	return addr
+}
+
+func contains(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,301 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package server is the proxy's HTTP data plane: authentication, admission against the
+// token and request budgets, forwarding with httputil.ReverseProxy, settlement on the
+// usage the backend reports, refusals in each API family's shape, and the admin
+// listener. A config is applied through Apply, whatever its source.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+)
+
+// Family is an API family: it decides the shape of error bodies and the upstream
+// credential header.
+type Family uint8
+
+// API families.
+const (
+	OpenAI Family = iota
+	Anthropic
+)
+
+// route is what the proxy knows of a request path.
+type route struct {
+	name    string // the metrics label: the charged path, or "other"
+	family  Family
+	charged bool
+	// stripPrefix is removed from the path before forwarding (/anthropic).
+	stripPrefix string
+}
+
+var chargedRoutes = map[string]route{
+	"/v1/chat/completions":   {name: "/v1/chat/completions", family: OpenAI, charged: true},
+	"/v1/completions":        {name: "/v1/completions", family: OpenAI, charged: true},
+	"/v1/responses":          {name: "/v1/responses", family: OpenAI, charged: true},
+	"/v1/responses/compact":  {name: "/v1/responses/compact", family: OpenAI, charged: true},
+	"/v1/messages":           {name: "/v1/messages", family: Anthropic, charged: true},
+	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: Anthropic, charged: true, stripPrefix: "/anthropic"},
+}
+
+func classify(path string) route {
+	if r, ok := chargedRoutes[strings.TrimSuffix(path, "/")]; ok {
+		return r
+	}
+	switch {
+	case strings.HasPrefix(path, "/anthropic/"):
+		return route{name: "other", family: Anthropic, stripPrefix: "/anthropic"}
+	case strings.HasPrefix(path, "/v1/messages/"):
+		return route{name: "other", family: Anthropic}
+	}
+	return route{name: "other", family: OpenAI}
+}
+
+// Options configure a Server.
+type Options struct {
+	Store    budget.Store
+	Metrics  *metrics.Metrics
+	Clock    budget.Clock
+	Logger   *slog.Logger
+	AsyncSet bool // settle on a detached goroutine (network stores)
+}
+
+// Server is the data plane. It is safe for concurrent use; Apply swaps its config.
+type Server struct {
+	rt         atomic.Pointer[runtime]
+	limiter    *budget.Limiter
+	store      budget.Store
+	metrics    *metrics.Metrics
+	clock      budget.Clock
+	log        *slog.Logger
+	transports transports
+	applyMu    sync.Mutex
+}
+
+// New returns a Server with no config; it answers 503 until Apply succeeds.
+func New(o Options) *Server {
+	if o.Clock == nil {
+		o.Clock = budget.SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{
+		store:   o.Store,
+		metrics: o.Metrics,
+		clock:   o.Clock,
+		log:     o.Logger,
+		limiter: budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSet),
+	}
+	return s
+}
+
+// Apply parses, validates and compiles a config document and swaps it in. A document
+// that fails any step is refused and counted, and the config in force stays. Requests
+// in flight finish on the config they started with; bucket levels carry over (a reload
+// never grants budget), and the buckets of dimensions and keys that are gone are
+// dropped.
+func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	digest := config.Digest(data)
+	if cur := s.rt.Load(); cur != nil && cur.digest == digest {
+		return cur.cfg, nil
+	}
+	cfg, err := config.Parse(data)
+	var rt *runtime
+	if err == nil {
+		rt, err = s.compile(cfg, digest)
+	}
+	if err != nil {
+		s.metrics.ConfigReloads.WithLabelValues("failure").Inc()
+		s.log.Error("Refused a config document; the config in force stays", "origin", origin, "error", err)
+		return nil, err
+	}
+	prev := s.rt.Swap(rt)
+	if b, ok := s.store.(interface{ SetMaxBuckets(int64) }); ok {
+		b.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
+	}
+	s.store.Prune(rt.policy.Keeps)
+	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
+	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
+	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
+	for _, w := range cfg.Warnings() {
+		s.log.Warn("Config warning", "origin", origin, "warning", w)
+	}
+	s.log.Info("Applied config", "origin", origin, "generation", cfg.Generation, "digest", digest[:12],
+		"divisor", rt.policy.Divisor, "storage", cfg.RateLimiting.Storage, "first", prev == nil)
+	return cfg, nil
+}
+
+// Ready reports whether a config is in force.
+func (s *Server) Ready() bool { return s.rt.Load() != nil }
+
+// Config is the config in force, or nil.
+func (s *Server) Config() *config.Config {
+	if rt := s.rt.Load(); rt != nil {
+		return rt.cfg
+	}
+	return nil
+}
+
+// holdKey carries the request's state into the reverse proxy's callbacks.
+type holdKey struct{}
+
+// exchange is one request's state from admission to settlement.
+type exchange struct {
+	s        *Server
+	rt       *runtime
+	route    route
+	upstream *upstream
+	hold     *budget.Hold
+	est      estimate.Estimate
+	dec      budget.Decision
+	key      string
+	start    time.Time
+	// status is the upstream's status, or the proxy's own answer.
+	status int
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.clock.Now()
+	rt := s.rt.Load()
+	rtInfo := classify(r.URL.Path)
+	ex := &exchange{s: s, rt: rt, route: rtInfo, start: start}
+	defer func() {
+		// Every path that ends without settlement releases: an upstream error, a panic
+		// in a handler, a client that went away. Release after Settle does nothing.
+		ex.release()
+		if ex.status == 0 {
+			ex.status = http.StatusBadGateway
+		}
+		s.metrics.Requests.WithLabelValues(ex.route.name, metrics.Code(ex.status)).Inc()
+		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(s.clock.Now().Sub(start).Seconds())
+	}()
+	if rt == nil {
+		ex.fail(w, http.StatusServiceUnavailable, "unavailable", "the proxy has no configuration yet", nil)
+		return
+	}
+
+	// Authentication.
+	var key *budget.KeyPolicy
+	if presented, ok := credential(r); ok {
+		key = rt.keys[sha256.Sum256([]byte(presented))]
+		if key == nil {
+			ex.fail(w, http.StatusUnauthorized, "authentication", "the API key is not valid", nil)
+			return
+		}
+		ex.key = key.Name
+	} else if rt.authMode == config.AuthRequired {
+		ex.fail(w, http.StatusUnauthorized, "authentication", "an API key is required: send it as Authorization: Bearer KEY or x-api-key: KEY", nil)
+		return
+	}
+
+	// The body: read once, bounded, replayed to the upstream.
+	if r.Body != nil && r.Body != http.NoBody && (rtInfo.charged || len(rt.upstreams) > 1) {
+		body, ok := ex.readBody(w, r, rt.maxBody)
+		if !ok {
+			return
+		}
+		if rtInfo.charged {
+			ex.est = estimate.Body(body)
+		} else {
+			ex.est.Model = estimate.Model(body)
+		}
+	}
+
+	ex.upstream = rt.route(ex.est.Model)
+	if ex.upstream == nil {
+		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
+		return
+	}
+
+	// Admission.
+	client := rt.clientAddr(r)
+	id := budget.Identity{Key: key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
+	if client.IsValid() {
+		id.Client = client.String()
+	}
+	var amount int64
+	if rtInfo.charged {
+		amount = ex.est.Total()
+	}
+	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, amount)
+	if err != nil {
+		var unavailable *budget.UnavailableError
+		if errors.As(err, &unavailable) {
+			w.Header().Set("Retry-After", "5")
+			ex.fail(w, http.StatusServiceUnavailable, "budget_store_unavailable", "the budget store is unreachable; retry later", nil)
+			return
+		}
+		ex.fail(w, http.StatusServiceUnavailable, "budget_store_unavailable", "admission failed: "+err.Error(), nil)
+		return
+	}
+	ex.dec, ex.hold = dec, dec.Hold
+	if dec.Refusal != nil {
+		ex.refuse(w, dec.Refusal)
+		return
+	}
+
+	ctx := context.WithValue(r.Context(), holdKey{}, ex)
+	ex.upstream.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// credential reads the client's key from Authorization: Bearer or x-api-key.
+func credential(r *http.Request) (string, bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			return strings.TrimSpace(h[7:]), true
+		}
+		return strings.TrimSpace(h), true
+	}
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return strings.TrimSpace(k), true
+	}
+	return "", false
+}
+
+// readBody reads the whole body, at most max bytes, and replaces r.Body with a replay
+// of it. It answers 413 or 400 itself and reports false when the request must stop.
+func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes int64) ([]byte, bool) {
+	if r.ContentLength > maxBytes {
+		ex.tooLarge(w, maxBytes)
+		return nil, false
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, maxBytes+1))
+	if n > maxBytes {
+		ex.tooLarge(w, maxBytes)
+		return nil, false
+	}
+	if err != nil {
+		ex.fail(w, http.StatusBadRequest, "invalid_request", "the request body could not be read", nil)
+		return nil, false
+	}
+	body := buf.Bytes()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return body, true
+}

@@ -1,0 +1,319 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package fakellm is a fake OpenAI- and Anthropic-compatible backend for tests and the
+// demo: the one part of the system that cannot run for real here. It answers chat
+// completions, completions, Responses and Anthropic messages, as JSON or as a stream,
+// with the usage, latency, status and stream behaviour a test sets, and records what
+// it received.
+package fakellm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Behaviour is what the backend does with the next requests.
+type Behaviour struct {
+	// InputTokens and OutputTokens are the usage reported. OutputTokens is also the
+	// number of stream deltas (one word each).
+	InputTokens, OutputTokens int64
+	// OmitUsage leaves usage out of every response and stream.
+	OmitUsage bool
+	// Latency delays the response headers.
+	Latency time.Duration
+	// ChunkDelay delays each stream chunk.
+	ChunkDelay time.Duration
+	// Status, when set, answers with this status and an error body in the route's shape.
+	Status int
+	// CutAfter, when positive, ends a stream abruptly after this many deltas (no usage,
+	// no end marker), as a crashing backend would.
+	CutAfter int
+}
+
+// Request is one request the backend received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// Server is the fake backend. It is an http.Handler.
+type Server struct {
+	mu       sync.Mutex
+	b        Behaviour
+	requests []Request
+}
+
+// New returns a backend that reports 10 input and 20 output tokens.
+func New() *Server { return &Server{b: Behaviour{InputTokens: 10, OutputTokens: 20}} }
+
+// Set replaces the behaviour.
+func (s *Server) Set(b Behaviour) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = b
+}
+
+// Behaviour returns the current behaviour.
+func (s *Server) Behaviour() Behaviour {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b
+}
+
+// Requests returns what the backend has received.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Reset forgets the recorded requests.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
+type body struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	b := s.b
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+	s.mu.Unlock()
+
+	var req body
+	_ = json.Unmarshal(raw, &req)
+	if req.Model == "" {
+		req.Model = "fake-model"
+	}
+	if b.Latency > 0 {
+		select {
+		case <-time.After(b.Latency):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	anthropic := strings.HasSuffix(r.URL.Path, "/v1/messages")
+	if b.Status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(b.Status)
+		if anthropic {
+			fmt.Fprintf(w, `{"type":"error","error":{"type":"api_error","message":"fake error %d"}}`, b.Status)
+		} else {
+			fmt.Fprintf(w, `{"error":{"message":"fake error %d","type":"server_error","code":null}}`, b.Status)
+		}
+		return
+	}
+	switch {
+	case r.URL.Path == "/v1/models":
+		writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{"id": req.Model, "object": "model", "owned_by": "fakellm"}}})
+	case strings.HasSuffix(r.URL.Path, "/v1/chat/completions"), strings.HasSuffix(r.URL.Path, "/v1/completions"):
+		chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+		if req.Stream {
+			s.streamChat(w, r, b, req.Model, chat)
+		} else {
+			writeJSON(w, chatResponse(b, req.Model, chat))
+		}
+	case strings.HasSuffix(r.URL.Path, "/v1/responses"), strings.HasSuffix(r.URL.Path, "/v1/responses/compact"):
+		if req.Stream {
+			s.streamResponses(w, r, b, req.Model)
+		} else {
+			writeJSON(w, responsesResponse(b, req.Model))
+		}
+	case anthropic:
+		if req.Stream {
+			s.streamMessages(w, r, b, req.Model)
+		} else {
+			writeJSON(w, messagesResponse(b, req.Model))
+		}
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"message":"no route %s","type":"invalid_request_error"}}`, r.URL.Path)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func text(b Behaviour) string {
+	return strings.TrimSpace(strings.Repeat("word ", int(b.OutputTokens)))
+}
+
+func chatResponse(b Behaviour, model string, chat bool) map[string]any {
+	resp := map[string]any{"id": "chatcmpl-fake", "created": time.Now().Unix(), "model": model}
+	if chat {
+		resp["object"] = "chat.completion"
+		resp["choices"] = []map[string]any{{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": text(b)}}}
+	} else {
+		resp["object"] = "text_completion"
+		resp["choices"] = []map[string]any{{"index": 0, "finish_reason": "stop", "text": text(b)}}
+	}
+	if !b.OmitUsage {
+		resp["usage"] = map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}
+	}
+	return resp
+}
+
+func responsesResponse(b Behaviour, model string) map[string]any {
+	resp := map[string]any{
+		"id": "resp_fake", "object": "response", "created_at": time.Now().Unix(), "status": "completed", "model": model,
+		"output": []map[string]any{{"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
+			"content": []map[string]any{{"type": "output_text", "text": text(b), "annotations": []any{}}}}},
+	}
+	if !b.OmitUsage {
+		resp["usage"] = map[string]any{"input_tokens": b.InputTokens, "output_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens,
+			"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
+	}
+	return resp
+}
+
+func messagesResponse(b Behaviour, model string) map[string]any {
+	resp := map[string]any{
+		"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "stop_reason": "end_turn", "stop_sequence": nil,
+		"content": []map[string]any{{"type": "text", "text": text(b)}},
+	}
+	if !b.OmitUsage {
+		resp["usage"] = map[string]any{"input_tokens": b.InputTokens, "output_tokens": b.OutputTokens}
+	}
+	return resp
+}
+
+// sse writes server-sent events, flushing each, and honours ChunkDelay and the client
+// going away.
+type sse struct {
+	w http.ResponseWriter
+	r *http.Request
+	b Behaviour
+}
+
+func newSSE(w http.ResponseWriter, r *http.Request, b Behaviour) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, r: r, b: b}
+}
+
+func (e *sse) send(event string, v any) bool {
+	if e.b.ChunkDelay > 0 {
+		select {
+		case <-time.After(e.b.ChunkDelay):
+		case <-e.r.Context().Done():
+			return false
+		}
+	}
+	data, _ := json.Marshal(v)
+	if event != "" {
+		fmt.Fprintf(e.w, "event: %s\n", event)
+	}
+	fmt.Fprintf(e.w, "data: %s\n\n", data)
+	e.w.(http.Flusher).Flush()
+	return e.r.Context().Err() == nil
+}
+
+// cut ends the response abruptly: the connection is dropped mid-stream.
+func (e *sse) cut() {
+	if hj, ok := e.w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			_ = c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour, model string, chat bool) {
+	e := newSSE(w, r, b)
+	for i := 0; i < int(b.OutputTokens); i++ {
+		if b.CutAfter > 0 && i == b.CutAfter {
+			e.cut()
+			return
+		}
+		chunk := map[string]any{"id": "chatcmpl-fake", "model": model, "created": time.Now().Unix()}
+		if chat {
+			chunk["object"] = "chat.completion.chunk"
+			chunk["choices"] = []map[string]any{{"index": 0, "delta": map[string]any{"content": "word "}, "finish_reason": nil}}
+		} else {
+			chunk["object"] = "text_completion"
+			chunk["choices"] = []map[string]any{{"index": 0, "text": "word ", "finish_reason": nil}}
+		}
+		if !e.send("", chunk) {
+			return
+		}
+	}
+	final := map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
+		"choices": []map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}}
+	e.send("", final)
+	if !b.OmitUsage {
+		e.send("", map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
+			"choices": []any{}, "usage": map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	w.(http.Flusher).Flush()
+}
+
+func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, b Behaviour, model string) {
+	e := newSSE(w, r, b)
+	seq := 0
+	next := func() int { seq++; return seq }
+	base := responsesResponse(Behaviour{OmitUsage: true}, model)
+	base["status"] = "in_progress"
+	base["output"] = []any{}
+	e.send("response.created", map[string]any{"type": "response.created", "sequence_number": next(), "response": base})
+	for i := 0; i < int(b.OutputTokens); i++ {
+		if b.CutAfter > 0 && i == b.CutAfter {
+			e.cut()
+			return
+		}
+		if !e.send("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "sequence_number": next(),
+			"item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": "word "}) {
+			return
+		}
+	}
+	done := responsesResponse(b, model)
+	e.send("response.completed", map[string]any{"type": "response.completed", "sequence_number": next(), "response": done})
+}
+
+func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, b Behaviour, model string) {
+	e := newSSE(w, r, b)
+	usage := map[string]any{"input_tokens": b.InputTokens, "output_tokens": 1}
+	msg := map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil}
+	if !b.OmitUsage {
+		msg["usage"] = usage
+	}
+	e.send("message_start", map[string]any{"type": "message_start", "message": msg})
+	e.send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	for i := 0; i < int(b.OutputTokens); i++ {
+		if b.CutAfter > 0 && i == b.CutAfter {
+			e.cut()
+			return
+		}
+		if !e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "word "}}) {
+			return
+		}
+	}
+	e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}}
+	if !b.OmitUsage {
+		delta["usage"] = map[string]any{"output_tokens": b.OutputTokens}
+	}
+	e.send("message_delta", delta)
+	e.send("message_stop", map[string]any{"type": "message_stop"})
+}
