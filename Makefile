@@ -65,6 +65,7 @@ verify: ## Regenerate everything generated and fail if the tree changed (generat
 build: ## Build bin/manager (the operator) and bin/proxy.
 	$(GO) build -o $(BIN)/manager .
 	$(GO) build -o $(BIN)/proxy ./proxy/cmd/proxy
+	$(GO) build -o $(BIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster of the current kubeconfig.
@@ -72,8 +73,8 @@ run: manifests generate ## Run the operator against the cluster of the current k
 
 PROXY_CONFIG ?= config/samples/proxy.yaml
 .PHONY: run-proxy
-run-proxy: ## Run the proxy standalone with $(PROXY_CONFIG), reloaded when the file changes.
-	$(GO) run ./proxy/cmd/proxy --config $(PROXY_CONFIG)
+run-proxy: ## Run the proxy standalone with $(PROXY_CONFIG) in front of the fake backend; the file reloads on change.
+	PROXY_CONFIG=$(PROXY_CONFIG) hack/run-proxy.sh
 
 .PHONY: demo
 demo: build tools ## Run the whole system on this machine (not built yet: runs the standalone proxy).

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -202,6 +203,13 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("the document is empty")
 	}
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		if unknown := unknownFields(data); len(unknown) > 0 {
+			var errs fieldErrors
+			for _, f := range unknown {
+				errs.add(f, "unknown field (a typo here would silently drop a limit, so it is refused)")
+			}
+			return nil, errors.Join(errs...)
+		}
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	c.Default()

@@ -99,6 +99,9 @@ func (c *Config) validateUpstreams(errs *fieldErrors) {
 }
 
 func checkUpstreamURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		return fmt.Errorf("must be an http:// or https:// URL, got %q", raw)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("not a URL: %v", err)

@@ -99,7 +99,7 @@ var _ = Describe("Admission and settlement", func() {
 `)
 		h.llm.Set(fakellm.Behaviour{InputTokens: 300, OutputTokens: 200})
 		Expect(h.chat("sk-alice", 400).code).To(Equal(200)) // settles at 500: 100 left
-		r := h.chat("sk-alice", 399) // needs 407
+		r := h.chat("sk-alice", 399)                        // needs 407
 		Expect(r.code).To(Equal(429))
 		Expect(r.errorField("error", "type")).To(Equal("rate_limit_exceeded"))
 		Expect(r.errorField("error", "limit_type")).To(Equal("token_budget"))

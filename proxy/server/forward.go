@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -45,6 +46,8 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 		BufferPool:     copyBuffers,
 		ModifyResponse: onResponse,
 		ErrorHandler:   onError,
+		// A client that goes away mid-copy is routine: log it at debug level.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }
 

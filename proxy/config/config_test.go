@@ -1,0 +1,139 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+func TestConfig(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Proxy Config Suite")
+}
+
+const minimal = `
+upstreams:
+- {name: default, url: "http://127.0.0.1:8000"}
+`
+
+const hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+var _ = Describe("Parse", func() {
+	It("fills in the defaults of a minimal document", func() {
+		c, err := config.Parse([]byte(minimal))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Listen).To(Equal("127.0.0.1:8080"))
+		Expect(c.AdminListen).To(Equal("127.0.0.1:9090"))
+		Expect(c.MaxBodyBytes).To(Equal(int64(16 << 20)))
+		Expect(c.Auth.Mode).To(Equal(config.AuthRequired))
+		Expect(c.RateLimiting.Storage).To(Equal(config.StorageMemory))
+		Expect(c.RateLimiting.MaxBuckets).To(Equal(int64(100000)))
+		Expect(*c.RateLimiting.Redis.FallbackToMemory).To(BeTrue())
+		Expect(c.Divisor()).To(Equal(int64(1)))
+	})
+
+	It("round-trips through Marshal", func() {
+		c, err := config.Parse([]byte(minimal + `
+api_keys: [{name: a, key_sha256: ` + hash + `, user: u, rate_limit_tokens_per_minute: 5}]
+rate_limiting:
+  budget_division: {replicas: 3}
+  limits:
+    per_model: {gpt-4o: {tokens_per_minute: 10, tokens_per_day: 20}}
+`))
+		Expect(err).NotTo(HaveOccurred())
+		out, err := c.Marshal()
+		Expect(err).NotTo(HaveOccurred())
+		again, err := config.Parse(out)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again).To(Equal(c))
+	})
+
+	DescribeTable("refuses a bad document with a message naming the field",
+		func(doc, message string) {
+			_, err := config.Parse([]byte(doc))
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("an empty document", "", "the document is empty"),
+		Entry("a typo in a limit", minimal+"rate_limiting: {limits: {global: {tokens_per_minit: 5}}}",
+			"rate_limiting.limits.global.tokens_per_minit: unknown field"),
+		Entry("a typo inside a per_model entry", minimal+"rate_limiting: {limits: {per_model: {m: {tpm: 5}}}}",
+			`rate_limiting.limits.per_model["m"].tpm: unknown field`),
+		Entry("a typo in a key", minimal+"api_keys: [{name: a, key_sha256: "+hash+", usr: x}]", "api_keys[0].usr: unknown field"),
+		Entry("no upstream", "listen: 127.0.0.1:1", "upstreams: at least one upstream is required"),
+		Entry("an upstream URL without a scheme", "upstreams: [{name: a, url: 127.0.0.1:8000}]", "upstreams[0].url: must be an http:// or https:// URL"),
+		Entry("two upstreams with one name", "upstreams: [{name: a, url: 'http://x'}, {name: a, url: 'http://y'}]", `upstreams[1].name: "a" is also the name of upstreams[0]`),
+		Entry("a model served twice", "upstreams: [{name: a, url: 'http://x', models: [m]}, {name: b, url: 'http://y', models: [m]}]", `upstreams[1].models[0]: model "m" is also listed by upstreams[0]`),
+		Entry("a bad listen address", minimal+"listen: localhost", `listen: must be host:port, got "localhost"`),
+		Entry("an unknown auth mode", minimal+"auth: {mode: sometimes}", `auth.mode: must be "required" or "optional", got "sometimes"`),
+		Entry("a bad trusted proxy", minimal+"auth: {trusted_proxies: [10.0.0.0/33]}", "auth.trusted_proxies[0]: not a CIDR"),
+		Entry("a key hash that is not SHA-256", minimal+"api_keys: [{name: a, key_sha256: abc}]", "api_keys[0].key_sha256: must be the 64 hex digits"),
+		Entry("two keys with one hash", minimal+"api_keys: [{name: a, key_sha256: "+hash+"}, {name: b, key_sha256: "+strings.ToUpper(hash)+"}]", "api_keys[1].key_sha256: the same key as api_keys[0]"),
+		Entry("a negative override", minimal+"api_keys: [{name: a, key_sha256: "+hash+", rate_limit_tokens_per_minute: -1}]", "api_keys[0].rate_limit_tokens_per_minute: must not be negative"),
+		Entry("a negative budget", minimal+"rate_limiting: {limits: {per_team: {tokens_per_day: -1}}}", "rate_limiting.limits.per_team.tokens_per_day: must not be negative"),
+		Entry("an unknown storage", minimal+"rate_limiting: {storage: etcd}", `rate_limiting.storage: must be "memory" or "redis", got "etcd"`),
+		Entry("redis storage without a URL", minimal+"rate_limiting: {storage: redis}", "rate_limiting.redis.url: is required when rate_limiting.storage is redis"),
+		Entry("a Sentinel URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis-sentinel://h:26379'}}", "rate_limiting.redis.url: Redis Sentinel is not supported"),
+		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster"),
+		Entry("a negative division", minimal+"rate_limiting: {budget_division: {replicas: -2}}", "rate_limiting.budget_division.replicas: must not be negative"),
+		Entry("a bad whitelist entry", minimal+"rate_limiting: {whitelist: [nope]}", `rate_limiting.whitelist[0]: not an address or CIDR: "nope"`),
+	)
+
+	It("reports every invalid field at once", func() {
+		_, err := config.Parse([]byte("upstreams: [{name: '', url: x}]\nauth: {mode: x}"))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(SatisfyAll(ContainSubstring("upstreams[0].name"), ContainSubstring("upstreams[0].url"), ContainSubstring("auth.mode")))
+	})
+})
+
+var _ = Describe("Warnings", func() {
+	warnings := func(doc string) []string {
+		c, err := config.Parse([]byte(doc))
+		Expect(err).NotTo(HaveOccurred())
+		return c.Warnings()
+	}
+
+	It("has none for a sound document", func() {
+		Expect(warnings(minimal + `
+api_keys: [{name: a, key_sha256: ` + hash + `, user: u, team: t}]
+rate_limiting:
+  budget_division: {replicas: 2}
+  limits:
+    per_api_key: {tokens_per_minute: 100}
+    per_user: {tokens_per_minute: 100}
+    per_team: {tokens_per_minute: 100}
+`)).To(BeEmpty())
+	})
+
+	DescribeTable("warns where a budget would behave other than meant",
+		func(doc, warning string) {
+			if !strings.Contains(doc, "upstreams:") {
+				doc = minimal + doc
+			}
+			Expect(warnings(doc)).To(ContainElement(ContainSubstring(warning)))
+		},
+		Entry("an in-memory token budget with no division", "rate_limiting: {limits: {global: {tokens_per_minute: 5}}}",
+			"in-memory token budgets with no budget_division"),
+		Entry("a division while storage is redis", "rate_limiting: {storage: redis, redis: {url: 'redis://h:6379'}, budget_division: {replicas: 3}}",
+			"is set while storage is redis"),
+		Entry("a budget divided down to nothing", "rate_limiting: {budget_division: {replicas: 10}, limits: {global: {tokens_per_day: 9}}}",
+			"rate_limiting.limits.global.tokens_per_day: 9 divided among 10 replicas is 0 per replica"),
+		Entry("a per_model budget for a model no upstream serves",
+			"rate_limiting: {budget_division: {replicas: 1}, limits: {per_model: {ghost: {tokens_per_minute: 5}}}}\nupstreams: [{name: d, url: 'http://x', models: [real]}]",
+			`per_model["ghost"]: no upstream serves this model`),
+		Entry("a per_team budget while no key has a team",
+			"api_keys: [{name: a, key_sha256: "+hash+"}]\nrate_limiting: {budget_division: {replicas: 1}, limits: {per_team: {tokens_per_minute: 5}}}",
+			"rate_limiting.limits.per_team: no api key has a team"),
+		Entry("overrides on a bypass key", "api_keys: [{name: a, key_sha256: "+hash+", bypass: true, rate_limit: 5}]",
+			"bypass exempts the key from every limit"),
+		Entry("a burst with no rate", "rate_limiting: {limits: {global: {burst_capacity: 5}}}",
+			"burst_capacity: has no effect without requests_per_second"),
+	)
+})
