@@ -86,10 +86,21 @@ docker-build: ## Build the container image $(IMG) holding both binaries (needs a
 
 ##@ Test
 
+# The data plane runs under the race detector; the operator's envtest suites do not need it.
+RACE_PKGS := ./proxy/... ./test/...
+FUZZTIME ?= 10s
+
 .PHONY: test
-test: tools ## Run the unit, envtest (real kube-apiserver and etcd from bin/) and Redis (real redis-server) suites.
+test: tools ## Run the unit, envtest (real kube-apiserver and etcd from bin/) and Redis (real redis-server) suites, and the fuzzers briefly.
 	@command -v redis-server >/dev/null || { echo "redis-server is not on PATH: install Debian's redis-server package (.ci/run does)"; exit 1; }
-	$(GO) test $(GO_TEST_FLAGS) ./...
+	$(GO) test $(GO_TEST_FLAGS) -race $(RACE_PKGS)
+	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/')
+	$(MAKE) fuzz
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator and the SSE usage parser).
+	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZTIME) ./proxy/estimate/
+	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./proxy/usage/
 
 .PHONY: test-e2e
 test-e2e: tools build ## Run the end-to-end suite under test/e2e.

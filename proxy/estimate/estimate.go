@@ -46,142 +46,112 @@ type Estimate struct {
 // Total is the reservation: input estimate plus output ceiling, with no margin.
 func (e Estimate) Total() int64 { return e.Input + e.Output }
 
-// request is the part of a request body the estimate reads. Every field stays raw so
-// that one pass of the decoder serves every API shape.
-type request struct {
-	Model               json.RawMessage   `json:"model"`
-	Messages            []json.RawMessage `json:"messages"`
-	Tools               json.RawMessage   `json:"tools"`
-	Functions           json.RawMessage   `json:"functions"`
-	ResponseFormat      json.RawMessage   `json:"response_format"`
-	Prompt              json.RawMessage   `json:"prompt"`
-	Input               json.RawMessage   `json:"input"`
-	Instructions        json.RawMessage   `json:"instructions"`
-	System              json.RawMessage   `json:"system"`
-	Text                json.RawMessage   `json:"text"` // Responses: text.format is its response_format
-	MaxTokens           json.RawMessage   `json:"max_tokens"`
-	MaxCompletionTokens json.RawMessage   `json:"max_completion_tokens"`
-	MaxOutputTokens     json.RawMessage   `json:"max_output_tokens"`
-	N                   json.RawMessage   `json:"n"`
-	Stream              json.RawMessage   `json:"stream"`
-}
-
-// Body estimates a request body. A body that is not a JSON object gets the
-// conservative fallback: one token per three bytes plus the default output ceiling.
+// Body estimates a request body in one pass. A body that is not a JSON object gets
+// the conservative fallback: one token per three bytes plus the default output ceiling.
 func Body(body []byte) Estimate {
-	var r request
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &r) != nil {
+	e, err := scanBody(body)
+	if err != nil {
 		return Estimate{Input: int64(len(body)+2) / 3, Output: DefaultOutput}
 	}
-	e := Estimate{Parsed: true}
-	_ = json.Unmarshal(r.Model, &e.Model)
-	_ = json.Unmarshal(r.Stream, &e.Stream)
-
-	var in int64
-	for _, m := range r.Messages {
-		in += MessageFloor + Value(m)
-	}
-	// Tools, functions and output schemas are sent to the model as text: their whole
-	// JSON counts.
-	in += Text(string(r.Tools)) + Text(string(r.Functions)) + Text(string(r.ResponseFormat)) + Text(string(r.Text))
-	// The prompt fields the message walk does not see: completions' prompt, Responses'
-	// input and instructions, Anthropic's system.
-	in += Value(r.Prompt) + Items(r.Input) + Value(r.Instructions) + Value(r.System)
-	e.Input = in
-
-	out := max(Ceiling(r.MaxTokens), Ceiling(r.MaxCompletionTokens), Ceiling(r.MaxOutputTokens))
-	if out <= 0 {
-		out = DefaultOutput
-	}
-	if n := Ceiling(r.N); n > 1 {
-		out *= min(n, maxN)
-	}
-	e.Output = out
 	return e
 }
 
-// Items estimates a Responses input: a string, or a list of items that are messages
-// (each with the message floor) or other parts.
-func Items(raw json.RawMessage) int64 {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '[' {
-		return Value(raw)
+func scanBody(body []byte) (Estimate, error) {
+	s := &scanner{b: body}
+	e := Estimate{Parsed: true}
+	var in, out, n int64
+	if err := s.expect('{'); err != nil {
+		return e, err
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return Text(string(raw))
+	if s.peek() == '}' {
+		s.i++
+	} else {
+		for {
+			key, err := s.str()
+			if err != nil {
+				return e, err
+			}
+			if err := s.expect(':'); err != nil {
+				return e, err
+			}
+			var v int64
+			switch string(key) {
+			case "messages":
+				// Every message with its floor.
+				v, err = s.items()
+			case "input":
+				// Responses: a string, or a list of items that are messages or parts.
+				v, err = s.items()
+			case "prompt", "instructions", "system":
+				// The prompt fields the message walk does not see.
+				v, err = s.count(key)
+			case "tools", "functions", "response_format", "text":
+				// Sent to the model as text: the whole JSON counts (text.format is
+				// Responses' response_format).
+				var raw []byte
+				raw, err = s.span()
+				v = textRaw(raw)
+			case "max_tokens", "max_completion_tokens", "max_output_tokens":
+				var raw []byte
+				raw, err = s.span()
+				out = max(out, Ceiling(raw))
+			case "n":
+				var raw []byte
+				raw, err = s.span()
+				n = max(n, Ceiling(raw))
+			case "model":
+				if s.peek() == '"' {
+					var raw []byte
+					raw, err = s.str()
+					e.Model = unquote(raw)
+				} else {
+					_, err = s.count(nil)
+				}
+			case "stream":
+				var raw []byte
+				raw, err = s.span()
+				e.Stream = string(raw) == "true"
+			default:
+				_, err = s.count(nil)
+			}
+			if err != nil {
+				return e, err
+			}
+			in += v
+			if c := s.peek(); c == ',' {
+				s.i++
+				continue
+			} else if c == '}' {
+				s.i++
+				break
+			}
+			return e, errSyntax
+		}
 	}
-	var n int64
-	for _, it := range items {
-		n += MessageFloor + Value(it)
+	if s.ws(); s.i != len(s.b) {
+		return e, errSyntax
 	}
-	return n
+	if out <= 0 {
+		out = DefaultOutput
+	}
+	if n > 1 {
+		out *= min(n, maxN)
+	}
+	e.Input, e.Output = in, out
+	return e, nil
 }
 
 // Value estimates any JSON value: the text of every string in it, one token per
-// integer in an array of token ids, and MediaTokens for each binary payload (a string
-// under "data", "file_data" or "b64_json", or a data: URL).
-func Value(raw json.RawMessage) int64 {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return 0
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var (
-		n       int64
-		lastKey string
-		// inObject tracks, per nesting level, whether the next string is a key.
-		stack []bool // true: object
-		isKey bool
-	)
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			break
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, true)
-				isKey = true
-			case '[':
-				stack = append(stack, false)
-				isKey = false
-			default:
-				stack = stack[:len(stack)-1]
-				isKey = len(stack) > 0 && stack[len(stack)-1]
-			}
-			continue
-		case string:
-			if isKey {
-				lastKey = t
-				isKey = false
-				continue
-			}
-			if isMedia(lastKey, t) {
-				n += MediaTokens
-			} else {
-				n += Text(t)
-			}
-		case json.Number:
-			// Token ids in a prompt array, or numbers in a part: one token each.
-			n++
-		}
-		// After a value inside an object the next string is a key again.
-		isKey = len(stack) > 0 && stack[len(stack)-1]
+// number (token ids in a prompt array), and MediaTokens for each binary payload (a
+// string under "data", "file_data" or "b64_json", or a data: URL). Invalid JSON counts
+// as text.
+func Value(raw []byte) int64 {
+	s := &scanner{b: raw}
+	n, err := s.count(nil)
+	if err != nil {
+		return Text(string(raw))
 	}
 	return n
-}
-
-func isMedia(key, s string) bool {
-	switch key {
-	case "data", "file_data", "b64_json", "image_url", "url":
-		return len(s) > 5 && (s[:5] == "data:" || key == "data" || key == "file_data" || key == "b64_json")
-	}
-	return len(s) > 5 && s[:5] == "data:"
 }
 
 // Text estimates a string: one token per four ASCII bytes (rounded up) and one token
@@ -204,7 +174,7 @@ func Text(s string) int64 {
 
 // Ceiling reads a stated token limit: a JSON integer, a float (32000.0) or a numeric
 // string ("32000"). Anything else, or a negative value, is no limit (0).
-func Ceiling(raw json.RawMessage) int64 {
+func Ceiling(raw []byte) int64 {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return 0

@@ -96,3 +96,39 @@ var _ = Describe("Body", func() {
 		Expect(e.Output).To(Equal(int64(4096)))
 	})
 })
+
+var _ = Describe("the one-pass scanner", func() {
+	It("reads escapes, takes the largest of duplicated ceilings, and refuses trailing bytes", func() {
+		e := estimate.Body([]byte(`{"model":"gpt-\u0034o","max_tokens":10,"max_tokens":"20","messages":[{"content":"a\"b"}]}`))
+		Expect(e.Parsed).To(BeTrue())
+		Expect(e.Model).To(Equal("gpt-4o"))
+		Expect(e.Output).To(Equal(int64(20)))
+		Expect(estimate.Body([]byte(`{"max_tokens":10} x`)).Parsed).To(BeFalse())
+		Expect(estimate.Body([]byte(`{"max_tokens":01}`)).Parsed).To(BeFalse())
+		Expect(estimate.Body([]byte(`{"messages":[1,]}`)).Parsed).To(BeFalse())
+	})
+})
+
+// FuzzBody checks the scanner against encoding/json: a body is read as JSON exactly
+// when encoding/json accepts it as an object, so no body escapes the conservative
+// estimate by a parser difference.
+func FuzzBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`,
+		`{"prompt":[1,2,3],"n":2}`, `{"input":[{"type":"message"}]}`, `{}`, `[]`, `{"a":NaN}`,
+		`{"a":"\ud800"}`, `{"a":1e5,"b":-0.5,"c":[true,false,null]}`, `{"a":"x"`, ` {"a":{}} `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e := estimate.Body(body)
+		var obj map[string]json.RawMessage
+		isObject := json.Unmarshal(body, &obj) == nil && obj != nil
+		if e.Parsed != isObject {
+			t.Fatalf("Parsed=%v but encoding/json object=%v for %q", e.Parsed, isObject, body)
+		}
+		if e.Input < 0 || e.Output <= 0 {
+			t.Fatalf("estimate %+v for %q", e, body)
+		}
+	})
+}

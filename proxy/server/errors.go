@@ -142,13 +142,14 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 		if r.Bucket.Present {
 			details["capacity"] = r.Bucket.Limit
 			details["remaining"] = r.Bucket.Remaining
-			prefix := "X-Ratelimit-Tokens-"
+			var hw headerWriter
 			if r.Period == budget.TokensDay {
-				prefix = "X-Ratelimit-Tokens-Day-"
+				hw.day(r.Bucket)
 			} else {
-				setOpenAITokenHeaders(h, r.Bucket, now)
+				hw.minute(r.Bucket)
+				hw.openAITokens(r.Bucket, now)
 			}
-			setBucketHeaders(h, prefix, r.Bucket)
+			hw.flush(h)
 		}
 		msg = fmt.Sprintf("token budget exceeded on the %s dimension (%s budget): this request reserves %d tokens; retry after %ds",
 			r.Dimension, r.Period, ex.est.Total(), secs)
@@ -160,33 +161,90 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 // seed's x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
 // its request-count quota. Shared dimensions are never reported.
 func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time) {
+	var hw headerWriter
 	if d.KeyMinute.Present {
-		setBucketHeaders(h, "X-Ratelimit-Tokens-", d.KeyMinute)
-		setOpenAITokenHeaders(h, d.KeyMinute, now)
+		hw.minute(d.KeyMinute)
+		hw.openAITokens(d.KeyMinute, now)
 	}
 	if d.KeyDay.Present {
-		setBucketHeaders(h, "X-Ratelimit-Tokens-Day-", d.KeyDay)
+		hw.day(d.KeyDay)
 	}
 	if s := d.KeyRequests; s.Present {
-		h.Set("X-Ratelimit-Limit", strconv.FormatInt(s.Limit, 10))
-		h.Set("X-Ratelimit-Remaining", strconv.FormatInt(s.Remaining, 10))
-		h.Set("X-Ratelimit-Reset", strconv.FormatInt(unixCeil(s.Reset), 10))
-		h.Set("X-Ratelimit-Limit-Requests", strconv.FormatInt(s.Limit, 10))
-		h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(s.Remaining, 10))
-		h.Set("X-Ratelimit-Reset-Requests", resetDuration(s.Reset, now))
+		hw.int("X-Ratelimit-Limit", s.Limit)
+		hw.int("X-Ratelimit-Remaining", s.Remaining)
+		hw.int("X-Ratelimit-Reset", unixCeil(s.Reset))
+		hw.int("X-Ratelimit-Limit-Requests", s.Limit)
+		hw.int("X-Ratelimit-Remaining-Requests", s.Remaining)
+		hw.duration("X-Ratelimit-Reset-Requests", s.Reset, now)
 	}
+	hw.flush(h)
 }
 
-func setBucketHeaders(h http.Header, prefix string, s budget.Status) {
-	h.Set(prefix+"Limit", strconv.FormatInt(s.Limit, 10))
-	h.Set(prefix+"Remaining", strconv.FormatInt(s.Remaining, 10))
-	h.Set(prefix+"Reset", strconv.FormatInt(unixCeil(s.Reset), 10))
+// headerWriter sets a batch of headers with two allocations: every value is formatted
+// into one buffer that becomes one string, and the value slices share one backing
+// array. The rate limit headers are on every answer, so this is the hot path.
+type headerWriter struct {
+	keys [20]string
+	ends [20]int
+	n    int
+	buf  [384]byte
+	b    []byte
 }
 
-func setOpenAITokenHeaders(h http.Header, s budget.Status, now time.Time) {
-	h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(s.Limit, 10))
-	h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(s.Remaining, 10))
-	h.Set("X-Ratelimit-Reset-Tokens", resetDuration(s.Reset, now))
+func (w *headerWriter) add(key string) {
+	w.keys[w.n] = key
+	w.ends[w.n] = len(w.b)
+	w.n++
+}
+
+func (w *headerWriter) int(key string, v int64) {
+	if w.b == nil {
+		w.b = w.buf[:0]
+	}
+	w.b = strconv.AppendInt(w.b, v, 10)
+	w.add(key)
+}
+
+func (w *headerWriter) duration(key string, reset, now time.Time) {
+	if w.b == nil {
+		w.b = w.buf[:0]
+	}
+	w.b = append(w.b, resetDuration(reset, now)...)
+	w.add(key)
+}
+
+// minute reports the api_key minute budget: capacity, tokens left, Unix time when whole.
+func (w *headerWriter) minute(s budget.Status) {
+	w.int("X-Ratelimit-Tokens-Limit", s.Limit)
+	w.int("X-Ratelimit-Tokens-Remaining", s.Remaining)
+	w.int("X-Ratelimit-Tokens-Reset", unixCeil(s.Reset))
+}
+
+// day reports the api_key day budget.
+func (w *headerWriter) day(s budget.Status) {
+	w.int("X-Ratelimit-Tokens-Day-Limit", s.Limit)
+	w.int("X-Ratelimit-Tokens-Day-Remaining", s.Remaining)
+	w.int("X-Ratelimit-Tokens-Day-Reset", unixCeil(s.Reset))
+}
+
+func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {
+	w.int("X-Ratelimit-Limit-Tokens", s.Limit)
+	w.int("X-Ratelimit-Remaining-Tokens", s.Remaining)
+	w.duration("X-Ratelimit-Reset-Tokens", s.Reset, now)
+}
+
+func (w *headerWriter) flush(h http.Header) {
+	if w.n == 0 {
+		return
+	}
+	all := string(w.b)
+	vals := make([]string, w.n)
+	start := 0
+	for i := 0; i < w.n; i++ {
+		vals[i] = all[start:w.ends[i]]
+		start = w.ends[i]
+		h[w.keys[i]] = vals[i : i+1 : i+1]
+	}
 }
 
 func unixCeil(t time.Time) int64 {

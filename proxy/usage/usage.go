@@ -77,24 +77,27 @@ func (r *raw) merge(u *Usage, cache *[2]int64, input *int64) {
 }
 
 // FromJSON reads the usage of a non-streamed response body of any of the three
-// families.
+// families. Only the usage objects are decoded; the rest of the body is skipped.
 func FromJSON(body []byte) Usage {
-	var doc struct {
-		Usage    *raw `json:"usage"`
-		Response *struct {
-			Usage *raw `json:"usage"`
-		} `json:"response"`
-	}
 	var u Usage
-	if json.Unmarshal(body, &doc) != nil {
-		return u
-	}
 	var cache [2]int64
 	var input int64
-	doc.Usage.merge(&u, &cache, &input)
-	if doc.Response != nil {
-		doc.Response.Usage.merge(&u, &cache, &input)
-	}
+	_ = estimate.Fields(body, func(key, value []byte) {
+		switch string(key) {
+		case "usage":
+			var r *raw
+			if json.Unmarshal(value, &r) == nil {
+				r.merge(&u, &cache, &input)
+			}
+		case "response":
+			var doc struct {
+				Usage *raw `json:"usage"`
+			}
+			if json.Unmarshal(value, &doc) == nil {
+				doc.Usage.merge(&u, &cache, &input)
+			}
+		}
+	})
 	return u
 }
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Measures the whole proxy against a bare httputil.ReverseProxy and the backend reached
+# directly, in interleaved rounds (one round runs all three, one after the other), so a
+# machine whose speed drifts affects each side alike. Prints every round and the
+# medians, and the throughput of each relative to the bare reverse proxy.
+#
+# Usage: hack/bench-proxy.sh [ROUNDS] [BENCHTIME]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+rounds=${1:-7}
+benchtime=${2:-2s}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+go test -c -o "$out.test" ./proxy/server/ >/dev/null
+for i in $(seq "$rounds"); do
+	"$out.test" -test.run '^$' -test.bench '^BenchmarkProxy$' -test.benchmem -test.benchtime "$benchtime" | grep '^BenchmarkProxy' | tee -a "$out"
+done
+rm -f "$out.test"
+echo
+awk '
+{ name=$1; sub(/^BenchmarkProxy\//, "", name); sub(/-[0-9]+$/, "", name); ns[name]=ns[name] " " $3; p99[name]=p99[name] " " $5 }
+function median(list,   a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+END {
+	bare = median(ns["bare-reverseproxy"])
+	printf "%-20s %12s %14s %12s\n", "median of rounds", "ns/op", "p99 µs (64c)", "vs bare"
+	split("direct bare-reverseproxy tokenwarden-memory", order, " ")
+	for (k = 1; k <= 3; k++) { n = order[k]; if (!(n in ns)) continue
+		m = median(ns[n]); printf "%-20s %12.0f %14.0f %11.0f%%\n", n, m, median(p99[n]), 100 * bare / m }
+}' "$out"
