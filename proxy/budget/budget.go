@@ -79,13 +79,16 @@ func (k Kind) Period() time.Duration {
 type Allowance struct {
 	limited bool
 	n       int64
+	// fleet is the configured fleet total the allowance was divided from: what a
+	// shared (Redis) bucket holds.
+	fleet int64
 }
 
 // Unlimited is the allowance of a configured 0.
 func Unlimited() Allowance { return Allowance{} }
 
 // Limit is an allowance in force of n (n may be 0).
-func Limit(n int64) Allowance { return Allowance{limited: true, n: max(n, 0)} }
+func Limit(n int64) Allowance { return Allowance{limited: true, n: max(n, 0), fleet: max(n, 0)} }
 
 // Divide resolves a configured fleet total: 0 is unlimited; a positive value is divided
 // by the replica count with integer floor and may become a zero allowance.
@@ -96,14 +99,18 @@ func Divide(configured, replicas int64) Allowance {
 	if replicas < 1 {
 		replicas = 1
 	}
-	return Limit(configured / replicas)
+	return Allowance{limited: true, n: configured / replicas, fleet: configured}
 }
 
 // Limited reports whether the allowance is in force.
 func (a Allowance) Limited() bool { return a.limited }
 
-// Tokens is the allowance in force (0 when unlimited or zero).
+// Tokens is the allowance this replica enforces in its own memory (0 when unlimited or
+// zero).
 func (a Allowance) Tokens() int64 { return a.n }
+
+// Fleet is the undivided fleet total, which a shared store enforces.
+func (a Allowance) Fleet() int64 { return a.fleet }
 
 // Key identifies one bucket.
 type Key struct {
@@ -118,16 +125,29 @@ type Key struct {
 // reservation was made.
 type Charge struct {
 	Key Key
-	// Capacity is the bucket's size; a bucket starts full.
+	// Capacity is the bucket's size in a replica's memory (the divided share); a bucket
+	// starts full.
 	Capacity float64
 	// Rate is the continuous refill in units per second.
 	Rate float64
+	// SharedCapacity and SharedRate are the fleet totals a shared store holds: the
+	// budget is not divided when every replica draws on the same bucket.
+	SharedCapacity float64
+	SharedRate     float64
+}
+
+// Shared returns the charge with the shared store's parameters in place of the
+// replica-local ones.
+func (c Charge) Shared() Charge {
+	c.Capacity, c.Rate = c.SharedCapacity, c.SharedRate
+	return c
 }
 
 // tokenCharge builds the bucket of a token allowance for one period.
 func tokenCharge(kind Kind, dim Dimension, id string, a Allowance) Charge {
-	c := float64(a.n)
-	return Charge{Key: Key{Kind: kind, Dim: dim, ID: id}, Capacity: c, Rate: c / kind.Period().Seconds()}
+	secs := kind.Period().Seconds()
+	c, f := float64(a.n), float64(a.fleet)
+	return Charge{Key: Key{Kind: kind, Dim: dim, ID: id}, Capacity: c, Rate: c / secs, SharedCapacity: f, SharedRate: f / secs}
 }
 
 // retryAfter is how long a bucket at level needs until it holds amount. A request

@@ -42,6 +42,9 @@ type Recorder interface {
 	Skipped(label string)
 	// KeyTokens records tokens of outcome on an API key's budget.
 	KeyTokens(key string, o Outcome, n float64)
+	// RedisUnavailable records an admission that found the shared store unreachable,
+	// per dimension, with the action taken ("fallback_memory" or "fail_closed").
+	RedisUnavailable(d Dimension, action string)
 }
 
 // Identity is who a request is, as far as the dimensions care.
@@ -132,7 +135,7 @@ func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, 
 		if dim == APIKey {
 			c.keyReq = len(c.reqs)
 		}
-		c.reqs = append(c.reqs, Charge{Key: Key{Kind: Requests, Dim: dim, ID: id}, Capacity: burst, Rate: rate})
+		c.reqs = append(c.reqs, Charge{Key: Key{Kind: Requests, Dim: dim, ID: id}, Capacity: burst, Rate: rate, SharedCapacity: burst, SharedRate: rate})
 		c.reqDims = append(c.reqDims, dim)
 	}
 	if minute.Limited() {
@@ -221,21 +224,28 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int6
 		return dec, err
 	}
 	now := l.clock.Now()
+	// A shared store decided on the fleet totals: report those.
+	view := func(ch Charge) Charge {
+		if res.Shared {
+			return ch.Shared()
+		}
+		return ch
+	}
 	if c.keyReq >= 0 && !res.RequestSkipped[c.keyReq] {
-		dec.KeyRequests = status(c.reqs[c.keyReq], res.RequestLevels[c.keyReq], now)
+		dec.KeyRequests = status(view(c.reqs[c.keyReq]), res.RequestLevels[c.keyReq], now)
 	}
 	if res.Admitted || res.RefusedBy != Requests {
 		l.recordSkipped(res.RequestSkipped, "request_rate")
 	}
 	if !res.Admitted {
-		dec.Refusal = l.refusal(&c, &res, now)
+		dec.Refusal = l.refusal(&c, &res, now, view)
 		return dec, nil
 	}
 	if c.keyMin >= 0 && !res.TokenSkipped[c.keyMin] {
-		dec.KeyMinute = status(c.toks[c.keyMin], res.TokenLevels[c.keyMin], now)
+		dec.KeyMinute = status(view(c.toks[c.keyMin]), res.TokenLevels[c.keyMin], now)
 	}
 	if c.keyDay >= 0 && !res.TokenSkipped[c.keyDay] {
-		dec.KeyDay = status(c.toks[c.keyDay], res.TokenLevels[c.keyDay], now)
+		dec.KeyDay = status(view(c.toks[c.keyDay]), res.TokenLevels[c.keyDay], now)
 	}
 	taken := make([]Charge, 0, len(c.toks))
 	for i, ch := range c.toks {
@@ -269,7 +279,7 @@ func (l *Limiter) recordSkipped(skipped []bool, label string) {
 	}
 }
 
-func (l *Limiter) refusal(c *charges, res *Result, now time.Time) *Refusal {
+func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Charge) Charge) *Refusal {
 	r := &Refusal{RetryAfter: res.RetryAfter}
 	if res.RefusedBy == Requests {
 		r.Requests = true
@@ -280,7 +290,7 @@ func (l *Limiter) refusal(c *charges, res *Result, now time.Time) *Refusal {
 	ch := c.toks[res.Refused]
 	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[res.Refused]
 	if r.Dimension == APIKey {
-		r.Bucket = status(ch, res.TokenLevels[res.Refused], now)
+		r.Bucket = status(view(ch), res.TokenLevels[res.Refused], now)
 	}
 	l.rec.TokenRefusal(r.Dimension, r.Period)
 	return r
@@ -381,3 +391,4 @@ func (NopRecorder) TokenRefusal(Dimension, Kind)                   {}
 func (NopRecorder) RequestRefusal(Dimension)                       {}
 func (NopRecorder) Skipped(string)                                 {}
 func (NopRecorder) KeyTokens(string, Outcome, float64)             {}
+func (NopRecorder) RedisUnavailable(Dimension, string)             {}

@@ -26,6 +26,8 @@ var _ = storetest.DescribeStore("memory", storetest.Factory{
 	Level: func(s budget.Store, k budget.Key) (float64, bool) {
 		return s.(*budget.Memory).Level(k)
 	},
+	Bounded: true,
+	Prunes:  true,
 })
 
 var _ = Describe("memory sweep", func() {

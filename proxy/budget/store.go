@@ -40,6 +40,9 @@ type Result struct {
 	TokenSkipped   []bool
 	// Backend is the store that holds the reservation; settlement goes back to it.
 	Backend Store
+	// Shared is true when a shared store decided on the fleet totals (the charges'
+	// Shared parameters); false when a replica's memory decided on its share.
+	Shared bool
 }
 
 // Store keeps bucket state. Implementations: Memory, and the Redis store.

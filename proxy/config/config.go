@@ -134,6 +134,9 @@ type Redis struct {
 	// PasswordEnv names an environment variable holding the password, so the document
 	// need not carry it.
 	PasswordEnv string `json:"password_env,omitempty"`
+	// KeyPrefix namespaces this fleet's keys (and is their hash tag), so several fleets
+	// can share one Redis. Default "tokenwarden".
+	KeyPrefix string `json:"key_prefix,omitempty"`
 	// FallbackToMemory admits on replica-local buckets at the divided share while Redis
 	// is unreachable (default true); false answers 503 with Retry-After: 5.
 	FallbackToMemory *bool `json:"fallback_to_memory,omitempty"`
@@ -258,6 +261,9 @@ func (c *Config) Default() {
 	if rl.Redis.FallbackToMemory == nil {
 		t := true
 		rl.Redis.FallbackToMemory = &t
+	}
+	if rl.Redis.KeyPrefix == "" {
+		rl.Redis.KeyPrefix = "tokenwarden"
 	}
 	if rl.Redis.DialTimeoutMillis == 0 {
 		rl.Redis.DialTimeoutMillis = DefaultRedisDialTimeoutMs

@@ -25,7 +25,7 @@ type Metrics struct {
 	Exceeded                 *prometheus.CounterVec // rate_limit_exceeded_total{limit_type}
 	SkippedVec               *prometheus.CounterVec // rate_limit_skipped_total{dimension}
 	RequestRefusals          *prometheus.CounterVec // rate_limit_request_refusals_total{dimension}
-	RedisUnavailable         *prometheus.CounterVec // rate_limit_redis_unavailable_total{dimension,action}
+	RedisUnavailableVec      *prometheus.CounterVec // rate_limit_redis_unavailable_total{dimension,action}
 
 	Requests         *prometheus.CounterVec   // tokenwarden_requests_total{route,code}
 	RequestDuration  *prometheus.HistogramVec // tokenwarden_request_duration_seconds{route}
@@ -93,7 +93,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "rate_limit_request_refusals_total",
 			Help: "Requests refused by a request-count limit, by dimension.",
 		}, dim),
-		RedisUnavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+		RedisUnavailableVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rate_limit_redis_unavailable_total",
 			Help: "Admissions that found Redis unreachable, by dimension and action (fallback_memory, fail_closed).",
 		}, []string{"dimension", "action"}),
@@ -161,7 +161,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
-		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailable, m.Requests, m.RequestDuration, m.UpstreamDuration,
+		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.BucketsInUse)
 
@@ -227,6 +227,11 @@ func (m *Metrics) KeyTokens(key string, o budget.Outcome, n float64) {
 		c, _ = m.keyCounters.LoadOrStore(key, &cs)
 	}
 	c.(*[budget.NumOutcomes]prometheus.Counter)[o].Add(n)
+}
+
+// RedisUnavailable implements budget.Recorder.
+func (m *Metrics) RedisUnavailable(d budget.Dimension, action string) {
+	m.RedisUnavailableVec.WithLabelValues(d.String(), action).Inc()
 }
 
 // ForgetKeys drops the series of API keys no longer configured, so a deleted key's

@@ -70,11 +70,16 @@ func classify(path string) route {
 
 // Options configure a Server.
 type Options struct {
-	Store    budget.Store
-	Metrics  *metrics.Metrics
-	Clock    budget.Clock
-	Logger   *slog.Logger
-	AsyncSet bool // settle on a detached goroutine (network stores)
+	// Store keeps the buckets.
+	Store budget.Store
+	// Memory is the replica-local store (the Store itself, or the fallback of a shared
+	// one); a reload applies max_buckets to it.
+	Memory  *budget.Memory
+	Metrics *metrics.Metrics
+	Clock   budget.Clock
+	Logger  *slog.Logger
+	// AsyncSettle settles on a detached goroutine, for stores that make a network call.
+	AsyncSettle bool
 }
 
 // Server is the data plane. It is safe for concurrent use; Apply swaps its config.
@@ -82,6 +87,7 @@ type Server struct {
 	rt         atomic.Pointer[runtime]
 	limiter    *budget.Limiter
 	store      budget.Store
+	memory     *budget.Memory
 	metrics    *metrics.Metrics
 	clock      budget.Clock
 	log        *slog.Logger
@@ -99,10 +105,11 @@ func New(o Options) *Server {
 	}
 	s := &Server{
 		store:   o.Store,
+		memory:  o.Memory,
 		metrics: o.Metrics,
 		clock:   o.Clock,
 		log:     o.Logger,
-		limiter: budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSet),
+		limiter: budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
 	}
 	return s
 }
@@ -130,8 +137,8 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		return nil, err
 	}
 	prev := s.rt.Swap(rt)
-	if b, ok := s.store.(interface{ SetMaxBuckets(int64) }); ok {
-		b.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
+	if s.memory != nil {
+		s.memory.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
 	}
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -59,7 +60,7 @@ func newHarness(doc string) *harness {
 	DeferCleanup(h.backend.Close)
 	h.store = budget.NewMemory(h.clock, 1000)
 	h.m = metrics.New(h.reg)
-	h.srv = server.New(server.Options{Store: h.store, Metrics: h.m, Clock: h.clock, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
+	h.srv = server.New(server.Options{Store: h.store, Memory: h.store, Metrics: h.m, Clock: h.clock, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
 	_, err := h.srv.Apply([]byte(h.render(doc)), "test")
 	Expect(err).NotTo(HaveOccurred())
 	h.front = httptest.NewServer(h.srv)
@@ -101,7 +102,13 @@ func (r reply) errorField(path ...string) any {
 
 func (h *harness) do(method, path, key string, body string, hdr ...string) reply {
 	GinkgoHelper()
-	req, err := http.NewRequest(method, h.front.URL+path, strings.NewReader(body))
+	return h.doAt(h.front.URL, method, path, key, body, hdr...)
+}
+
+// doAt sends a request to the proxy at base.
+func (h *harness) doAt(base, method, path, key string, body string, hdr ...string) reply {
+	GinkgoHelper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	Expect(err).NotTo(HaveOccurred())
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -124,8 +131,13 @@ func (h *harness) do(method, path, key string, body string, hdr ...string) reply
 
 func (h *harness) chat(key string, maxTokens int, extra ...string) reply {
 	GinkgoHelper()
+	return h.chatAt(h.front.URL, key, maxTokens, extra...)
+}
+
+func (h *harness) chatAt(base, key string, maxTokens int, extra ...string) reply {
+	GinkgoHelper()
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}],"max_tokens":` + itoa(maxTokens) + strings.Join(extra, "") + `}`
-	return h.do("POST", "/v1/chat/completions", key, body)
+	return h.doAt(base, "POST", "/v1/chat/completions", key, body)
 }
 
 func itoa(n int) string {
@@ -149,3 +161,11 @@ func counter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 func chatEstimate(maxTokens int) float64 { return float64(4 + 1 + 3 + maxTokens) }
 
 var _ = context.Background
+
+func fakellmUsage(in, out int64) fakellm.Behaviour {
+	return fakellm.Behaviour{InputTokens: in, OutputTokens: out}
+}
+
+func fakellmNoUsage(latency time.Duration) fakellm.Behaviour {
+	return fakellm.Behaviour{OmitUsage: true, Latency: latency}
+}

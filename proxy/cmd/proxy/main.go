@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
@@ -123,12 +124,13 @@ func run(args []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 	clock := budget.SystemClock{}
-	store, async, err := newStore(first, clock)
+	store, mem, err := newStore(first, clock, m, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	srv := server.New(server.Options{Store: store, Metrics: m, Clock: clock, Logger: log, AsyncSet: async})
+	// A store that makes a network call settles off the request's goroutine.
+	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem)})
 	if _, err := srv.Apply(data, src.String()); err != nil {
 		return err
 	}
@@ -145,9 +147,7 @@ func run(args []string) error {
 			log.Error("The config source stopped; the config in force stays", "source", src.String(), "error", err)
 		}
 	}()
-	if mem, ok := store.(*budget.Memory); ok {
-		go sweep(ctx, mem, m)
-	}
+	go sweep(ctx, mem, m)
 
 	data1 := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	admin := &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
@@ -177,13 +177,31 @@ func run(args []string) error {
 
 // newStore builds the store the config selects. The store is chosen at start; a
 // reload that changes rate_limiting.storage takes effect at the next restart.
-func newStore(c *config.Config, clock budget.Clock) (budget.Store, bool, error) {
-	switch c.RateLimiting.Storage {
-	case config.StorageMemory:
-		return budget.NewMemory(clock, c.RateLimiting.MaxBuckets), false, nil
-	default:
-		return nil, false, fmt.Errorf("rate_limiting.storage: %q is not available in this build", c.RateLimiting.Storage)
+func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *slog.Logger) (budget.Store, *budget.Memory, error) {
+	rl := &c.RateLimiting
+	mem := budget.NewMemory(clock, rl.MaxBuckets)
+	if rl.Storage != config.StorageRedis {
+		return mem, mem, nil
 	}
+	var password string
+	if rl.Redis.PasswordEnv != "" {
+		v, ok := os.LookupEnv(rl.Redis.PasswordEnv)
+		if !ok {
+			return nil, nil, fmt.Errorf("rate_limiting.redis.password_env: the environment variable %s is not set", rl.Redis.PasswordEnv)
+		}
+		password = v
+	}
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	opts := redisstore.Options{
+		URL: rl.Redis.URL, Password: password, Prefix: rl.Redis.KeyPrefix,
+		DialTimeout: ms(rl.Redis.DialTimeoutMillis), ReadTimeout: ms(rl.Redis.ReadTimeoutMillis), WriteTimeout: ms(rl.Redis.WriteTimeoutMillis),
+		Clock: clock, Recorder: rec, Logger: log,
+	}
+	if *rl.Redis.FallbackToMemory {
+		opts.Fallback = mem
+	}
+	s, err := redisstore.New(opts)
+	return s, mem, err
 }
 
 // sweep drops refilled buckets (an absent bucket is a full one) and publishes the

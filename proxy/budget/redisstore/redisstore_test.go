@@ -1,0 +1,221 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/storetest"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
+)
+
+func TestRedisStore(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Redis Store Suite")
+}
+
+var srv *redisserver.Server
+
+var _ = BeforeSuite(func() {
+	srv = redisserver.Start(GinkgoT())
+})
+
+var prefixes atomic.Int64
+
+// newStore is a store on the suite's redis-server, with its own key prefix.
+func newStore(clock budget.Clock, fallback *budget.Memory, rec budget.Recorder) *redisstore.Store {
+	s, err := redisstore.New(redisstore.Options{
+		URL: srv.URL(), Prefix: fmt.Sprintf("t%d", prefixes.Add(1)),
+		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
+		Fallback: fallback, Backoff: 300 * time.Millisecond, Clock: clock, Recorder: rec,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return s
+}
+
+var _ = storetest.DescribeStore("redis", storetest.Factory{
+	New: func(clock budget.Clock, _ int64) budget.Store { return newStore(clock, nil, nil) },
+	Level: func(s budget.Store, k budget.Key) (float64, bool) {
+		l, ok, err := s.(*redisstore.Store).Level(context.Background(), k)
+		Expect(err).NotTo(HaveOccurred())
+		return l, ok
+	},
+})
+
+// commandstat reads calls and usec_per_call of one command from INFO commandstats.
+func commandstat(s *redisstore.Store, cmd string) (calls int64, usecPerCall float64) {
+	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimPrefix(line, "cmdstat_"+cmd+":"), ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec_per_call":
+				usecPerCall, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return calls, usecPerCall
+}
+
+type unavailable struct{ counts map[string]int }
+
+func (u *unavailable) RedisUnavailable(d budget.Dimension, action string) {
+	u.counts[d.String()+"/"+action]++
+}
+
+type recorder struct {
+	budget.NopRecorder
+	u *unavailable
+}
+
+func (r recorder) RedisUnavailable(d budget.Dimension, action string) {
+	r.u.RedisUnavailable(d, action)
+}
+
+func everyDimension(amount int64) *budget.Reservation {
+	r := &budget.Reservation{Amount: amount}
+	for d := budget.Global; d < budget.NumDimensions; d++ {
+		for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
+			// A fleet total of 1,000,000 divided among 4 replicas.
+			secs := k.Period().Seconds()
+			r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: "x"},
+				Capacity: 250000, Rate: 250000 / secs, SharedCapacity: 1000000, SharedRate: 1000000 / secs})
+		}
+	}
+	return r
+}
+
+var _ = Describe("The Redis store", func() {
+	ctx := context.Background()
+
+	It("reserves on six dimensions times two periods in one script call, and settles in at most one", func() {
+		s := newStore(storetest.NewClock(), nil, nil)
+		DeferCleanup(s.Close)
+		_, err := s.Reserve(ctx, everyDimension(10)) // loads the script
+		Expect(err).NotTo(HaveOccurred())
+		before, _ := commandstat(s, "evalsha")
+		for i := 0; i < 100; i++ {
+			res, err := s.Reserve(ctx, everyDimension(1000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+			Expect(res.Shared).To(BeTrue())
+			Expect(res.TokenLevels[0]).To(BeNumerically("<", 1000000), "the shared bucket holds the fleet total")
+		}
+		afterReserve, usec := commandstat(s, "evalsha")
+		Expect(afterReserve - before).To(Equal(int64(100)))
+		GinkgoWriter.Printf("reserve script on 12 buckets: %.1f µs per call in Redis\n", usec)
+		for i := 0; i < 100; i++ {
+			s.Refund(ctx, everyDimension(0).Tokens, 500)
+		}
+		afterSettle, _ := commandstat(s, "evalsha")
+		Expect(afterSettle - afterReserve).To(Equal(int64(100)))
+	})
+
+	It("keys every bucket under one hash tag and expires it when it would be full again", func() {
+		clock := storetest.NewClock()
+		s := newStore(clock, nil, nil)
+		DeferCleanup(s.Close)
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 600, SharedRate: 10}
+		d := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Team, ID: "research"}, SharedCapacity: 86400, SharedRate: 1}
+		_, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m, d}, Amount: 300})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(s.Key(m.Key)).To(MatchRegexp(`^\{t\d+\}:m:api_key:alice$`))
+		Expect(s.Key(d.Key)).To(MatchRegexp(`^\{t\d+\}:d:team:research$`))
+		ttlM := s.Client().PTTL(ctx, s.Key(m.Key)).Val()
+		ttlD := s.Client().PTTL(ctx, s.Key(d.Key)).Val()
+		Expect(ttlM).To(BeNumerically("~", 31*time.Second, time.Second), "300 tokens at 10 per second, plus a second")
+		Expect(ttlD).To(BeNumerically("~", 301*time.Second, time.Second), "a day bucket lives as long as its refill needs")
+	})
+
+	When("Redis is unreachable", func() {
+		It("falls back to this replica's memory at the divided share, and counts it", func() {
+			u := &unavailable{counts: map[string]int{}}
+			clock := storetest.NewClock()
+			mem := budget.NewMemory(clock, 1000)
+			local, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Clock: clock, Recorder: recorder{u: u}})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(local.Close)
+
+			start := time.Now()
+			res, err := local.Reserve(ctx, everyDimension(200000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(time.Since(start)).To(BeNumerically("<", 200*time.Millisecond))
+			Expect(res.Admitted).To(BeTrue())
+			Expect(res.Shared).To(BeFalse())
+			Expect(res.Backend).To(BeIdenticalTo(mem), "the hold settles on the backend that took it")
+			Expect(res.TokenLevels[0]).To(BeNumerically("~", 50000, 0.01), "250000, the divided share, less 200000")
+			res, err = local.Reserve(ctx, everyDimension(200000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeFalse(), "the fallback never admits more than the replica's share")
+			Expect(u.counts["global/fallback_memory"]).To(Equal(2))
+			Expect(u.counts["model/fallback_memory"]).To(Equal(2))
+		})
+
+		It("fails closed when there is no fallback", func() {
+			u := &unavailable{counts: map[string]int{}}
+			local, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Recorder: recorder{u: u}})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(local.Close)
+			_, err = local.Reserve(ctx, everyDimension(1))
+			var ue *budget.UnavailableError
+			Expect(err).To(BeAssignableToTypeOf(ue))
+			Expect(u.counts["api_key/fail_closed"]).To(Equal(1))
+		})
+
+		It("honours the timeouts when Redis stalls, and returns to Redis when it answers again", func() {
+			own := redisserver.Start(GinkgoT())
+			clock := storetest.NewClock()
+			mem := budget.NewMemory(clock, 1000)
+			s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: 100 * time.Millisecond,
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Backoff: 200 * time.Millisecond, Clock: clock})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(s.Close)
+			res, err := s.Reserve(ctx, everyDimension(1))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared).To(BeTrue())
+
+			Expect(own.Pause()).To(Succeed())
+			start := time.Now()
+			res, err = s.Reserve(ctx, everyDimension(1))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared).To(BeFalse())
+			Expect(time.Since(start)).To(BeNumerically("<", 150*time.Millisecond), "a stalled Redis costs the read timeout, not more")
+			start = time.Now()
+			res, _ = s.Reserve(ctx, everyDimension(1))
+			Expect(res.Shared).To(BeFalse())
+			Expect(time.Since(start)).To(BeNumerically("<", 10*time.Millisecond), "while marked down, admission does not wait on Redis")
+
+			Expect(own.Resume()).To(Succeed())
+			Eventually(func() bool {
+				res, err := s.Reserve(ctx, everyDimension(1))
+				return err == nil && res.Shared
+			}, 3*time.Second, 50*time.Millisecond).Should(BeTrue())
+
+			Expect(own.Restart()).To(Succeed())
+			Eventually(func() bool {
+				res, err := s.Reserve(ctx, everyDimension(1))
+				return err == nil && res.Shared
+			}, 3*time.Second, 50*time.Millisecond).Should(BeTrue(), "back on a restarted, empty Redis (the script is loaded again)")
+		})
+	})
+})
