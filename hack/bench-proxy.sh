@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Measures the whole proxy against a bare httputil.ReverseProxy and the backend reached
+# Measures the whole proxy (memory and Redis stores) against a bare httputil.ReverseProxy
+# and the backend reached
 # directly, in interleaved rounds (one round runs all three, one after the other), so a
 # machine whose speed drifts affects each side alike. Prints every round and the
 # medians, and the throughput of each relative to the bare reverse proxy.
@@ -26,8 +27,8 @@ function median(list,   a, n, i, j, t) {
 }
 END {
 	bare = median(ns["bare-reverseproxy"])
-	printf "%-20s %12s %14s %12s\n", "median of rounds", "ns/op", "p99 µs (64c)", "vs bare"
-	split("direct bare-reverseproxy tokenwarden-memory", order, " ")
-	for (k = 1; k <= 3; k++) { n = order[k]; if (!(n in ns)) continue
-		m = median(ns[n]); printf "%-20s %12.0f %14.0f %11.0f%%\n", n, m, median(p99[n]), 100 * bare / m }
+	printf "%-26s %12s %14s %12s\n", "median of rounds", "ns/op", "p99 µs (64c)", "vs bare"
+	split("direct bare-reverseproxy tokenwarden-memory tokenwarden-redis tokenwarden-redis-typical", order, " ")
+	for (k = 1; k <= 5; k++) { n = order[k]; if (!(n in ns)) continue
+		m = median(ns[n]); printf "%-26s %12.0f %14.0f %11.0f%%\n", n, m, median(p99[n]), 100 * bare / m }
 }' "$out"

@@ -19,12 +19,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
 // benchBackend answers every request with a fixed chat completion and its usage.
@@ -125,6 +128,58 @@ func BenchmarkProxy(b *testing.B) {
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
+	b.Run("tokenwarden-redis", func(b *testing.B) {
+		srv := newRedisBenchServer(b, backend.URL, benchDoc)
+		front := httptest.NewServer(srv)
+		defer front.Close()
+		benchHTTP(b, front.URL, 32)
+	})
+	b.Run("tokenwarden-redis-typical", func(b *testing.B) {
+		srv := newRedisBenchServer(b, backend.URL, typicalDoc)
+		front := httptest.NewServer(srv)
+		defer front.Close()
+		benchHTTP(b, front.URL, 32)
+	})
+}
+
+// typicalDoc is a common fleet: a global minute budget, each key's minute and day
+// budgets and a team minute budget: four token buckets per request.
+const typicalDoc = `
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys:
+- {name: alice, key_sha256: HASH, user: alice, team: research}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    global:      {tokens_per_minute: 1000000000000}
+    per_api_key: {tokens_per_minute: 1000000000000, tokens_per_day: 1000000000000}
+    per_team:    {tokens_per_minute: 1000000000000}
+`
+
+// newRedisBenchServer is the benchmark proxy on a real redis-server started for it.
+func newRedisBenchServer(b *testing.B, upstream, benchDoc string) *server.Server {
+	rs := redisserver.Start(b)
+	mem := budget.NewMemory(budget.SystemClock{}, 1000000)
+	store, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: 100 * time.Millisecond,
+		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, Fallback: mem})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, AsyncSettle: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	doc := strings.ReplaceAll(strings.ReplaceAll(benchDoc, "UPSTREAM", upstream), "HASH", keyHash("sk-alice"))
+	doc = strings.Replace(doc, "rate_limiting:\n", "rate_limiting:\n  storage: redis\n  redis: {url: \""+rs.URL()+"\"}\n", 1)
+	if _, err := srv.Apply([]byte(doc), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if n := testutil.CollectAndCount(m.RedisUnavailableVec); n > 0 {
+			b.Errorf("%d dimensions found Redis unavailable during the benchmark", n)
+		}
+	})
+	return srv
 }
 
 // BenchmarkLatency measures one connection at a time, where latency is the proxy's own

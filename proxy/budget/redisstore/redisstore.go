@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -61,7 +60,31 @@ type Store struct {
 	// downUntil is the wall-clock time (Unix nanoseconds) until which admission skips
 	// Redis after a failure.
 	downUntil atomic.Int64
+	// calls queue script calls for the workers that send them in pipelines: under
+	// load many reservations and settlements share one round trip and one syscall.
+	calls chan call
+	done  chan struct{}
 }
+
+// call is one script call waiting for a pipeline; done receives its command, which
+// holds the reply or the error.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	done   chan *redis.Cmd
+}
+
+const (
+	// callQueue bounds the calls waiting for Redis. Beyond it a reservation is
+	// answered as unavailable and a settlement is dropped (its budget returns at the
+	// refill rate) rather than blocking anything.
+	callQueue = 4096
+	// pipelineWorkers send the queued calls; each waits for its pipeline's replies.
+	pipelineWorkers = 4
+	// maxPipeline bounds the calls in one pipeline.
+	maxPipeline = 64
+)
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
 func New(o Options) (*Store, error) {
@@ -93,10 +116,15 @@ func New(o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Store{
+	s := &Store{
 		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", fallback: o.Fallback, backoff: o.Backoff,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
-	}, nil
+		calls: make(chan call, callQueue), done: make(chan struct{}),
+	}
+	for range pipelineWorkers {
+		go s.pipeline()
+	}
+	return s, nil
 }
 
 // Client is the underlying client (tests read INFO through it).
@@ -148,7 +176,7 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 			args = append(args, c.SharedCapacity, c.SharedRate, c.Key.Kind.Period().Milliseconds())
 		}
 	}
-	out, err := reserveScript.Run(ctx, s.c, keys, args...).Slice()
+	out, err := s.run(ctx, reserveScript, keys, args).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
@@ -182,11 +210,11 @@ func parseReserve(out []any, r *budget.Reservation, s *Store) (budget.Result, er
 		res.RetryAfter = time.Duration(out[3].(int64)) * time.Millisecond
 	}
 	for i := 0; i < n; i++ {
-		str, _ := out[4+i].(string)
-		l, err := strconv.ParseFloat(str, 64)
-		if err != nil {
-			return budget.Result{}, fmt.Errorf("redis reserve script: level %q: %w", str, err)
+		milli, ok := out[4+i].(int64)
+		if !ok {
+			return budget.Result{}, fmt.Errorf("redis reserve script: level %v is not an integer", out[4+i])
 		}
+		l := float64(milli) / 1000
 		if i < len(r.Requests) {
 			res.RequestLevels[i] = l
 		} else {
@@ -244,9 +272,11 @@ func (s *Store) adjust(ctx context.Context, charges []budget.Charge, mode string
 		keys[i] = s.Key(c.Key)
 		args = append(args, c.SharedCapacity, c.SharedRate)
 	}
-	out, err := adjustScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	// The caller is the hold's detached settlement goroutine: waiting here never blocks
+	// a request.
+	out, err := s.run(ctx, adjustScript, keys, args).Int64Slice()
 	if err != nil {
-		s.log.Debug("A settlement could not reach Redis; the budget returns at the refill rate", "mode", mode, "error", err)
+		s.log.Debug("A settlement could not reach Redis; its budget returns at the refill rate", "mode", mode, "error", err)
 		return nil, err
 	}
 	applied := make([]bool, len(out))
@@ -254,6 +284,73 @@ func (s *Store) adjust(ctx context.Context, charges []budget.Charge, mode string
 		applied[i] = v == 1
 	}
 	return applied, nil
+}
+
+var errQueueFull = errors.New("redis: too many calls waiting")
+
+// run queues a script call for the pipeline workers and waits for its reply.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	c := call{script: script, keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
+	select {
+	case s.calls <- c:
+	default:
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(errQueueFull)
+		return cmd
+	}
+	// Always wait for the reply, even for a caller that went away: a reservation the
+	// worker made must reach the caller, whose hold then releases it.
+	return <-c.done
+}
+
+// pipeline sends queued calls, as many as are waiting, in one pipeline.
+func (s *Store) pipeline() {
+	batch := make([]call, 0, maxPipeline)
+	cmds := make([]*redis.Cmd, 0, maxPipeline)
+	for {
+		select {
+		case <-s.done:
+			return
+		case c := <-s.calls:
+			batch = append(batch[:0], c)
+		}
+	drain:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-s.calls:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		cmds = s.send(batch, cmds[:0])
+		for i, c := range batch {
+			c.done <- cmds[i]
+		}
+	}
+}
+
+func (s *Store) send(batch []call, cmds []*redis.Cmd) []*redis.Cmd {
+	ctx := context.Background()
+	exec := func() error {
+		cmds = cmds[:0]
+		pipe := s.c.Pipeline()
+		for _, c := range batch {
+			cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := exec()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted and lost the scripts: load them and send the batch again.
+		if err = reserveScript.Load(ctx, s.c).Err(); err == nil {
+			if err = adjustScript.Load(ctx, s.c).Err(); err == nil {
+				_ = exec()
+			}
+		}
+	}
+	return cmds
 }
 
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on
@@ -265,7 +362,10 @@ func (s *Store) Prune(keep func(budget.Key) bool) {
 }
 
 // Close implements budget.Store.
-func (s *Store) Close() error { return s.c.Close() }
+func (s *Store) Close() error {
+	close(s.done)
+	return s.c.Close()
+}
 
 // Level reads a bucket's level now, and whether it exists (tests and diagnostics).
 func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) {

@@ -58,6 +58,18 @@ var _ = storetest.DescribeStore("redis", storetest.Factory{
 func commandstat(s *redisstore.Store, cmd string) (calls int64, usecPerCall float64) {
 	info, err := s.Client().Info(context.Background(), "commandstats").Result()
 	Expect(err).NotTo(HaveOccurred())
+	return parseCommandstat(info, cmd)
+}
+
+func commandstatB(b *testing.B, s *redisstore.Store, cmd string) (int64, float64) {
+	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return parseCommandstat(info, cmd)
+}
+
+func parseCommandstat(info, cmd string) (calls int64, usecPerCall float64) {
 	for _, line := range strings.Split(info, "\r\n") {
 		if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
 			continue

@@ -17,14 +17,15 @@ import "github.com/redis/go-redis/v9"
 // ARGV: now_ms, nreq, amount, then capacity, rate and period_ms for every key (the
 // period is the wait reported for a zero allowance, which never refills).
 // Returns: {admitted (1/0), refused index (1-based, 0 when admitted), refused kind
-// (0 requests, 1 tokens), retry_after_ms, level_1, ..., level_N} with levels as
-// strings after the operation.
+// (0 requests, 1 tokens), retry_after_ms, level_1, ..., level_N} with each level after
+// the operation in thousandths of a token (integers; a negative level is not possible).
 var reserveScript = redis.NewScript(`
+local call, pack, unpackb, min, ceil = redis.call, struct.pack, struct.unpack, math.min, math.ceil
 local now = tonumber(ARGV[1])
 local nreq = tonumber(ARGV[2])
 local amount = tonumber(ARGV[3])
 local n = #KEYS
-local vals = redis.call('MGET', unpack(KEYS))
+local vals = call('MGET', unpack(KEYS))
 local level, cap, rate, period = {}, {}, {}, {}
 for i = 1, n do
   local c = tonumber(ARGV[1 + 3 * i])
@@ -32,9 +33,9 @@ for i = 1, n do
   cap[i], rate[i], period[i] = c, r, tonumber(ARGV[3 + 3 * i])
   local v = vals[i]
   if v then
-    local l, t, oc, orate = struct.unpack('<dddd', v)
+    local l, t, oc, orate = unpackb('<dddd', v)
     local dt = (now - t) / 1000
-    if dt > 0 then l = math.min(oc, l + dt * orate) end
+    if dt > 0 then l = min(oc, l + dt * orate) end
     if oc ~= c or orate ~= r then
       if oc > 0 then l = l / oc * c else l = c end
     end
@@ -54,12 +55,14 @@ end
 
 local function write(i)
   local ttl = 1000
-  if rate[i] > 0 then ttl = math.ceil((cap[i] - level[i]) / rate[i] * 1000) + 1000 end
-  redis.call('SET', KEYS[i], struct.pack('<dddd', level[i], now, cap[i], rate[i]), 'PX', ttl)
+  if rate[i] > 0 then ttl = ceil((cap[i] - level[i]) / rate[i] * 1000) + 1000 end
+  call('PSETEX', KEYS[i], ttl, pack('<dddd', level[i], now, cap[i], rate[i]))
 end
 
+-- Levels go back as integer thousandths: a Lua number reply is truncated to an integer.
 local function levels(out)
-  for i = 1, n do out[#out + 1] = tostring(level[i]) end
+  local k = #out
+  for i = 1, n do out[k + i] = level[i] * 1000 end
   return out
 end
 
@@ -71,7 +74,7 @@ for i = 1, nreq do
     if w > retry then retry = w end
   end
 end
-if refused > 0 then return levels({0, refused, 0, math.ceil(retry)}) end
+if refused > 0 then return levels({0, refused, 0, ceil(retry)}) end
 for i = 1, nreq do level[i] = level[i] - 1 end
 
 for i = nreq + 1, n do
@@ -82,7 +85,7 @@ for i = nreq + 1, n do
   end
 end
 for i = 1, nreq do write(i) end
-if refused > 0 then return levels({0, refused, 1, math.ceil(retry)}) end
+if refused > 0 then return levels({0, refused, 1, ceil(retry)}) end
 for i = nreq + 1, n do
   level[i] = level[i] - amount
   write(i)
@@ -99,20 +102,22 @@ return levels({1, 0, 0, 0})
 // then the capacity and rate recorded on the hold for every key.
 // Returns: one 1/0 per key, whether it was changed.
 var adjustScript = redis.NewScript(`
+local call, pack, unpackb, min, ceil = redis.call, struct.pack, struct.unpack, math.min, math.ceil
 local now = tonumber(ARGV[1])
 local charge = ARGV[2] == 'charge'
 local amount = tonumber(ARGV[3])
+local vals = call('MGET', unpack(KEYS))
 local out = {}
 for i = 1, #KEYS do
   local hc = tonumber(ARGV[2 + 2 * i])
   local hr = tonumber(ARGV[3 + 2 * i])
-  local v = redis.call('GET', KEYS[i])
+  local v = vals[i]
   local l, c, r
   if v then
     local t
-    l, t, c, r = struct.unpack('<dddd', v)
+    l, t, c, r = unpackb('<dddd', v)
     local dt = (now - t) / 1000
-    if dt > 0 then l = math.min(c, l + dt * r) end
+    if dt > 0 then l = min(c, l + dt * r) end
   else
     l, c, r = hc, hc, hr
   end
@@ -122,13 +127,13 @@ for i = 1, #KEYS do
   if charge then
     if l >= a then l = l - a; changed = 1 end
   elseif v then
-    l = math.min(c, l + a)
+    l = min(c, l + a)
     changed = 1
   end
   if changed == 1 then
     local ttl = 1000
-    if r > 0 then ttl = math.ceil((c - l) / r * 1000) + 1000 end
-    redis.call('SET', KEYS[i], struct.pack('<dddd', l, now, c, r), 'PX', ttl)
+    if r > 0 then ttl = ceil((c - l) / r * 1000) + 1000 end
+    call('PSETEX', KEYS[i], ttl, pack('<dddd', l, now, c, r))
   end
   out[i] = changed
 end
