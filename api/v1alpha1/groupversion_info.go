@@ -9,17 +9,22 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-var (
-	// GroupVersion is the group and version used to register these objects.
-	GroupVersion = schema.GroupVersion{Group: "tokenwarden.io", Version: "v1alpha1"}
+// GroupVersion is the group and version used to register these objects.
+var GroupVersion = schema.GroupVersion{Group: "tokenwarden.io", Version: "v1alpha1"}
 
-	// SchemeBuilder adds the Go types to a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
-	// AddToScheme adds the types in this group-version to the given scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
-)
+// AddToScheme adds the types of this group-version to a scheme. The types are listed
+// here rather than registered from init functions.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&TokenProxy{}, &TokenProxyList{},
+		&TokenBudget{}, &TokenBudgetList{},
+		&ApiKey{}, &ApiKeyList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -1,0 +1,96 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ApiKeySpec is a client credential of one fleet. The key itself stays in a Secret:
+// the operator renders only its SHA-256 into the proxy config.
+type ApiKeySpec struct {
+	// ProxyRef is the TokenProxy (fleet) that accepts this key.
+	// +required
+	ProxyRef ProxyReference `json:"proxyRef"`
+
+	// SecretRef selects the Secret key that holds the API key clients send.
+	// +required
+	SecretRef SecretKeyReference `json:"secretRef"`
+
+	// User is the user the key belongs to: its PerUser budget. Empty: none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	User string `json:"user,omitempty"`
+
+	// Team is the team the key belongs to: its PerTeam budget. Empty: none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Team string `json:"team,omitempty"`
+
+	// RequestsPerSecond overrides the PerAPIKey request rate for this key. 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RequestsPerSecond int64 `json:"requestsPerSecond,omitempty"`
+
+	// BurstCapacity overrides the burst of this key's request rate. 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	BurstCapacity int64 `json:"burstCapacity,omitempty"`
+
+	// TokensPerMinute overrides the PerAPIKey minute budget for this key, as a fleet
+	// total (divided among the replicas like every budget). 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
+
+	// Bypass exempts the key from every limit. Default false.
+	// +optional
+	Bypass bool `json:"bypass,omitempty"`
+}
+
+// ApiKeyStatus is what the operator observed.
+type ApiKeyStatus struct {
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Fingerprint is the first 8 hex digits of the key's SHA-256, to tell keys apart
+	// without revealing them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Conditions: Accepted (its fleet and Secret exist) and Ready (in the rendered
+	// config).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ApiKey is a client credential: its Secret, its user and team, and its overrides.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ak,categories=tokenwarden
+// +kubebuilder:printcolumn:name="User",type=string,JSONPath=`.spec.user`
+// +kubebuilder:printcolumn:name="Team",type=string,JSONPath=`.spec.team`
+// +kubebuilder:printcolumn:name="Fingerprint",type=string,JSONPath=`.status.fingerprint`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ApiKey struct { //nolint:revive // the Kind is ApiKey
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ApiKeySpec `json:"spec"`
+	// +optional
+	Status ApiKeyStatus `json:"status,omitempty"`
+}
+
+// ApiKeyList is a list of ApiKeys.
+// +kubebuilder:object:root=true
+type ApiKeyList struct { //nolint:revive // the Kind is ApiKey
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ApiKey `json:"items"`
+}

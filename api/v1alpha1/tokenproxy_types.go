@@ -1,0 +1,231 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AuthMode says whether requests must carry a known API key.
+// +kubebuilder:validation:Enum=Required;Optional
+type AuthMode string
+
+// Auth modes.
+const (
+	AuthRequired AuthMode = "Required"
+	AuthOptional AuthMode = "Optional"
+)
+
+// StorageType is where a fleet keeps its buckets.
+// +kubebuilder:validation:Enum=Memory;Redis
+type StorageType string
+
+// Storage types.
+const (
+	StorageMemory StorageType = "Memory"
+	StorageRedis  StorageType = "Redis"
+)
+
+// Upstream is one OpenAI- or Anthropic-compatible backend.
+type Upstream struct {
+	// Name identifies the upstream in metrics and logs.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// URL is http(s)://host:port with an optional base path.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="url must start with http:// or https://"
+	URL string `json:"url"`
+	// Models are the client-facing model names this upstream serves; empty serves every
+	// model no other upstream lists.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=256
+	Models []string `json:"models,omitempty"`
+	// CredentialSecretRef selects the upstream's own API key, which the proxy sends
+	// instead of the client's. Empty: none is sent.
+	// +optional
+	CredentialSecretRef *SecretKeyReference `json:"credentialSecretRef,omitempty"`
+	// TimeoutSeconds bounds the wait for the upstream's response headers. Default 300.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// AuthSpec configures client authentication.
+type AuthSpec struct {
+	// Mode is Required (a request without a known key is refused with 401) or Optional
+	// (anonymous requests pass; the key, user and team budgets skip them). Default
+	// Required.
+	// +optional
+	// +kubebuilder:default=Required
+	Mode AuthMode `json:"mode,omitempty"`
+	// TrustedProxies are CIDRs whose X-Forwarded-For header is believed.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR or an IP address"
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
+}
+
+// RedisSpec is the Redis server a fleet shares.
+type RedisSpec struct {
+	// URL is redis://host:port[/db] or rediss:// for TLS; one server (Sentinel and
+	// Cluster are not supported).
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('redis://') || self.startsWith('rediss://')",message="url must start with redis:// or rediss://"
+	URL string `json:"url"`
+	// PasswordSecretRef selects the Redis password. Empty: the URL's, if any.
+	// +optional
+	PasswordSecretRef *SecretKeyReference `json:"passwordSecretRef,omitempty"`
+	// FallbackToMemory admits on each replica's own buckets, at its share, while Redis
+	// is unreachable; false answers 503. Default true.
+	// +optional
+	// +kubebuilder:default=true
+	FallbackToMemory *bool `json:"fallbackToMemory,omitempty"`
+}
+
+// StorageSpec says where the fleet keeps its buckets.
+// +kubebuilder:validation:XValidation:rule="self.type == 'Redis' ? has(self.redis) : !has(self.redis)",message="redis is required when type is Redis and must not be set otherwise"
+type StorageSpec struct {
+	// Type is Memory (each replica enforces its share of every budget) or Redis (the
+	// replicas share buckets). Default Memory.
+	// +optional
+	// +kubebuilder:default=Memory
+	Type StorageType `json:"type,omitempty"`
+	// Redis is the shared server, for type Redis.
+	// +optional
+	Redis *RedisSpec `json:"redis,omitempty"`
+}
+
+// TokenProxySpec is a fleet of budget-enforcing proxies.
+type TokenProxySpec struct {
+	// Replicas is the number of proxy pods; every budget is divided among them under
+	// memory storage. An HPA may scale it through the scale subresource. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Replicas *int32 `json:"replicas,omitempty"`
+	// Image is the proxy image. Default: the operator's --proxy-image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+	// Upstreams are the backends, chosen by the request's model.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Upstreams []Upstream `json:"upstreams"`
+	// Auth configures client authentication.
+	// +optional
+	Auth AuthSpec `json:"auth,omitempty"`
+	// Storage says where the buckets live. Default Memory.
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+	// Whitelist are client CIDRs exempt from every limit.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR or an IP address"
+	Whitelist []string `json:"whitelist,omitempty"`
+	// MaxBodyBytes is the largest request body accepted; larger get 413. Default 16 MiB.
+	// +optional
+	// +kubebuilder:validation:Minimum=1024
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// ServiceMonitor creates a Prometheus Operator ServiceMonitor for the fleet when
+	// that CRD is installed. Default false.
+	// +optional
+	ServiceMonitor bool `json:"serviceMonitor,omitempty"`
+	// Resources of the proxy container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NodeSelector of the proxy pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the proxy pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// PodAnnotations are added to the proxy pods.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+}
+
+// TokenProxyStatus is what the operator observed of the fleet.
+type TokenProxyStatus struct {
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Replicas is the number of proxy pods (the scale subresource's status).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// ReadyReplicas is the number of ready proxy pods.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// Selector is the pods' label selector, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// Divisor is the budget division in force: max(spec.replicas, status.replicas)
+	// of the Deployment under memory storage.
+	// +optional
+	Divisor int64 `json:"divisor,omitempty"`
+	// Storage is the storage in force.
+	// +optional
+	Storage StorageType `json:"storage,omitempty"`
+	// Budgets and Keys count the accepted TokenBudgets and ApiKeys in the config.
+	// +optional
+	Budgets int32 `json:"budgets,omitempty"`
+	// +optional
+	Keys int32 `json:"keys,omitempty"`
+	// ConfigGeneration is the generation of the rendered proxy config.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// Conditions: Accepted and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TokenProxy is a fleet of proxies that keeps LLM traffic inside token budgets.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=tp,categories=tokenwarden
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.type`
+// +kubebuilder:printcolumn:name="Budgets",type=integer,JSONPath=`.status.budgets`
+// +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TokenProxy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec TokenProxySpec `json:"spec"`
+	// +optional
+	Status TokenProxyStatus `json:"status,omitempty"`
+}
+
+// TokenProxyList is a list of TokenProxies.
+// +kubebuilder:object:root=true
+type TokenProxyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TokenProxy `json:"items"`
+}

@@ -1,0 +1,132 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// The API server refuses a bad object with a message naming the field, and stores
+// nothing.
+var _ = Describe("Validation by the API server", func() {
+	var ns string
+	BeforeEach(func() {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "validation-"}}
+		Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		ns = n.Name
+	})
+
+	refused := func(obj client.Object, message string) {
+		GinkgoHelper()
+		obj.SetNamespace(ns)
+		obj.SetName("bad")
+		err := k8sClient.Create(ctx, obj)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "expected Invalid, got %v", err)
+		Expect(err.Error()).To(ContainSubstring(message))
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj))).To(BeTrue(), "nothing is stored")
+	}
+
+	budget := func(mutate func(*twv1alpha1.TokenBudgetSpec)) *twv1alpha1.TokenBudget {
+		b := &twv1alpha1.TokenBudget{Spec: twv1alpha1.TokenBudgetSpec{
+			ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, Dimension: twv1alpha1.DimensionGlobal, TokensPerMinute: 1000,
+		}}
+		mutate(&b.Spec)
+		return b
+	}
+	proxy := func(mutate func(*twv1alpha1.TokenProxySpec)) *twv1alpha1.TokenProxy {
+		p := &twv1alpha1.TokenProxy{Spec: twv1alpha1.TokenProxySpec{
+			Upstreams: []twv1alpha1.Upstream{{Name: "default", URL: "http://llm:8000"}},
+		}}
+		mutate(&p.Spec)
+		return p
+	}
+
+	DescribeTable("a TokenBudget",
+		func(mutate func(*twv1alpha1.TokenBudgetSpec), message string) { refused(budget(mutate), message) },
+		Entry("PerModel without a model",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = twv1alpha1.DimensionPerModel },
+			"spec: Invalid value: model is required when dimension is PerModel and must not be set otherwise"),
+		Entry("a model on another dimension",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.Model = "gpt-4o" },
+			"model is required when dimension is PerModel and must not be set otherwise"),
+		Entry("an unknown dimension",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = "PerTenant" },
+			`spec.dimension: Unsupported value: "PerTenant"`),
+		Entry("a negative budget",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.TokensPerDay = -1 },
+			"spec.tokensPerDay: Invalid value: -1: spec.tokensPerDay in body should be greater than or equal to 0"),
+		Entry("no limit at all",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.TokensPerMinute = 0 },
+			"at least one of tokensPerMinute, tokensPerDay and requestsPerSecond must be positive"),
+		Entry("a burst without a rate",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.BurstCapacity = 10 },
+			"burstCapacity needs requestsPerSecond"),
+		Entry("no proxy",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.ProxyRef.Name = "" },
+			"spec.proxyRef.name: Invalid value: \"\": spec.proxyRef.name in body should be at least 1 chars long"),
+	)
+
+	DescribeTable("a TokenProxy",
+		func(mutate func(*twv1alpha1.TokenProxySpec), message string) { refused(proxy(mutate), message) },
+		Entry("no upstream",
+			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = nil },
+			"spec.upstreams: Required value"),
+		Entry("an upstream URL without a scheme",
+			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams[0].URL = "llm:8000" },
+			`spec.upstreams[0].url: Invalid value: "llm:8000": url must start with http:// or https://`),
+		Entry("two upstreams with one name",
+			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = append(s.Upstreams, s.Upstreams[0]) },
+			`spec.upstreams[1]: Duplicate value: {"name":"default"}`),
+		Entry("Redis storage without Redis",
+			func(s *twv1alpha1.TokenProxySpec) { s.Storage.Type = twv1alpha1.StorageRedis },
+			"spec.storage: Invalid value: redis is required when type is Redis and must not be set otherwise"),
+		Entry("a Redis URL of another scheme",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis-sentinel://h:26379"}}
+			},
+			`spec.storage.redis.url: Invalid value: "redis-sentinel://h:26379": url must start with redis:// or rediss://`),
+		Entry("a whitelist entry that is not a CIDR",
+			func(s *twv1alpha1.TokenProxySpec) { s.Whitelist = []string{"10.0.0.0/33"} },
+			`spec.whitelist[0]: Invalid value: "10.0.0.0/33": must be a CIDR or an IP address`),
+		Entry("an unknown auth mode",
+			func(s *twv1alpha1.TokenProxySpec) { s.Auth.Mode = "Sometimes" },
+			`spec.auth.mode: Unsupported value: "Sometimes"`),
+		Entry("negative replicas",
+			func(s *twv1alpha1.TokenProxySpec) { s.Replicas = ptr.To(int32(-1)) },
+			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
+	)
+
+	It("refuses an ApiKey without a Secret", func() {
+		refused(&twv1alpha1.ApiKey{Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}}},
+			"spec.secretRef.name: Invalid value: \"\": spec.secretRef.name in body should be at least 1 chars long")
+	})
+
+	It("stores good objects with their defaults", func() {
+		p := proxy(func(*twv1alpha1.TokenProxySpec) {})
+		p.Name, p.Namespace = "fleet", ns
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Expect(*p.Spec.Replicas).To(Equal(int32(1)))
+		Expect(p.Spec.Auth.Mode).To(Equal(twv1alpha1.AuthRequired))
+		Expect(p.Spec.Storage.Type).To(Equal(twv1alpha1.StorageMemory))
+
+		b := budget(func(s *twv1alpha1.TokenBudgetSpec) {
+			s.Dimension, s.Model = twv1alpha1.DimensionPerModel, "gpt-4o"
+		})
+		b.Name, b.Namespace = "model", ns
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+
+		k := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: ns}, Spec: twv1alpha1.ApiKeySpec{
+			ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, SecretRef: twv1alpha1.SecretKeyReference{Name: "alice"}}}
+		Expect(k8sClient.Create(ctx, k)).To(Succeed())
+		Expect(k.Spec.SecretRef.Key).To(Equal("key"))
+	})
+})
