@@ -23,7 +23,7 @@ const (
 
 // TokenBudgetSpec is one dimension's budget for one fleet. Every number is a fleet
 // total; the operator divides it among the replicas when storage is memory.
-// +kubebuilder:validation:XValidation:rule="self.dimension == 'PerModel' ? (has(self.model) && self.model != ”) : !has(self.model)",message="model is required when dimension is PerModel and must not be set otherwise"
+// +kubebuilder:validation:XValidation:rule="self.dimension == 'PerModel' ? (has(self.model) && size(self.model) > 0) : !has(self.model)",message="model is required when dimension is PerModel and must not be set otherwise"
 // +kubebuilder:validation:XValidation:rule="self.tokensPerMinute > 0 || self.tokensPerDay > 0 || self.requestsPerSecond > 0",message="at least one of tokensPerMinute, tokensPerDay and requestsPerSecond must be positive"
 // +kubebuilder:validation:XValidation:rule="self.burstCapacity == 0 || self.requestsPerSecond > 0",message="burstCapacity needs requestsPerSecond"
 type TokenBudgetSpec struct {
