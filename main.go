@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers"
 )
 
 func main() {
@@ -26,11 +27,13 @@ func main() {
 		probeAddr            string
 		enableLeaderElection bool
 		leaderElectionNS     string
+		proxyImage           string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to. Use 0 to disable it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health and readiness probes bind to.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one operator replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election lease (default: the operator's own namespace).")
+	flag.StringVar(&proxyImage, "proxy-image", "tokenwarden:dev", "The proxy image of a TokenProxy that names none.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -54,6 +57,15 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := (&controllers.TokenProxyReconciler{
+		Client:     mgr.GetClient(),
+		Events:     mgr.GetEventRecorder("tokenwarden"),
+		ProxyImage: proxyImage,
+	}).SetupWithManager(ctx, mgr); err != nil {
+		log.Error(err, "Unable to set up the TokenProxy controller")
+		os.Exit(1)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Unable to set up the health check")
 		os.Exit(1)
@@ -64,7 +76,7 @@ func main() {
 	}
 
 	log.Info("Starting the manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}

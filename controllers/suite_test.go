@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers"
 )
 
 // The suite runs the real kube-apiserver and etcd that `make tools` builds into bin/
@@ -76,6 +77,11 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	mgrClient = mgr.GetClient()
+	Expect((&controllers.TokenProxyReconciler{
+		Client:     mgr.GetClient(),
+		Events:     mgr.GetEventRecorder("tokenwarden"),
+		ProxyImage: "tokenwarden:test",
+	}).SetupWithManager(ctx, mgr)).To(Succeed())
 
 	go func() {
 		defer GinkgoRecover()

@@ -1,0 +1,139 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// Ports of the proxy container.
+const (
+	proxyPort = 8080
+	adminPort = 9090
+	// configKey is the ConfigMap key that holds the proxy config document.
+	configKey = "proxy.yaml"
+	// redisPasswordEnv is the proxy's environment variable with the Redis password.
+	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
+)
+
+// keyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
+type keyInput struct {
+	key  *twv1alpha1.ApiKey
+	hash string
+}
+
+// fleet is everything the proxy config of one TokenProxy is rendered from.
+type fleet struct {
+	proxy   *twv1alpha1.TokenProxy
+	budgets []*twv1alpha1.TokenBudget // accepted, in creation order
+	keys    []keyInput                // accepted, by name
+	divisor int64
+}
+
+// upstreamCredentialEnv is the environment variable that carries an upstream's key.
+func upstreamCredentialEnv(name string) string {
+	return "TOKENWARDEN_UPSTREAM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_KEY"
+}
+
+// render builds the proxy config document of a fleet. It holds key hashes only, never
+// a key; upstream and Redis credentials are referenced by environment variable.
+func render(f *fleet) *config.Config {
+	p := f.proxy
+	c := &config.Config{
+		Listen:       fmt.Sprintf("0.0.0.0:%d", proxyPort),
+		AdminListen:  fmt.Sprintf("0.0.0.0:%d", adminPort),
+		MaxBodyBytes: p.Spec.MaxBodyBytes,
+		Auth: config.Auth{
+			Mode:           config.AuthRequired,
+			TrustedProxies: slices.Clone(p.Spec.Auth.TrustedProxies),
+		},
+	}
+	if p.Spec.Auth.Mode == twv1alpha1.AuthOptional {
+		c.Auth.Mode = config.AuthOptional
+	}
+	for _, u := range p.Spec.Upstreams {
+		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds}
+		if u.CredentialSecretRef != nil {
+			cu.AuthHeaderEnv = upstreamCredentialEnv(u.Name)
+		}
+		c.Upstreams = append(c.Upstreams, cu)
+	}
+	for _, k := range f.keys {
+		s := &k.key.Spec
+		c.APIKeys = append(c.APIKeys, config.APIKey{
+			Name: k.key.Name, KeySHA256: k.hash, User: s.User, Team: s.Team,
+			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
+			Bypass: s.Bypass,
+		})
+	}
+	rl := &c.RateLimiting
+	rl.Storage = config.StorageMemory
+	rl.BudgetDivision.Replicas = f.divisor
+	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
+	if p.Spec.Storage.Type == twv1alpha1.StorageRedis && p.Spec.Storage.Redis != nil {
+		r := p.Spec.Storage.Redis
+		rl.Storage = config.StorageRedis
+		rl.Redis = config.Redis{URL: r.URL, FallbackToMemory: r.FallbackToMemory, KeyPrefix: p.Namespace + "/" + p.Name}
+		if r.PasswordSecretRef != nil {
+			rl.Redis.PasswordEnv = redisPasswordEnv
+		}
+	}
+	for _, b := range f.budgets {
+		l := config.DimensionLimits{
+			RequestsPerSecond: b.Spec.RequestsPerSecond, BurstCapacity: b.Spec.BurstCapacity,
+			TokensPerMinute: b.Spec.TokensPerMinute, TokensPerDay: b.Spec.TokensPerDay,
+		}
+		switch b.Spec.Dimension {
+		case twv1alpha1.DimensionGlobal:
+			rl.Limits.Global = l
+		case twv1alpha1.DimensionPerClient:
+			rl.Limits.PerClient = l
+		case twv1alpha1.DimensionPerAPIKey:
+			rl.Limits.PerAPIKey = l
+		case twv1alpha1.DimensionPerUser:
+			rl.Limits.PerUser = l
+		case twv1alpha1.DimensionPerTeam:
+			rl.Limits.PerTeam = l
+		case twv1alpha1.DimensionPerModel:
+			if rl.Limits.PerModel == nil {
+				rl.Limits.PerModel = map[string]config.DimensionLimits{}
+			}
+			rl.Limits.PerModel[b.Spec.Model] = l
+		}
+	}
+	return c
+}
+
+// budgetSlot is what two budgets conflict on: the same dimension (and model).
+func budgetSlot(b *twv1alpha1.TokenBudget) string {
+	return string(b.Spec.Dimension) + "/" + b.Spec.Model
+}
+
+// resolveConflicts orders budgets oldest first (creation time, then name) and splits
+// them into the winners of each slot and the losers.
+func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, winnerOf map[string]string) {
+	sorted := slices.Clone(budgets)
+	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	winnerOf = map[string]string{}
+	for _, b := range sorted {
+		slot := budgetSlot(b)
+		if _, taken := winnerOf[slot]; taken {
+			losers = append(losers, b)
+			continue
+		}
+		winnerOf[slot] = b.Name
+		winners = append(winners, b)
+	}
+	return winners, losers, winnerOf
+}

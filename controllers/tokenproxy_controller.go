@@ -1,0 +1,289 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// Field indexes.
+const (
+	proxyRefField  = "spec.proxyRef.name"
+	secretRefField = "spec.secretRef.name"
+)
+
+// TokenProxyReconciler runs one fleet per TokenProxy: it renders the fleet's
+// TokenBudgets and ApiKeys into the proxy config ConfigMap, runs the proxy Deployment,
+// Service and RBAC, and writes the status of every object it read.
+type TokenProxyReconciler struct {
+	client.Client
+	// Events records what an operator acts on: conflicts and missing Secrets.
+	Events events.EventRecorder
+	// ProxyImage is the proxy image when a TokenProxy names none.
+	ProxyImage string
+}
+
+// SetupWithManager registers the reconciler, its indexes and its watches.
+func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, func(o client.Object) []string {
+		return []string{o.(*twv1alpha1.TokenBudget).Spec.ProxyRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, proxyRefField, func(o client.Object) []string {
+		return []string{o.(*twv1alpha1.ApiKey).Spec.ProxyRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, secretRefField, func(o client.Object) []string {
+		return []string{o.(*twv1alpha1.ApiKey).Spec.SecretRef.Name}
+	}); err != nil {
+		return err
+	}
+	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
+		var name string
+		switch v := o.(type) {
+		case *twv1alpha1.TokenBudget:
+			name = v.Spec.ProxyRef.Name
+		case *twv1alpha1.ApiKey:
+			name = v.Spec.ProxyRef.Name
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&twv1alpha1.TokenProxy{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(toProxy),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
+		Complete(r)
+}
+
+// proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it.
+func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var keys twv1alpha1.ApiKeyList
+	if err := r.List(ctx, &keys, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefField: o.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, k := range keys.Items {
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.ProxyRef.Name}}
+		if !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
+// Reconcile renders one fleet and writes the status of everything it read.
+func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var tp twv1alpha1.TokenProxy
+	if err := r.Get(ctx, req.NamespacedName, &tp); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The fleet is gone (its owned objects go with it); tell the objects that
+			// still reference it.
+			return ctrl.Result{}, r.markProxyNotFound(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if !tp.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+
+	g, err := r.gather(ctx, &tp)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	generation, err := r.applyConfigMap(ctx, &tp, render(&g.fleet))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	deploy, err := r.applyWorkload(ctx, &tp)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.writeStatuses(ctx, &tp, g, deploy, generation)
+}
+
+// gathered is what one fleet is rendered from, and the verdict on every object read.
+type gathered struct {
+	fleet
+	budgetVerdicts map[string]verdict // by TokenBudget name
+	keyVerdicts    map[string]verdict // by ApiKey name
+	fingerprints   map[string]string
+}
+
+// verdict is an object's Accepted condition.
+type verdict struct {
+	accepted bool
+	reason   string
+	message  string
+}
+
+func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenProxy) (*gathered, error) {
+	g := &gathered{
+		fleet:          fleet{proxy: tp},
+		budgetVerdicts: map[string]verdict{},
+		keyVerdicts:    map[string]verdict{},
+		fingerprints:   map[string]string{},
+	}
+	var budgets twv1alpha1.TokenBudgetList
+	if err := r.List(ctx, &budgets, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
+		return nil, fmt.Errorf("list TokenBudgets: %w", err)
+	}
+	all := make([]*twv1alpha1.TokenBudget, 0, len(budgets.Items))
+	for i := range budgets.Items {
+		if budgets.Items[i].DeletionTimestamp.IsZero() {
+			all = append(all, &budgets.Items[i])
+		}
+	}
+	winners, losers, winnerOf := resolveConflicts(all)
+	g.budgets = winners
+	for _, b := range winners {
+		g.budgetVerdicts[b.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
+	}
+	for _, b := range losers {
+		msg := fmt.Sprintf("TokenBudget %s is older and sets the same dimension %s", winnerOf[budgetSlot(b)], b.Spec.Dimension)
+		if b.Spec.Model != "" {
+			msg += " for model " + b.Spec.Model
+		}
+		g.budgetVerdicts[b.Name] = verdict{reason: twv1alpha1.ReasonConflicted, message: msg}
+	}
+
+	var keys twv1alpha1.ApiKeyList
+	if err := r.List(ctx, &keys, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
+		return nil, fmt.Errorf("list ApiKeys: %w", err)
+	}
+	slices.SortFunc(keys.Items, func(a, b twv1alpha1.ApiKey) int { return strings.Compare(a.Name, b.Name) })
+	for i := range keys.Items {
+		k := &keys.Items[i]
+		if !k.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var s corev1.Secret
+		err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.SecretRef.Name}, &s)
+		switch {
+		case apierrors.IsNotFound(err):
+			g.keyVerdicts[k.Name] = verdict{reason: twv1alpha1.ReasonSecretNotFound, message: fmt.Sprintf("Secret %s not found", k.Spec.SecretRef.Name)}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("get Secret %s: %w", k.Spec.SecretRef.Name, err)
+		}
+		material := strings.TrimSpace(string(s.Data[secretKey(k.Spec.SecretRef)]))
+		if material == "" {
+			g.keyVerdicts[k.Name] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
+				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
+			continue
+		}
+		sum := sha256.Sum256([]byte(material))
+		hash := hex.EncodeToString(sum[:])
+		g.keys = append(g.keys, keyInput{key: k, hash: hash})
+		g.fingerprints[k.Name] = hash[:8]
+		g.keyVerdicts[k.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
+	}
+
+	var deploy appsv1.Deployment
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
+	switch {
+	case apierrors.IsNotFound(err):
+		g.divisor = divisor(tp, nil)
+	case err != nil:
+		return nil, fmt.Errorf("get Deployment: %w", err)
+	default:
+		g.divisor = divisor(tp, &deploy)
+	}
+	return g, nil
+}
+
+func secretKey(ref twv1alpha1.SecretKeyReference) string {
+	if ref.Key == "" {
+		return "key"
+	}
+	return ref.Key
+}
+
+// divisor is the budget division: max(desired, current) replicas, so a rolling
+// update's surge pods or a scale-down in progress never raise the fleet above its
+// total. The desired count is the TokenProxy's, which the Deployment is set to.
+func divisor(tp *twv1alpha1.TokenProxy, d *appsv1.Deployment) int64 {
+	n := int64(1)
+	if tp.Spec.Replicas != nil {
+		n = int64(*tp.Spec.Replicas)
+	}
+	if d != nil {
+		if d.Spec.Replicas != nil {
+			n = max(n, int64(*d.Spec.Replicas))
+		}
+		n = max(n, int64(d.Status.Replicas))
+	}
+	return max(n, 1)
+}
+
+// markProxyNotFound sets Accepted=False/ProxyNotFound on the objects that reference a
+// fleet that does not exist.
+func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
+	msg := fmt.Sprintf("TokenProxy %s not found", name.Name)
+	var budgets twv1alpha1.TokenBudgetList
+	if err := r.List(ctx, &budgets, client.InNamespace(name.Namespace), client.MatchingFields{proxyRefField: name.Name}); err != nil {
+		return err
+	}
+	for i := range budgets.Items {
+		b := &budgets.Items[i]
+		st := b.Status.DeepCopy()
+		st.ObservedGeneration = b.Generation
+		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
+		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
+			return err
+		}
+	}
+	var keys twv1alpha1.ApiKeyList
+	if err := r.List(ctx, &keys, client.InNamespace(name.Namespace), client.MatchingFields{proxyRefField: name.Name}); err != nil {
+		return err
+	}
+	for i := range keys.Items {
+		k := &keys.Items[i]
+		st := k.Status.DeepCopy()
+		st.ObservedGeneration = k.Generation
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
+		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
+			return err
+		}
+	}
+	log.FromContext(ctx).V(1).Info("TokenProxy not found; marked its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
+	return nil
+}
+
+// proxyName is the name of the fleet's owned objects.
+func proxyName(tp *twv1alpha1.TokenProxy) string { return tp.Name + "-proxy" }
+
+var _ = rbacv1.Role{}

@@ -1,0 +1,183 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// generationAnnotation on the ConfigMap records the rendered config's generation.
+const generationAnnotation = "tokenwarden.io/config-generation"
+
+func labels(tp *twv1alpha1.TokenProxy) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":       "tokenwarden-proxy",
+		"app.kubernetes.io/instance":   tp.Name,
+		"app.kubernetes.io/managed-by": "tokenwarden",
+	}
+}
+
+func selectorLabels(tp *twv1alpha1.TokenProxy) map[string]string {
+	return map[string]string{"app.kubernetes.io/name": "tokenwarden-proxy", "app.kubernetes.io/instance": tp.Name}
+}
+
+// applyConfigMap writes the rendered document and returns its generation, which grows
+// by one with every change of the document.
+func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha1.TokenProxy, cfg *config.Config) (int64, error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace}}
+	var generation int64
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+		prev, _ := strconv.ParseInt(cm.Annotations[generationAnnotation], 10, 64)
+		cfg.Generation = prev
+		doc, err := cfg.Marshal()
+		if err != nil {
+			return err
+		}
+		if cm.Data[configKey] != string(doc) {
+			cfg.Generation = prev + 1
+			if doc, err = cfg.Marshal(); err != nil {
+				return err
+			}
+		}
+		generation = cfg.Generation
+		cm.Labels = labels(tp)
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[generationAnnotation] = strconv.FormatInt(generation, 10)
+		cm.Data = map[string]string{configKey: string(doc)}
+		return controllerutil.SetControllerReference(tp, cm, r.Scheme())
+	})
+	if err != nil {
+		return 0, fmt.Errorf("apply ConfigMap: %w", err)
+	}
+	return generation, nil
+}
+
+// applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
+// nothing else), the Deployment and the Service. It returns the Deployment.
+func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy) (*appsv1.Deployment, error) {
+	name := proxyName(tp)
+	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
+
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, sa, func() error {
+		sa.Labels = labels(tp)
+		return own(sa)
+	}); err != nil {
+		return nil, fmt.Errorf("apply ServiceAccount: %w", err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
+		role.Labels = labels(tp)
+		role.Rules = []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name},
+			Verbs: []string{"get", "list", "watch"},
+		}}
+		return own(role)
+	}); err != nil {
+		return nil, fmt.Errorf("apply Role: %w", err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
+		rb.Labels = labels(tp)
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}
+		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: tp.Namespace}}
+		return own(rb)
+	}); err != nil {
+		return nil, fmt.Errorf("apply RoleBinding: %w", err)
+	}
+
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, deploy, func() error {
+		deploy.Labels = labels(tp)
+		deploy.Spec.Replicas = ptr.To(ptr.Deref(tp.Spec.Replicas, 1))
+		deploy.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(tp)}
+		r.podTemplate(tp, &deploy.Spec.Template)
+		return own(deploy)
+	}); err != nil {
+		return nil, fmt.Errorf("apply Deployment: %w", err)
+	}
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
+		svc.Labels = labels(tp)
+		svc.Spec.Selector = selectorLabels(tp)
+		svc.Spec.Ports = []corev1.ServicePort{
+			{Name: "http", Port: proxyPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
+			{Name: "admin", Port: adminPort, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP},
+		}
+		return own(svc)
+	}); err != nil {
+		return nil, fmt.Errorf("apply Service: %w", err)
+	}
+	return deploy, nil
+}
+
+// podTemplate fills in the proxy pod: the proxy watching its ConfigMap, probes on the
+// admin port, provider credentials from Secrets as environment variables.
+func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.PodTemplateSpec) {
+	name := proxyName(tp)
+	t.Labels = selectorLabels(tp)
+	t.Annotations = maps.Clone(tp.Spec.PodAnnotations)
+	image := tp.Spec.Image
+	if image == "" {
+		image = r.ProxyImage
+	}
+	var env []corev1.EnvVar
+	secretEnv := func(envName string, ref *twv1alpha1.SecretKeyReference) corev1.EnvVar {
+		return corev1.EnvVar{Name: envName, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: secretKey(*ref)}}}
+	}
+	for _, u := range tp.Spec.Upstreams {
+		if u.CredentialSecretRef != nil {
+			env = append(env, secretEnv(upstreamCredentialEnv(u.Name), u.CredentialSecretRef))
+		}
+	}
+	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.PasswordSecretRef != nil {
+		env = append(env, secretEnv(redisPasswordEnv, rs.PasswordSecretRef))
+	}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
+			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
+	}
+	t.Spec = corev1.PodSpec{
+		ServiceAccountName: name,
+		NodeSelector:       maps.Clone(tp.Spec.NodeSelector),
+		Tolerations:        tp.Spec.Tolerations,
+		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		Containers: []corev1.Container{{
+			Name:  "proxy",
+			Image: image,
+			Args:  []string{"--configmap", tp.Namespace + "/" + name},
+			Env:   env,
+			Ports: []corev1.ContainerPort{
+				{Name: "http", ContainerPort: proxyPort, Protocol: corev1.ProtocolTCP},
+				{Name: "admin", ContainerPort: adminPort, Protocol: corev1.ProtocolTCP},
+			},
+			ReadinessProbe: probe("/readyz"),
+			LivenessProbe:  probe("/healthz"),
+			Resources:      tp.Spec.Resources,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		}},
+	}
+}
