@@ -26,12 +26,13 @@ func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg st
 	meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation})
 }
 
-// patchStatus writes a status only when it changed, with a merge patch.
+// patchStatus writes a status only when it changed. It replaces the whole status (a
+// conflict is retried by the next reconcile), so zero values such as readyReplicas: 0
+// are stored too.
 func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Object, current, desired any) error {
 	if equality.Semantic.DeepEqual(current, desired) {
 		return nil
 	}
-	base := obj.DeepCopyObject().(client.Object)
 	switch o := obj.(type) {
 	case *twv1alpha1.TokenBudget:
 		o.Status = *desired.(*twv1alpha1.TokenBudgetStatus)
@@ -40,7 +41,7 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 	case *twv1alpha1.TokenProxy:
 		o.Status = *desired.(*twv1alpha1.TokenProxyStatus)
 	}
-	if err := r.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
+	if err := r.Status().Update(ctx, obj); err != nil {
 		return fmt.Errorf("patch status of %s: %w", obj.GetName(), err)
 	}
 	return nil

@@ -171,10 +171,10 @@ type TokenProxyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Replicas is the number of proxy pods (the scale subresource's status).
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	Replicas int32 `json:"replicas"`
 	// ReadyReplicas is the number of ready proxy pods.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	ReadyReplicas int32 `json:"readyReplicas"`
 	// Selector is the pods' label selector, for the scale subresource.
 	// +optional
 	Selector string `json:"selector,omitempty"`

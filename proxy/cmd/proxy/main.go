@@ -3,8 +3,9 @@
 
 // Command proxy is tokenwarden's data plane: it keeps LLM traffic inside token budgets.
 //
-//	proxy --config FILE        serve, reloading FILE when it changes
-//	proxy validate FILE        check a document: errors name the field, warnings are printed
+//	proxy --config FILE                serve, reloading FILE when it changes
+//	proxy --configmap NAMESPACE/NAME   serve the document the operator renders, reloading on watch events
+//	proxy validate FILE                check a document: errors name the field, warnings are printed
 package main
 
 import (
@@ -18,11 +19,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
@@ -89,6 +94,9 @@ func splitErrors(err error) []string {
 func run(args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	configPath := fs.String("config", "", "The config document to serve; reloaded when it changes.")
+	configMap := fs.String("configmap", "", "NAMESPACE/NAME of the ConfigMap that holds the config document; reloaded on watch events.")
+	configMapKey := fs.String("configmap-key", "proxy.yaml", "The ConfigMap data key that holds the document.")
+	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig for --configmap outside a cluster (default: in-cluster, then $KUBECONFIG).")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -102,10 +110,22 @@ func run(args []string) error {
 
 	var src source.Source
 	switch {
+	case *configPath != "" && *configMap != "":
+		return errors.New("--config and --configmap are exclusive")
 	case *configPath != "":
 		src = &source.File{Path: *configPath, Log: log}
+	case *configMap != "":
+		ns, name, ok := strings.Cut(*configMap, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--configmap: want NAMESPACE/NAME, got %q", *configMap)
+		}
+		cs, err := kubeClient(*kubeconfig)
+		if err != nil {
+			return err
+		}
+		src = &source.ConfigMap{Client: cs, Namespace: ns, Name: name, Key: *configMapKey, Log: log}
 	default:
-		return errors.New("a config source is required: --config FILE")
+		return errors.New("a config source is required: --config FILE or --configmap NAMESPACE/NAME")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -173,6 +193,24 @@ func run(args []string) error {
 	defer cancel()
 	_ = admin.Shutdown(shutdown)
 	return data1.Shutdown(shutdown)
+}
+
+// kubeClient connects to the API server: the given kubeconfig, else the in-cluster
+// config, else $KUBECONFIG and the default kubeconfig.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "tokenwarden-proxy"
+	return kubernetes.NewForConfig(cfg)
 }
 
 // newStore builds the store the config selects. The store is chosen at start; a

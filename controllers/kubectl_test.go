@@ -1,0 +1,135 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/proxy/source"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+)
+
+// kubectl runs the real kubectl from bin/ against the test API server.
+func kubectl(args ...string) string {
+	GinkgoHelper()
+	user, err := testEnv.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
+	Expect(err).NotTo(HaveOccurred())
+	kc, err := user.KubeConfig()
+	Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(os.WriteFile(path, kc, 0o600)).To(Succeed())
+	cmd := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), append([]string{"--kubeconfig", path}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	Expect(cmd.Run()).To(Succeed(), "kubectl %s: %s", strings.Join(args, " "), errOut.String())
+	return out.String()
+}
+
+var _ = Describe("kubectl", func() {
+	It("shows each replica's allowance in get, and scales a fleet through the scale subresource", func() {
+		ns := newNamespace("kubectl")
+		Expect(k8sClient.Create(ctx, keySecret(ns, "alice", "sk-alice"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, apiKey(ns, "alice", "alice", "alice", "research"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, tokenBudget(ns, "team", twv1alpha1.DimensionPerTeam, "", 120000, 2400000))).To(Succeed())
+		Expect(k8sClient.Create(ctx, tokenBudget(ns, "sonnet", twv1alpha1.DimensionPerModel, "claude-sonnet", 60000, 0))).To(Succeed())
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 3))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(budgetStatus(g, ns, "sonnet").Replicas).To(Equal(int64(3)))
+			g.Expect(budgetStatus(g, ns, "team").Replicas).To(Equal(int64(3)))
+		}).Should(Succeed())
+
+		out := kubectl("get", "tokenbudgets", "-n", ns)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "DIMENSION", "MODEL", "TPM", "TPD", "REPLICAS", "PER-REPLICA", "TPM", "PER-REPLICA", "TPD", "READY", "AGE"}))
+		// An unlimited period (PER-REPLICA TPD of a budget without tokensPerDay) prints empty.
+		Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "60000", "0", "3", "20000", "True"}))
+		Expect(strings.Fields(lines[2])[:8]).To(Equal([]string{"team", "PerTeam", "120000", "2400000", "3", "40000", "800000", "True"}))
+
+		out = kubectl("get", "tp", "-n", ns)
+		Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "AGE"}))
+		Expect(strings.Fields(strings.Split(out, "\n")[1])[:6]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1"}), "no pod runs in the test control plane")
+
+		out = kubectl("get", "ak", "-n", ns)
+		Expect(strings.Fields(strings.Split(out, "\n")[1])[:5]).To(Equal([]string{"alice", "alice", "research", sha("sk-alice")[:8], "True"}))
+
+		kubectl("scale", "tp/fleet", "-n", ns, "--replicas=5")
+		Eventually(func(g Gomega) {
+			g.Expect(budgetStatus(g, ns, "team").PerReplica.TokensPerMinute).To(HaveValue(Equal(int64(24000))))
+		}).Should(Succeed())
+		Expect(kubectl("get", "tb", "team", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")).To(Equal("24000"))
+	})
+})
+
+var _ = Describe("A proxy watching its ConfigMap", func() {
+	It("enforces a changed TokenBudget within 2 seconds of the apply", func() {
+		ns := newNamespace("watch")
+		Expect(k8sClient.Create(ctx, keySecret(ns, "alice", "sk-alice"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, apiKey(ns, "alice", "alice", "alice", "research"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, tokenBudget(ns, "per-key", twv1alpha1.DimensionPerAPIKey, "", 100000, 0))).To(Succeed())
+		tp := fleetProxy(ns, 1)
+		tp.Spec.Upstreams = tp.Spec.Upstreams[1:]
+		backend := httptest.NewServer(fakellm.New())
+		DeferCleanup(backend.Close)
+		tp.Spec.Upstreams[0].URL = backend.URL
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(rendered(g, ns).APIKeys).To(HaveLen(1)) }).Should(Succeed())
+
+		// The proxy, exactly as a pod runs it: a ConfigMap source through the API server.
+		cs, err := kubernetes.NewForConfig(cfg)
+		Expect(err).NotTo(HaveOccurred())
+		src := &source.ConfigMap{Client: cs, Namespace: ns, Name: "fleet-proxy", Key: "proxy.yaml"}
+		data, err := src.Load(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		logger := slog.New(slog.NewTextHandler(GinkgoWriter, nil))
+		mem := budget.NewMemory(budget.SystemClock{}, 1000)
+		srv := server.New(server.Options{Store: mem, Memory: mem, Metrics: metrics.New(prometheus.NewRegistry()), Logger: logger})
+		_, err = srv.Apply(data, src.String())
+		Expect(err).NotTo(HaveOccurred())
+		go func() {
+			_ = src.Run(ctx, func(d []byte, origin string) error { _, err := srv.Apply(d, origin); return err })
+		}()
+		front := httptest.NewServer(srv)
+		DeferCleanup(front.Close)
+
+		chat := func() int {
+			req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":1000}`))
+			req.Header.Set("Authorization", "Bearer sk-alice")
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		Expect(chat()).To(Equal(200))
+
+		var b twv1alpha1.TokenBudget
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "per-key"}, &b)).To(Succeed())
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Spec.TokensPerMinute = 500 // smaller than one request
+		applied := time.Now()
+		Expect(k8sClient.Patch(ctx, &b, patch)).To(Succeed())
+		Eventually(chat, 2*time.Second, 20*time.Millisecond).Should(Equal(429))
+		GinkgoWriter.Printf("enforced %v after the apply\n", time.Since(applied))
+	})
+})
