@@ -10,8 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -28,7 +28,9 @@ type ConfigMap struct {
 	Log *slog.Logger
 }
 
-func (c *ConfigMap) String() string { return fmt.Sprintf("configmap %s/%s[%s]", c.Namespace, c.Name, c.Key) }
+func (c *ConfigMap) String() string {
+	return fmt.Sprintf("configmap %s/%s[%s]", c.Namespace, c.Name, c.Key)
+}
 
 // Load implements Source.
 func (c *ConfigMap) Load(ctx context.Context) ([]byte, error) {
