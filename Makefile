@@ -77,7 +77,8 @@ run-proxy: ## Run the proxy standalone with $(PROXY_CONFIG) in front of the fake
 	PROXY_CONFIG=$(PROXY_CONFIG) hack/run-proxy.sh
 
 .PHONY: demo
-demo: build tools ## Run the whole system on this machine (not built yet: runs the standalone proxy).
+demo: ## The whole system on one machine is not built yet: this runs the standalone proxy (make run-proxy).
+	@echo "make demo (control plane, operator and a fleet on this machine) is not built yet; running the standalone proxy."
 	$(MAKE) run-proxy
 
 .PHONY: docker-build
@@ -103,8 +104,9 @@ fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator and the SSE usage p
 	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./proxy/usage/
 
 .PHONY: test-e2e
-test-e2e: tools build ## Run the end-to-end suite under test/e2e.
-	$(GO) test $(GO_TEST_FLAGS) -tags e2e ./test/e2e/...
+test-e2e: tools build ## Run the end-to-end suite under test/e2e (not written yet: see the demo issue).
+	@if [ ! -d test/e2e ]; then echo "test/e2e does not exist yet: the end-to-end suite comes with the demo issue"; exit 1; fi
+	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: bench
 bench: ## Run the proxy's benchmarks with -benchmem.
