@@ -9,7 +9,7 @@ import (
 
 // ApiKeySpec is a client credential of one fleet. The key itself stays in a Secret:
 // the operator renders only its SHA-256 into the proxy config.
-type ApiKeySpec struct {
+type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// ProxyRef is the TokenProxy (fleet) that accepts this key.
 	// +required
 	ProxyRef ProxyReference `json:"proxyRef"`
@@ -50,7 +50,7 @@ type ApiKeySpec struct {
 }
 
 // ApiKeyStatus is what the operator observed.
-type ApiKeyStatus struct {
+type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 	// ObservedGeneration is the generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

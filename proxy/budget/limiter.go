@@ -116,18 +116,17 @@ func (l *Limiter) Store() Store { return l.store }
 // charges are the buckets a request draws on; fixed arrays keep the hot path free of
 // allocations for the common case.
 type charges struct {
-	reqs     []Charge
-	reqDims  []Dimension
-	toks     []Charge
-	both     []bool // per token charge: its dimension has both periods
-	reqBuf   [NumDimensions]Charge
-	reqDBuf  [NumDimensions]Dimension
-	tokBuf   [NumDimensions * 2]Charge
-	bothBuf  [NumDimensions * 2]bool
-	keyMin   int // index in toks of the api_key minute bucket, or -1
-	keyDay   int
-	keyReq   int // index in reqs of the api_key request bucket, or -1
-	anything bool
+	reqs    []Charge
+	reqDims []Dimension
+	toks    []Charge
+	both    []bool // per token charge: its dimension has both periods
+	reqBuf  [NumDimensions]Charge
+	reqDBuf [NumDimensions]Dimension
+	tokBuf  [NumDimensions * 2]Charge
+	bothBuf [NumDimensions * 2]bool
+	keyMin  int // index in toks of the api_key minute bucket, or -1
+	keyDay  int
+	keyReq  int // index in reqs of the api_key request bucket, or -1
 }
 
 func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, burst float64, both bool) {
@@ -385,10 +384,23 @@ func (h *Hold) record(o Outcome, n float64, applied []bool) {
 // NopRecorder discards every record.
 type NopRecorder struct{}
 
-func (NopRecorder) DimensionTokens(Dimension, Outcome, float64)    {}
+// DimensionTokens implements Recorder.
+func (NopRecorder) DimensionTokens(Dimension, Outcome, float64) {}
+
+// PeriodTokens implements Recorder.
 func (NopRecorder) PeriodTokens(Dimension, Kind, Outcome, float64) {}
-func (NopRecorder) TokenRefusal(Dimension, Kind)                   {}
-func (NopRecorder) RequestRefusal(Dimension)                       {}
-func (NopRecorder) Skipped(string)                                 {}
-func (NopRecorder) KeyTokens(string, Outcome, float64)             {}
-func (NopRecorder) RedisUnavailable(Dimension, string)             {}
+
+// TokenRefusal implements Recorder.
+func (NopRecorder) TokenRefusal(Dimension, Kind) {}
+
+// RequestRefusal implements Recorder.
+func (NopRecorder) RequestRefusal(Dimension) {}
+
+// Skipped implements Recorder.
+func (NopRecorder) Skipped(string) {}
+
+// KeyTokens implements Recorder.
+func (NopRecorder) KeyTokens(string, Outcome, float64) {}
+
+// RedisUnavailable implements Recorder.
+func (NopRecorder) RedisUnavailable(Dimension, string) {}

@@ -104,7 +104,7 @@ func checkUpstreamURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("not a URL: %v", err)
+		return fmt.Errorf("not a URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("must be an http:// or https:// URL, got %q", raw)
@@ -220,7 +220,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func CheckRedisURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("not a URL: %v", err)
+		return fmt.Errorf("not a URL: %w", err)
 	}
 	switch u.Scheme {
 	case "redis", "rediss":

@@ -87,7 +87,7 @@ func (s *scanner) str() ([]byte, error) {
 
 func isHex4(b []byte) bool {
 	for _, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
 			return false
 		}
 	}

@@ -61,7 +61,7 @@ func (f *File) Run(ctx context.Context, apply ApplyFunc) error {
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", f.Path, err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	dir := filepath.Dir(f.Path)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watch %s: %w", dir, err)

@@ -264,7 +264,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour,
 		e.send("", map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
 			"choices": []any{}, "usage": map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}})
 	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
+	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 	w.(http.Flusher).Flush()
 }
 

@@ -82,7 +82,7 @@ func (s *Server) Kill() error {
 	if s.cmd == nil {
 		return nil
 	}
-	s.resumeLocked()
+	_ = s.resumeLocked()
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd = nil
@@ -154,10 +154,7 @@ func (s *Server) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if ping(s.Addr()) == nil {
-			break
-		}
+	for ping(s.Addr()) != nil {
 		select {
 		case <-exited:
 			return fmt.Errorf("redis-server exited at start: %s", out.String())
@@ -180,7 +177,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return err
@@ -200,7 +197,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

@@ -148,7 +148,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	// A store that makes a network call settles off the request's goroutine.
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem)})
 	if _, err := srv.Apply(data, src.String()); err != nil {
