@@ -56,7 +56,10 @@ var _ = BeforeSuite(func() {
 	utilruntime.Must(twv1alpha1.AddToScheme(scheme))
 
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		CRDDirectoryPaths: []string{
+			filepath.Join("..", "config", "crd", "bases"),
+			filepath.Join("testdata", "crds"), // the ServiceMonitor CRD the operator manages when installed
+		},
 		ErrorIfCRDPathMissing: true,
 	}
 	var err error

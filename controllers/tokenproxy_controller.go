@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -43,6 +42,9 @@ type TokenProxyReconciler struct {
 	Events events.EventRecorder
 	// ProxyImage is the proxy image when a TokenProxy names none.
 	ProxyImage string
+
+	// monitors is true when the cluster serves ServiceMonitors (checked at setup).
+	monitors bool
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -73,11 +75,15 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&twv1alpha1.TokenProxy{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
+		Owns(&corev1.Service{})
+	if r.monitors = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors {
+		b = b.Owns(newServiceMonitor())
+	}
+	return b.
 		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
@@ -127,6 +133,9 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	deploy, err := r.applyWorkload(ctx, &tp)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyServiceMonitor(ctx, &tp); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.writeStatuses(ctx, &tp, g, deploy, generation)
@@ -285,5 +294,3 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 
 // proxyName is the name of the fleet's owned objects.
 func proxyName(tp *twv1alpha1.TokenProxy) string { return tp.Name + "-proxy" }
-
-var _ = rbacv1.Role{}

@@ -16,8 +16,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -253,6 +256,28 @@ var _ = Describe("The fleet reconciler", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(rendered(g, ns).APIKeys).To(ConsistOf(HaveField("KeySHA256", sha("sk-new"))))
 		}).Should(Succeed())
+	})
+
+	It("manages the fleet's ServiceMonitor when asked and the CRD is installed", func() {
+		ns := newNamespace("monitor")
+		tp := fleetProxy(ns, 1)
+		tp.Spec.ServiceMonitor = true
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		sm := &unstructured.Unstructured{}
+		sm.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"})
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, sm)).To(Succeed())
+			endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			g.Expect(endpoints).To(ConsistOf(HaveKeyWithValue("port", "admin")))
+			g.Expect(sm.GetOwnerReferences()).To(ContainElement(HaveField("Name", "fleet")))
+		}).Should(Succeed())
+
+		patch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.ServiceMonitor = false
+		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, sm))
+		}).Should(BeTrue())
 	})
 
 	It("tells a budget whose TokenProxy does not exist", func() {
