@@ -59,19 +59,22 @@ var _ = Describe("kubectl", func() {
 			g.Expect(budgetStatus(g, ns, "team").Replicas).To(Equal(int64(3)))
 		}).Should(Succeed())
 
-		out := kubectl("get", "tokenbudgets", "-n", ns)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "DIMENSION", "MODEL", "TPM", "TPD", "REPLICAS", "PER-REPLICA", "TPM", "PER-REPLICA", "TPD", "READY", "AGE"}))
-		// An unlimited period (PER-REPLICA TPD of a budget without tokensPerDay) prints empty.
-		Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "60000", "0", "3", "20000", "True"}))
-		Expect(strings.Fields(lines[2])[:8]).To(Equal([]string{"team", "PerTeam", "120000", "2400000", "3", "40000", "800000", "True"}))
+		// The fleet's status is written right after the budgets': read until it shows.
+		Eventually(func(g Gomega) {
+			out := kubectl("get", "tokenbudgets", "-n", ns)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "DIMENSION", "MODEL", "TPM", "TPD", "REPLICAS", "PER-REPLICA", "TPM", "PER-REPLICA", "TPD", "READY", "AGE"}))
+			// An unlimited period (PER-REPLICA TPD of a budget without tokensPerDay) prints empty.
+			g.Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "60000", "0", "3", "20000", "True"}))
+			g.Expect(strings.Fields(lines[2])[:8]).To(Equal([]string{"team", "PerTeam", "120000", "2400000", "3", "40000", "800000", "True"}))
 
-		out = kubectl("get", "tp", "-n", ns)
-		Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "AGE"}))
-		Expect(strings.Fields(strings.Split(out, "\n")[1])[:6]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1"}), "no pod runs in the test control plane")
+			out = kubectl("get", "tp", "-n", ns)
+			g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "AGE"}))
+			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:6]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1"}), "no pod runs in the test control plane")
 
-		out = kubectl("get", "ak", "-n", ns)
-		Expect(strings.Fields(strings.Split(out, "\n")[1])[:5]).To(Equal([]string{"alice", "alice", "research", sha("sk-alice")[:8], "True"}))
+			out = kubectl("get", "ak", "-n", ns)
+			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:5]).To(Equal([]string{"alice", "alice", "research", sha("sk-alice")[:8], "True"}))
+		}).Should(Succeed())
 
 		kubectl("scale", "tp/fleet", "-n", ns, "--replicas=5")
 		Eventually(func(g Gomega) {

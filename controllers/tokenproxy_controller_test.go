@@ -184,10 +184,12 @@ var _ = Describe("The fleet reconciler", func() {
 		Eventually(func(g Gomega) { g.Expect(rendered(g, ns).RateLimiting.BudgetDivision.Replicas).To(Equal(int64(3))) }).Should(Succeed())
 
 		By("a rolling update's surge pod (status.replicas above spec)")
-		var d appsv1.Deployment
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &d)).To(Succeed())
-		d.Status.Replicas = 4
-		Expect(k8sClient.Status().Update(ctx, &d)).To(Succeed())
+		Eventually(func(g Gomega) {
+			var d appsv1.Deployment
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &d)).To(Succeed())
+			d.Status.Replicas = 4
+			g.Expect(k8sClient.Status().Update(ctx, &d)).To(Succeed())
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(rendered(g, ns).RateLimiting.BudgetDivision.Replicas).To(Equal(int64(4)))
 			g.Expect(budgetStatus(g, ns, "team").PerReplica.TokensPerMinute).To(HaveValue(Equal(int64(30000))))
