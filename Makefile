@@ -92,7 +92,7 @@ RACE_PKGS := ./proxy/... ./test/...
 FUZZTIME ?= 10s
 
 .PHONY: test
-test: tools ## Run the unit, envtest (real kube-apiserver and etcd from bin/) and Redis (real redis-server) suites, and the fuzzers briefly.
+test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd from bin/) and Redis (real redis-server) suites, and the fuzzers briefly.
 	@command -v redis-server >/dev/null || { echo "redis-server is not on PATH: install Debian's redis-server package (.ci/run does)"; exit 1; }
 	$(GO) test $(GO_TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/')
@@ -104,7 +104,7 @@ fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator and the SSE usage p
 	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./proxy/usage/
 
 .PHONY: test-e2e
-test-e2e: tools build ## Run the end-to-end suite under test/e2e (not written yet: see the demo issue).
+test-e2e: test-tools build ## Run the end-to-end suite under test/e2e (not written yet: see the demo issue).
 	@if [ ! -d test/e2e ]; then echo "test/e2e does not exist yet: the end-to-end suite comes with the demo issue"; exit 1; fi
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
@@ -114,10 +114,15 @@ bench: ## Run the proxy's benchmarks with -benchmem.
 
 ##@ Tools
 
-TEST_TOOLS := controller-gen etcd kube-apiserver kubectl helm
+# What the tests need: the envtest control plane, kubectl and controller-gen.
+TEST_TOOLS := controller-gen etcd kube-apiserver kubectl
 
 .PHONY: tools
-tools: ## Build the tools the tests need into bin/ (cached per user; rebuilt only when missing).
+tools: ## Build every tool into bin/ (cached per user under ~/.cache/tokenwarden; rebuilt only when missing).
+	hack/tools.sh
+
+.PHONY: test-tools
+test-tools: ## Build the tools the tests need into bin/ (cached; rebuilt only when missing).
 	hack/tools.sh $(TEST_TOOLS)
 
 $(CONTROLLER_GEN):
