@@ -76,10 +76,10 @@ PROXY_CONFIG ?= config/samples/proxy.yaml
 run-proxy: ## Run the proxy standalone with $(PROXY_CONFIG) in front of the fake backend; the file reloads on change.
 	PROXY_CONFIG=$(PROXY_CONFIG) hack/run-proxy.sh
 
+DEMO_ONCE ?=
 .PHONY: demo
-demo: ## The whole system on one machine is not built yet: this runs the standalone proxy (make run-proxy).
-	@echo "make demo (control plane, operator and a fleet on this machine) is not built yet; running the standalone proxy."
-	$(MAKE) run-proxy
+demo: test-tools build ## Run the whole system on this machine and tell its story (DEMO_ONCE=1: exit after it, 0 only if every step behaved).
+	DEMO_ONCE=$(DEMO_ONCE) $(GO) run ./test/demo
 
 .PHONY: docker-build
 docker-build: ## Build the container image $(IMG) holding both binaries (needs a container engine).

@@ -97,6 +97,8 @@ func run(args []string) error {
 	configMap := fs.String("configmap", "", "NAMESPACE/NAME of the ConfigMap that holds the config document; reloaded on watch events.")
 	configMapKey := fs.String("configmap-key", "proxy.yaml", "The ConfigMap data key that holds the document.")
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig for --configmap outside a cluster (default: in-cluster, then $KUBECONFIG).")
+	listen := fs.String("listen", "", "Override the document's listen address (for several proxies on one machine).")
+	adminListen := fs.String("admin-listen", "", "Override the document's admin_listen address.")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -155,9 +157,10 @@ func run(args []string) error {
 		return err
 	}
 
+	docListen, docAdmin := first.Listen, first.AdminListen
 	apply := func(data []byte, origin string) error {
 		cfg, err := srv.Apply(data, origin)
-		if err == nil && (cfg.Listen != first.Listen || cfg.AdminListen != first.AdminListen || cfg.RateLimiting.Storage != first.RateLimiting.Storage) {
+		if err == nil && (cfg.Listen != docListen || cfg.AdminListen != docAdmin || cfg.RateLimiting.Storage != first.RateLimiting.Storage) {
 			log.Warn("listen, admin_listen and rate_limiting.storage take effect at the next restart", "origin", origin)
 		}
 		return err
@@ -169,6 +172,12 @@ func run(args []string) error {
 	}()
 	go sweep(ctx, mem, m)
 
+	if *listen != "" {
+		first.Listen = *listen
+	}
+	if *adminListen != "" {
+		first.AdminListen = *adminListen
+	}
 	data1 := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	admin := &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 	lnData, err := net.Listen("tcp", first.Listen)

@@ -1,0 +1,361 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package stack runs the whole system on one machine: a real kube-apiserver and etcd
+// (the binaries `make tools` builds into bin/), the CRDs, the operator's manager, the
+// fake LLM backend, and one proxy process per replica of a TokenProxy, each watching
+// its rendered ConfigMap exactly as a pod would. The demo and the end-to-end suite
+// both run on it.
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+)
+
+// Options configure a Stack.
+type Options struct {
+	// Root is the repository root: CRDs from config/crd/bases, tools and the proxy
+	// binary from bin/.
+	Root string
+	// LLMAddr is where the fake backend listens ("127.0.0.1:0" for a free port).
+	LLMAddr string
+	// Behaviour is the fake backend's behaviour.
+	Behaviour fakellm.Behaviour
+	// Log receives the control plane's and the operator's logs; nil discards them.
+	Log io.Writer
+}
+
+// Stack is a running system.
+type Stack struct {
+	root       string
+	dir        string
+	env        *envtest.Environment
+	Config     *rest.Config
+	Kubeconfig string
+	Client     client.Client
+	LLM        *fakellm.Server
+	LLMURL     string
+	llmServer  *http.Server
+	cancel     context.CancelFunc
+
+	mu      sync.Mutex
+	proxies map[string][]*Proxy // by namespace/name of the TokenProxy
+}
+
+// Proxy is one proxy process.
+type Proxy struct {
+	URL      string
+	AdminURL string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	LogPath  string
+}
+
+// Start brings the system up. Stop tears it down.
+func Start(ctx context.Context, o Options) (s *Stack, err error) {
+	bin := filepath.Join(o.Root, "bin")
+	for _, tool := range []string{"kube-apiserver", "etcd", "kubectl", "proxy"} {
+		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
+			return nil, fmt.Errorf("%s is missing from bin/: run `make tools build` first", tool)
+		}
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	dir, err := os.MkdirTemp("", "tokenwarden-stack-")
+	if err != nil {
+		return nil, err
+	}
+	s = &Stack{root: o.Root, dir: dir, proxies: map[string][]*Proxy{}}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	ctrl.SetLogger(zap.New(zap.WriteTo(o.Log)))
+	s.env = &envtest.Environment{
+		BinaryAssetsDirectory: bin,
+		CRDDirectoryPaths:     []string{filepath.Join(o.Root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	if s.Config, err = s.env.Start(); err != nil {
+		return nil, fmt.Errorf("start the control plane: %w", err)
+	}
+	user, err := s.env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, s.Config)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	s.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(s.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(twv1alpha1.AddToScheme(scheme))
+	if s.Client, err = client.New(s.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if err := (&controllers.TokenProxyReconciler{
+		Client: mgr.GetClient(), Events: mgr.GetEventRecorder("tokenwarden"), ProxyImage: "tokenwarden:dev",
+	}).SetupWithManager(mctx, mgr); err != nil {
+		return nil, err
+	}
+	go func() { _ = mgr.Start(mctx) }()
+
+	s.LLM = fakellm.New()
+	s.LLM.Set(o.Behaviour)
+	ln, err := net.Listen("tcp", o.LLMAddr)
+	if err != nil {
+		return nil, fmt.Errorf("the fake backend cannot listen on %s: %w", o.LLMAddr, err)
+	}
+	s.LLMURL = "http://" + ln.Addr().String()
+	s.llmServer = &http.Server{Handler: s.LLM, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.llmServer.Serve(ln) }()
+	return s, nil
+}
+
+// Kubectl runs bin/kubectl against the stack's API server.
+func (s *Stack) Kubectl(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(s.root, "bin", "kubectl"), append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
+	cmd.Dir = s.root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Proxies returns the running proxies of a TokenProxy.
+func (s *Stack) Proxies(namespace, name string) []*Proxy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Proxy(nil), s.proxies[namespace+"/"+name]...)
+}
+
+// SyncProxies runs as many proxy processes as the TokenProxy has replicas, as its
+// Deployment would, each watching the fleet's ConfigMap, and waits until they serve.
+func (s *Stack) SyncProxies(ctx context.Context, namespace, name string) ([]*Proxy, error) {
+	var tp twv1alpha1.TokenProxy
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &tp); err != nil {
+		return nil, err
+	}
+	want := 1
+	if tp.Spec.Replicas != nil {
+		want = int(*tp.Spec.Replicas)
+	}
+	// The ConfigMap must exist before a proxy can load it.
+	if err := poll(ctx, 30*time.Second, func() error {
+		_, err := s.Kubectl("get", "configmap", "-n", namespace, name+"-proxy")
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("the operator did not render %s/%s-proxy: %w", namespace, name, err)
+	}
+	key := namespace + "/" + name
+	s.mu.Lock()
+	running := s.proxies[key]
+	s.mu.Unlock()
+	for len(running) > want {
+		last := running[len(running)-1]
+		last.stop()
+		running = running[:len(running)-1]
+	}
+	for i := len(running); i < want; i++ {
+		p, err := s.startProxy(ctx, namespace, name, i)
+		if err != nil {
+			return nil, err
+		}
+		running = append(running, p)
+	}
+	s.mu.Lock()
+	s.proxies[key] = running
+	s.mu.Unlock()
+	return append([]*Proxy(nil), running...), nil
+}
+
+func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (*Proxy, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	adminPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
+		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		LogPath:  filepath.Join(s.dir, fmt.Sprintf("%s-%s-proxy-%d.log", namespace, name, i)),
+		exited:   make(chan struct{}),
+	}
+	logf, err := os.Create(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(filepath.Join(s.root, "bin", "proxy"),
+		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort))
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, err
+	}
+	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.exited) }()
+	if err := poll(ctx, 20*time.Second, func() error {
+		select {
+		case <-p.exited:
+			return errPermanent
+		default:
+		}
+		resp, err := http.Get(p.AdminURL + "/readyz")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	}); err != nil {
+		p.stop()
+		log, _ := os.ReadFile(p.LogPath)
+		return nil, fmt.Errorf("proxy %d did not become ready: %w\n%s", i, err, log)
+	}
+	return p, nil
+}
+
+// Effective is the part of a proxy's /admin/effective the stack reads.
+type Effective struct {
+	Generation int64 `json:"generation"`
+	Divisor    int64 `json:"budget_division_replicas"`
+}
+
+// Effective reads the config in force of one proxy.
+func (p *Proxy) Effective() (Effective, error) {
+	var e Effective
+	resp, err := http.Get(p.AdminURL + "/admin/effective")
+	if err != nil {
+		return e, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return e, json.NewDecoder(resp.Body).Decode(&e)
+}
+
+// WaitDivisor waits until every proxy enforces the given division.
+func WaitDivisor(ctx context.Context, proxies []*Proxy, divisor int64, timeout time.Duration) error {
+	return poll(ctx, timeout, func() error {
+		for i, p := range proxies {
+			e, err := p.Effective()
+			if err != nil {
+				return err
+			}
+			if e.Divisor != divisor {
+				return fmt.Errorf("proxy %d enforces 1/%d", i, e.Divisor)
+			}
+		}
+		return nil
+	})
+}
+
+func (p *Proxy) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+}
+
+// Stop stops the proxies, the backend, the operator and the control plane.
+func (s *Stack) Stop() {
+	s.mu.Lock()
+	for _, ps := range s.proxies {
+		for _, p := range ps {
+			p.stop()
+		}
+	}
+	s.proxies = map[string][]*Proxy{}
+	s.mu.Unlock()
+	if s.llmServer != nil {
+		_ = s.llmServer.Close()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.env != nil {
+		_ = s.env.Stop()
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+var errPermanent = errors.New("gave up")
+
+// poll calls fn until it succeeds, returns errPermanent, or the timeout passes.
+func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil || errors.Is(err, errPermanent) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
