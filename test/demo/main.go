@@ -83,10 +83,10 @@ func errorMessage(a answer) string {
 }
 
 func main() {
-	once := os.Getenv("DEMO_ONCE") == "1"
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, once); err != nil {
+	err := run(ctx, os.Getenv("DEMO_ONCE") == "1")
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
 		os.Exit(1)
 	}
