@@ -49,20 +49,23 @@ type Options struct {
 	Behaviour fakellm.Behaviour
 	// Log receives the control plane's and the operator's logs; nil discards them.
 	Log io.Writer
+	// ProxyBinary is the proxy to run; default bin/proxy.
+	ProxyBinary string
 }
 
 // Stack is a running system.
 type Stack struct {
-	root       string
-	dir        string
-	env        *envtest.Environment
-	Config     *rest.Config
-	Kubeconfig string
-	Client     client.Client
-	LLM        *fakellm.Server
-	LLMURL     string
-	llmServer  *http.Server
-	cancel     context.CancelFunc
+	root        string
+	dir         string
+	proxyBinary string
+	env         *envtest.Environment
+	Config      *rest.Config
+	Kubeconfig  string
+	Client      client.Client
+	LLM         *fakellm.Server
+	LLMURL      string
+	llmServer   *http.Server
+	cancel      context.CancelFunc
 
 	mu      sync.Mutex
 	proxies map[string][]*Proxy // by namespace/name of the TokenProxy
@@ -80,9 +83,12 @@ type Proxy struct {
 // Start brings the system up. Stop tears it down.
 func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	bin := filepath.Join(o.Root, "bin")
-	for _, tool := range []string{"kube-apiserver", "etcd", "kubectl", "proxy"} {
-		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
-			return nil, fmt.Errorf("%s is missing from bin/: run `make tools build` first", tool)
+	if o.ProxyBinary == "" {
+		o.ProxyBinary = filepath.Join(bin, "proxy")
+	}
+	for _, tool := range []string{filepath.Join(bin, "kube-apiserver"), filepath.Join(bin, "etcd"), filepath.Join(bin, "kubectl"), o.ProxyBinary} {
+		if _, err := os.Stat(tool); err != nil {
+			return nil, fmt.Errorf("%s is missing: run `make test-tools build` first", tool)
 		}
 	}
 	if o.Log == nil {
@@ -92,7 +98,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{root: o.Root, dir: dir, proxies: map[string][]*Proxy{}}
+	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, proxies: map[string][]*Proxy{}}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -231,7 +237,7 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(filepath.Join(s.root, "bin", "proxy"),
+	p.cmd = exec.Command(s.proxyBinary,
 		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort))
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf

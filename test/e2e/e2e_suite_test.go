@@ -1,0 +1,131 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package e2e drives the whole system (a real control plane, the operator, proxy
+// processes watching their ConfigMaps) with the clients users run: the official
+// OpenAI and Anthropic Go SDKs and kubectl.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/test/stack"
+)
+
+var (
+	st   *stack.Stack
+	root string
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "End-to-end Suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	root, err = filepath.Abs(filepath.Join("..", ".."))
+	Expect(err).NotTo(HaveOccurred())
+	// The proxy binary under test, built from this tree.
+	proxy := filepath.Join(GinkgoT().TempDir(), "proxy")
+	build := exec.Command("go", "build", "-o", proxy, "./proxy/cmd/proxy")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s", out)
+
+	st, err = stack.Start(context.Background(), stack.Options{Root: root, LLMAddr: "127.0.0.1:0", ProxyBinary: proxy, Log: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(st.Stop)
+	SetDefaultEventuallyTimeout(10 * time.Second)
+	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+})
+
+var namespaces int
+
+// namespace creates a fresh namespace for one spec.
+func namespace() string {
+	GinkgoHelper()
+	namespaces++
+	ns := fmt.Sprintf("e2e-%d-%d", os.Getpid()%1000, namespaces)
+	_, err := st.Kubectl("create", "namespace", ns)
+	Expect(err).NotTo(HaveOccurred())
+	return ns
+}
+
+// apply pipes a manifest into kubectl apply.
+func apply(ns, manifest string) {
+	GinkgoHelper()
+	path := filepath.Join(GinkgoT().TempDir(), "manifest.yaml")
+	Expect(os.WriteFile(path, []byte(manifest), 0o600)).To(Succeed())
+	_, err := st.Kubectl("apply", "-n", ns, "-f", path)
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// fleetManifest is a TokenProxy in front of the stack's fake backend, with one key.
+func fleetManifest(replicas int, storage string) string {
+	return fmt.Sprintf(`
+apiVersion: tokenwarden.io/v1alpha1
+kind: TokenProxy
+metadata: {name: fleet}
+spec:
+  replicas: %d
+  upstreams: [{name: fake, url: %q}]
+  storage: %s
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: alice-key}
+stringData: {key: sk-e2e-alice}
+---
+apiVersion: tokenwarden.io/v1alpha1
+kind: ApiKey
+metadata: {name: alice}
+spec: {proxyRef: {name: fleet}, secretRef: {name: alice-key}, user: alice, team: e2e}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bob-key}
+stringData: {key: sk-e2e-bob}
+---
+apiVersion: tokenwarden.io/v1alpha1
+kind: ApiKey
+metadata: {name: bob}
+spec: {proxyRef: {name: fleet}, secretRef: {name: bob-key}, user: bob, team: e2e}
+`, replicas, st.LLMURL, storage)
+}
+
+func budgetManifest(name, dimension string, tpm int) string {
+	return fmt.Sprintf(`
+apiVersion: tokenwarden.io/v1alpha1
+kind: TokenBudget
+metadata: {name: %s}
+spec: {proxyRef: {name: fleet}, dimension: %s, tokensPerMinute: %d}
+`, name, dimension, tpm)
+}
+
+// fleet applies a fleet with its budgets and starts its proxies, once each proxy
+// serves the keys.
+func fleet(ns string, replicas int, storage string, budgets ...string) []*stack.Proxy {
+	GinkgoHelper()
+	apply(ns, fleetManifest(replicas, storage))
+	for _, b := range budgets {
+		apply(ns, b)
+	}
+	var proxies []*stack.Proxy
+	Eventually(func() error {
+		var err error
+		proxies, err = st.SyncProxies(context.Background(), ns, "fleet")
+		return err
+	}, 30*time.Second).Should(Succeed())
+	Expect(stack.WaitDivisor(context.Background(), proxies, int64(replicas), 10*time.Second)).To(Succeed())
+	return proxies
+}

@@ -1,0 +1,224 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
+	"github.com/tokenwarden/tokenwarden/test/stack"
+)
+
+func openaiClient(p *stack.Proxy, key string, retries int) *openai.Client {
+	c := openai.NewClient(option.WithBaseURL(p.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(retries))
+	return &c
+}
+
+func anthropicClient(p *stack.Proxy, key string) *anthropic.Client {
+	c := anthropic.NewClient(anthropicoption.WithBaseURL(p.URL+"/"), anthropicoption.WithAPIKey(key), anthropicoption.WithMaxRetries(0))
+	return &c
+}
+
+func chatParams(maxTokens int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:     "demo",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise the catalogue.")},
+		MaxTokens: openai.Int(maxTokens),
+	}
+}
+
+// statusOf is the HTTP status of an SDK error, or 200 for none.
+func statusOf(err error) int {
+	if err == nil {
+		return 200
+	}
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return oe.StatusCode
+	}
+	var ae *anthropic.Error
+	if errors.As(err, &ae) {
+		return ae.StatusCode
+	}
+	return -1
+}
+
+var _ = Describe("The official SDKs through a fleet", Ordered, func() {
+	var p *stack.Proxy
+	ctx := context.Background()
+	BeforeAll(func() {
+		ns := namespace()
+		p = fleet(ns, 1, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 1000000))[0]
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 120, OutputTokens: 30})
+	})
+
+	It("answers an OpenAI chat completion and reports its budget headers", func() {
+		var raw *http.Response
+		resp, err := openaiClient(p, "sk-e2e-alice", 0).Chat.Completions.New(ctx, chatParams(200), option.WithResponseInto(&raw))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Usage.PromptTokens).To(Equal(int64(120)))
+		Expect(resp.Choices[0].Message.Content).To(HavePrefix("word"))
+		Expect(raw.Header.Get("X-Ratelimit-Limit-Tokens")).To(Equal("1000000"))
+	})
+
+	It("streams an OpenAI chat completion with usage", func() {
+		params := chatParams(200)
+		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		stream := openaiClient(p, "sk-e2e-alice", 0).Chat.Completions.NewStreaming(ctx, params)
+		acc := openai.ChatCompletionAccumulator{}
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		Expect(stream.Err()).NotTo(HaveOccurred())
+		Expect(acc.Usage.CompletionTokens).To(Equal(int64(30)))
+		Expect(strings.Count(acc.Choices[0].Message.Content, "word")).To(Equal(30))
+	})
+
+	It("answers the Responses API", func() {
+		resp, err := openaiClient(p, "sk-e2e-alice", 0).Responses.New(ctx, responses.ResponseNewParams{
+			Model: "demo", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}, MaxOutputTokens: openai.Int(100),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Usage.InputTokens).To(Equal(int64(120)))
+		Expect(resp.OutputText()).To(HavePrefix("word"))
+	})
+
+	It("answers and streams Anthropic messages", func() {
+		c := anthropicClient(p, "sk-e2e-bob")
+		params := anthropic.MessageNewParams{Model: "claude-demo", MaxTokens: 200,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+		msg, err := c.Messages.New(ctx, params)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(msg.Usage.InputTokens).To(Equal(int64(120)))
+
+		stream := c.Messages.NewStreaming(ctx, params)
+		acc := anthropic.Message{}
+		for stream.Next() {
+			Expect(acc.Accumulate(stream.Current())).To(Succeed())
+		}
+		Expect(stream.Err()).NotTo(HaveOccurred())
+		Expect(acc.Usage.OutputTokens).To(Equal(int64(30)))
+	})
+
+	It("refuses an unknown key in each SDK's error shape", func() {
+		_, err := openaiClient(p, "sk-nobody", 0).Chat.Completions.New(ctx, chatParams(10))
+		Expect(statusOf(err)).To(Equal(401))
+		_, err = anthropicClient(p, "sk-nobody").Messages.New(ctx, anthropic.MessageNewParams{Model: "c", MaxTokens: 5,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+		Expect(statusOf(err)).To(Equal(401))
+		var ae *anthropic.Error
+		Expect(errors.As(err, &ae)).To(BeTrue())
+		Expect(ae.RawJSON()).To(ContainSubstring(`"authentication_error"`))
+	})
+})
+
+var _ = Describe("Budgets across a fleet", func() {
+	ctx := context.Background()
+
+	It("lets the SDK's own retries honour Retry-After and then succeed", func() {
+		ns := namespace()
+		p := fleet(ns, 1, "{type: Memory}", `
+apiVersion: tokenwarden.io/v1alpha1
+kind: TokenBudget
+metadata: {name: per-key}
+spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burstCapacity: 1}
+`)[0]
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 5})
+		c := openaiClient(p, "sk-e2e-alice", 2)
+		_, err := c.Chat.Completions.New(ctx, chatParams(10))
+		Expect(err).NotTo(HaveOccurred())
+		st.LLM.Reset()
+		start := time.Now()
+		_, err = c.Chat.Completions.New(ctx, chatParams(10)) // refused once with Retry-After: 1, then admitted
+		Expect(err).NotTo(HaveOccurred())
+		Expect(time.Since(start)).To(BeNumerically(">=", 800*time.Millisecond), "the SDK waited for the Retry-After")
+		Expect(st.LLM.Requests()).To(HaveLen(1), "only the admitted attempt reached the backend")
+	})
+
+	It("admits the fleet total across three in-memory proxies, not three times it", func() {
+		ns := namespace()
+		proxies := fleet(ns, 3, "{type: Memory}", budgetManifest("global", "Global", 3000))
+		// Each request settles at 1,000 tokens: one fits each replica's 1,000.
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 1000, OutputTokens: 0})
+		admitted := 0
+		for round := 0; round < 3; round++ {
+			for _, p := range proxies {
+				_, err := openaiClient(p, "sk-e2e-alice", 0).Chat.Completions.New(ctx, chatParams(10))
+				switch statusOf(err) {
+				case 200:
+					admitted++
+				case 429:
+				default:
+					Fail("unexpected " + err.Error())
+				}
+			}
+		}
+		Expect(admitted).To(Equal(3), "3,000 tokens for the fleet, at 1,000 a request")
+	})
+
+	It("enforces one total across two proxies on one Redis", func() {
+		redis := redisserver.Start(GinkgoT())
+		ns := namespace()
+		proxies := fleet(ns, 2, `{type: Redis, redis: {url: "`+redis.URL()+`"}}`, budgetManifest("global", "Global", 3000))
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 1000, OutputTokens: 0})
+		admitted := 0
+		for i := 0; i < 6; i++ {
+			_, err := openaiClient(proxies[i%2], "sk-e2e-bob", 0).Chat.Completions.New(ctx, chatParams(10))
+			if statusOf(err) == 200 {
+				admitted++
+			}
+		}
+		Expect(admitted).To(Equal(3), "the shared buckets hold 3,000 for the fleet; nothing is divided")
+	})
+
+	It("enforces a TokenBudget edit on every proxy within 2 seconds", func() {
+		ns := namespace()
+		proxies := fleet(ns, 3, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 3000000))
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 5})
+		for _, p := range proxies {
+			_, err := openaiClient(p, "sk-e2e-alice", 0).Chat.Completions.New(ctx, chatParams(1000))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		_, err := st.Kubectl("patch", "tb/per-key", "-n", ns, "--type=merge", "-p", `{"spec":{"tokensPerMinute":300}}`)
+		Expect(err).NotTo(HaveOccurred())
+		edited := time.Now()
+		for _, p := range proxies {
+			Eventually(func() int {
+				_, err := openaiClient(p, "sk-e2e-alice", 0).Chat.Completions.New(ctx, chatParams(1000))
+				return statusOf(err)
+			}, 2*time.Second-time.Since(edited), 20*time.Millisecond).Should(Equal(429))
+		}
+	})
+
+	It("re-divides every budget when kubectl scales the fleet", func() {
+		ns := namespace()
+		Expect(fleet(ns, 2, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 12000))).To(HaveLen(2))
+		out, err := st.Kubectl("get", "tb", "per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("6000"))
+		_, err = st.Kubectl("scale", "tp/fleet", "-n", ns, "--replicas=3")
+		Expect(err).NotTo(HaveOccurred())
+		proxies, err := st.SyncProxies(ctx, ns, "fleet")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(proxies).To(HaveLen(3))
+		Expect(stack.WaitDivisor(ctx, proxies, 3, 5*time.Second)).To(Succeed())
+		Eventually(func() string {
+			out, _ := st.Kubectl("get", "tb", "per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")
+			return out
+		}).Should(Equal("4000"))
+	})
+})
