@@ -28,8 +28,12 @@ func openaiClient(p *stack.Proxy, key string, retries int) *openai.Client {
 	return &c
 }
 
-func anthropicClient(p *stack.Proxy, key string) *anthropic.Client {
-	c := anthropic.NewClient(anthropicoption.WithBaseURL(p.URL+"/"), anthropicoption.WithAPIKey(key), anthropicoption.WithMaxRetries(0))
+func anthropicClient(p *stack.Proxy, key string, retries ...int) *anthropic.Client {
+	n := 0
+	if len(retries) > 0 {
+		n = retries[0]
+	}
+	c := anthropic.NewClient(anthropicoption.WithBaseURL(p.URL+"/"), anthropicoption.WithAPIKey(key), anthropicoption.WithMaxRetries(n))
 	return &c
 }
 
@@ -147,6 +151,13 @@ spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burs
 		Expect(err).NotTo(HaveOccurred())
 		Expect(time.Since(start)).To(BeNumerically(">=", 800*time.Millisecond), "the SDK waited for the Retry-After")
 		Expect(st.LLM.Requests()).To(HaveLen(1), "only the admitted attempt reached the backend")
+
+		start = time.Now()
+		_, err = anthropicClient(p, "sk-e2e-alice", 2).Messages.New(ctx, anthropic.MessageNewParams{Model: "claude-demo", MaxTokens: 10,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(time.Since(start)).To(BeNumerically(">=", 800*time.Millisecond), "the Anthropic SDK waited for the Retry-After too")
+		Expect(st.LLM.Requests()).To(HaveLen(2))
 	})
 
 	It("admits the fleet total across three in-memory proxies, not three times it", func() {
