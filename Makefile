@@ -47,9 +47,10 @@ generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC from the kubebuilder markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and the operator's RBAC from the kubebuilder markers, into config/ and the chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/chart-gen.sh
 
 .PHONY: verify
 verify: ## Regenerate everything generated and fail if the tree changed (generated files never drift).
@@ -95,6 +96,7 @@ FUZZTIME ?= 10s
 .PHONY: test
 test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis (real redis-server) and end-to-end suites, and the fuzzers briefly.
 	@command -v redis-server >/dev/null || { echo "redis-server is not on PATH: install Debian's redis-server package (.ci/run does)"; exit 1; }
+	@command -v promtool >/dev/null || { echo "promtool is not on PATH: install Debian's prometheus package (.ci/run does)"; exit 1; }
 	$(GO) test $(GO_TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/fakellm' -e '/test/redisserver')
 	$(MAKE) fuzz
@@ -114,8 +116,8 @@ bench: ## Run the proxy's benchmarks with -benchmem.
 
 ##@ Tools
 
-# What the tests need: the envtest control plane, kubectl and controller-gen.
-TEST_TOOLS := controller-gen etcd kube-apiserver kubectl
+# What the tests need: the envtest control plane, kubectl, controller-gen and helm.
+TEST_TOOLS := controller-gen etcd kube-apiserver kubectl helm
 
 .PHONY: tools
 tools: ## Build every tool into bin/ (cached per user under ~/.cache/tokenwarden; rebuilt only when missing).

@@ -37,8 +37,9 @@ type Metrics struct {
 	KeyTokensVec *prometheus.CounterVec // tokenwarden_api_key_tokens_total{api_key,outcome}
 	KeyUsage     *prometheus.CounterVec // tokenwarden_api_key_usage_tokens_total{api_key,type}
 
-	Allowance *prometheus.GaugeVec // tokenwarden_budget_allowance_tokens{dimension,model,budget}
-	Divisor   prometheus.Gauge     // tokenwarden_budget_division_replicas
+	Allowance    *prometheus.GaugeVec // tokenwarden_budget_allowance_tokens{dimension,model,budget}
+	KeyAllowance *prometheus.GaugeVec // tokenwarden_api_key_allowance_tokens{api_key,budget}
+	Divisor      prometheus.Gauge     // tokenwarden_budget_division_replicas
 
 	ConfigReloads    *prometheus.CounterVec // tokenwarden_config_reloads_total{result}
 	ConfigGeneration prometheus.Gauge       // tokenwarden_config_generation
@@ -135,6 +136,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_budget_allowance_tokens",
 			Help: "Token allowance this replica enforces, by dimension, model and budget period (after the division). Absent when unlimited.",
 		}, []string{"dimension", "model", "budget"}),
+		KeyAllowance: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_api_key_allowance_tokens",
+			Help: "Token allowance of each API key's own budget (per_api_key, or the key's override) that this replica enforces, by key name and budget period. Absent when unlimited.",
+		}, []string{"api_key", "budget"}),
 		Divisor: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tokenwarden_budget_division_replicas",
 			Help: "The budget division in force: each token allowance is divided by this number.",
@@ -162,7 +167,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.Requests, m.RequestDuration, m.UpstreamDuration,
-		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.Divisor, m.ConfigReloads,
+		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.BucketsInUse)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
@@ -268,17 +273,21 @@ func (m *Metrics) SetConfig(generation int64, digest string, unixSeconds float64
 // SetAllowances publishes the allowances in force, replacing the previous set.
 func (m *Metrics) SetAllowances(divisor int64, eff []budget.Effective) {
 	m.Allowance.Reset()
+	m.KeyAllowance.Reset()
 	m.Divisor.Set(float64(divisor))
 	for _, e := range eff {
-		if e.Key != "" {
-			continue // per-key allowances are bounded by the ApiKey objects but not needed per series here
+		set := func(budget string, v *int64) {
+			if v == nil {
+				return
+			}
+			if e.Key != "" {
+				m.KeyAllowance.WithLabelValues(e.Key, budget).Set(float64(*v))
+			} else {
+				m.Allowance.WithLabelValues(e.Dimension, e.Model, budget).Set(float64(*v))
+			}
 		}
-		if e.TokensPerMinute != nil {
-			m.Allowance.WithLabelValues(e.Dimension, e.Model, "minute").Set(float64(*e.TokensPerMinute))
-		}
-		if e.TokensPerDay != nil {
-			m.Allowance.WithLabelValues(e.Dimension, e.Model, "day").Set(float64(*e.TokensPerDay))
-		}
+		set("minute", e.TokensPerMinute)
+		set("day", e.TokensPerDay)
 	}
 }
 

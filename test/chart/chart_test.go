@@ -1,0 +1,289 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package chart tests the Helm chart: lint, rendered output against golden files, the
+// alert rules under promtool with synthetic series, the metric names the rules and
+// the dashboard use against a running proxy's /metrics, and an install against a real
+// API server.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const chartDir = "../../charts/tokenwarden"
+
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	if name == "promtool" {
+		p, err := exec.LookPath("promtool")
+		if err != nil {
+			t.Fatalf("promtool is not on PATH: install Debian's prometheus package (.ci/run does)")
+		}
+		return p
+	}
+	p := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run the tests through `make test`, which builds it into bin/", name)
+	}
+	return p
+}
+
+func run(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(bin), strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String()
+}
+
+func TestLint(t *testing.T) {
+	helm := tool(t, "helm")
+	run(t, helm, "lint", "--strict", chartDir)
+	run(t, helm, "lint", "--strict", chartDir, "--set", "serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true")
+}
+
+func TestTemplateGolden(t *testing.T) {
+	helm := tool(t, "helm")
+	for name, set := range map[string]string{
+		"default":     "",
+		"all-enabled": "serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true,crds.keep=false,image.tag=v1",
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"template", "tw", chartDir, "--namespace", "tokenwarden-system"}
+			if set != "" {
+				args = append(args, "--set", set)
+			}
+			got := run(t, helm, args...)
+			golden := filepath.Join("testdata", name+".yaml")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("helm template %s differs from %s; rerun with -update if the change is intended", name, golden)
+			}
+		})
+	}
+}
+
+func TestSchemaRefusesBadValues(t *testing.T) {
+	cmd := exec.Command(tool(t, "helm"), "template", "tw", chartDir, "--set", "serviceMonitor.interval=soon")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "/serviceMonitor/interval") {
+		t.Fatalf("a bad interval was accepted or not named: %v\n%s", err, out)
+	}
+}
+
+func TestAlertRules(t *testing.T) {
+	promtool := tool(t, "promtool")
+	dir := t.TempDir()
+	rules, err := os.ReadFile(filepath.Join(chartDir, "rules", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := strings.ReplaceAll(string(rules), "SATURATED_FOR", "15m")
+	if err := os.WriteFile(filepath.Join(dir, "alerts.rendered.yaml"), []byte(rendered), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join(chartDir, "rules", "alerts_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, promtool, "check", "rules", filepath.Join(dir, "alerts.rendered.yaml"))
+	run(t, promtool, "test", "rules", filepath.Join(dir, "alerts_test.yaml"))
+}
+
+var metricName = regexp.MustCompile(`\b(?:rate_limit|tokenwarden)_[a-z_]+\b`)
+
+// TestMetricNamesExist scrapes a running proxy and checks that every metric the
+// alerts and the dashboard use is one it exports.
+func TestMetricNamesExist(t *testing.T) {
+	var used []string
+	for _, f := range []string{filepath.Join(chartDir, "rules", "alerts.yaml"), filepath.Join(chartDir, "dashboards", "tokenwarden.json")} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used = append(used, metricName.FindAllString(string(data), -1)...)
+	}
+
+	// A proxy whose Redis is unreachable (so the fallback counter has a series), with a
+	// key whose budget one request exhausts.
+	backend := httptest.NewServer(fakellm.New())
+	defer backend.Close()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	mem := budget.NewMemory(budget.SystemClock{}, 100)
+	store, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Recorder: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, AsyncSettle: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	doc := `
+upstreams: [{name: fake, url: "` + backend.URL + `"}]
+api_keys: [{name: alice, key_sha256: "` + sha256Hex("sk-alice") + `", user: alice}]
+rate_limiting:
+  storage: redis
+  redis: {url: "redis://127.0.0.1:1/0"}
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 200}
+`
+	if _, err := srv.Apply([]byte(doc), "test"); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(srv)
+	defer front.Close()
+	for i := 0; i < 2; i++ { // the first is answered, the second refused
+		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":100}`))
+		req.Header.Set("Authorization", "Bearer sk-alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	admin := httptest.NewServer(srv.AdminHandler(reg))
+	defer admin.Close()
+	var scraped string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(admin.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		scraped = string(b)
+		if strings.Contains(scraped, "tokenwarden_api_key_usage_tokens_total") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(scraped, "\n") {
+		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			fields := strings.Fields(name)
+			exported[fields[0]] = true
+			if fields[1] == "histogram" {
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					exported[fields[0]+s] = true
+				}
+			}
+		}
+	}
+	var missing []string
+	for _, u := range used {
+		if !exported[u] {
+			missing = append(missing, u)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Fatalf("the rules or the dashboard use metrics a proxy does not export: %v", missing)
+	}
+	if len(used) < 10 {
+		t.Fatalf("found only %d metric references; the pattern is broken", len(used))
+	}
+}
+
+// TestInstall installs the chart into a real API server and checks the operator's
+// objects exist.
+func TestInstall(t *testing.T) {
+	helm := tool(t, "helm")
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, helm, "install", "tw", chartDir, "--kubeconfig", kubeconfig, "--namespace", "tokenwarden-system", "--create-namespace")
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var d appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "tokenwarden-system", Name: "tw-tokenwarden"}, &d); err != nil {
+		t.Fatalf("the operator Deployment: %v", err)
+	}
+	if args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--proxy-image=tokenwarden:0.1.0") {
+		t.Errorf("operator args %q", args)
+	}
+	for _, name := range []string{"tokenproxies.tokenwarden.io", "tokenbudgets.tokenwarden.io", "apikeys.tokenwarden.io"} {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			t.Errorf("CRD %s: %v", name, err)
+		} else if crd.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s is not kept on uninstall", name)
+		}
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
