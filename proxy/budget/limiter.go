@@ -13,7 +13,7 @@ import (
 // Outcome is what happened to tokens on a bucket.
 type Outcome uint8
 
-// Token outcomes, as the seed's metrics name them.
+// Token outcomes, as the metrics name them.
 const (
 	Reserved Outcome = iota
 	Refunded

@@ -99,7 +99,7 @@ func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Bypass: k.Bypass, minute: d.minute, day: d.day}
 	tpm := d.limits.TokensPerMinute
 	if k.RateLimitTokensPerMinute > 0 {
-		// Deliberate difference from seed 000: the override is a fleet total too.
+		// Every number written on a resource is a fleet total: the override is divided too.
 		tpm = k.RateLimitTokensPerMinute
 		kp.minute = Divide(tpm, div)
 	}

@@ -256,7 +256,7 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 // Warnings are problems that do not make the document invalid but make a budget behave
-// other than its author probably meant (seed 000's "config validate").
+// other than its author probably meant; `proxy validate` prints them.
 func (c *Config) Warnings() []string {
 	var w []string
 	rl := &c.RateLimiting

@@ -158,7 +158,7 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 }
 
 // setLimitHeaders reports the caller's own buckets: its api_key token budgets (the
-// seed's x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
+// x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
 // its request-count quota. Shared dimensions are never reported.
 func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time) {
 	var hw headerWriter
