@@ -105,6 +105,21 @@ var _ = Describe("File", func() {
 		Eventually(rec.last, 2*time.Second).Should(Equal("v2"))
 	})
 
+	It("delivers a change made between Load and the watch", func() {
+		path := filepath.Join(dir, "proxy.yaml")
+		Expect(os.WriteFile(path, []byte("v1"), 0o644)).To(Succeed())
+		f := &source.File{Path: path, Resync: time.Hour}
+		data, err := f.Load(context.Background())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(data)).To(Equal("v1"))
+		Expect(os.WriteFile(path, []byte("v2"), 0o644)).To(Succeed())
+		rec := &recorder{}
+		ctx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		go func() { _ = f.Run(ctx, rec.apply) }()
+		Eventually(rec.last, 2*time.Second).Should(Equal("v2"))
+	})
+
 	It("does not deliver the same document twice", func() {
 		path := filepath.Join(dir, "proxy.yaml")
 		Expect(os.WriteFile(path, []byte("v1"), 0o644)).To(Succeed())

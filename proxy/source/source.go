@@ -41,6 +41,10 @@ type File struct {
 	// missed. Default 10s.
 	Resync time.Duration
 	Log    *slog.Logger
+
+	// loaded is the digest of the document Load returned, so Run delivers a change
+	// made between the two.
+	loaded string
 }
 
 func (f *File) String() string { return "file " + f.Path }
@@ -51,6 +55,7 @@ func (f *File) Load(context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
+	f.loaded = config.Digest(data)
 	return data, nil
 }
 
@@ -78,9 +83,11 @@ func (f *File) Run(ctx context.Context, apply ApplyFunc) error {
 		log = slog.Default()
 	}
 
-	var last string
-	if data, err := os.ReadFile(f.Path); err == nil {
-		last = config.Digest(data)
+	last := f.loaded
+	if last == "" {
+		if data, err := os.ReadFile(f.Path); err == nil {
+			last = config.Digest(data)
+		}
 	}
 	check := func() {
 		data, err := os.ReadFile(f.Path)
@@ -101,6 +108,7 @@ func (f *File) Run(ctx context.Context, apply ApplyFunc) error {
 	// Events come in bursts (a rename is several); settle briefly before reading.
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
+	check() // a change between Load and the watch
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
 	for {
