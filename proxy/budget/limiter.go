@@ -129,7 +129,10 @@ type charges struct {
 	keyReq  int // index in reqs of the api_key request bucket, or -1
 }
 
-func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, burst float64, both bool) {
+func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, burst float64, both, tokens bool) {
+	if !tokens {
+		minute, day = Unlimited(), Unlimited()
+	}
 	if rate > 0 {
 		if dim == APIKey {
 			c.keyReq = len(c.reqs)
@@ -153,9 +156,10 @@ func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, 
 	}
 }
 
-// collect resolves the buckets of every configured dimension the identity has, and
-// counts the dimensions skipped for a missing identity.
-func (l *Limiter) collect(p *Policy, id *Identity, c *charges) {
+// collect resolves the buckets of every configured dimension the identity has (the
+// token buckets only when tokens is set), and counts the token dimensions skipped for a
+// missing identity.
+func (l *Limiter) collect(p *Policy, id *Identity, c *charges, tokens bool) {
 	c.reqs, c.reqDims, c.toks, c.both = c.reqBuf[:0], c.reqDBuf[:0], c.tokBuf[:0], c.bothBuf[:0]
 	c.keyMin, c.keyDay, c.keyReq = -1, -1, -1
 	for d := Global; d < Model; d++ {
@@ -168,8 +172,8 @@ func (l *Limiter) collect(p *Policy, id *Identity, c *charges) {
 		case APIKey:
 			if id.Key != nil {
 				kp := id.Key
-				c.addDim(APIKey, kp.Name, kp.minute, kp.day, kp.reqRate, kp.reqBurst, kp.bothPeriods)
-			} else if dp.configured {
+				c.addDim(APIKey, kp.Name, kp.minute, kp.day, kp.reqRate, kp.reqBurst, kp.bothPeriods, tokens)
+			} else if dp.configured && tokens {
 				l.skip(APIKey, dp)
 			}
 			continue
@@ -186,16 +190,20 @@ func (l *Limiter) collect(p *Policy, id *Identity, c *charges) {
 			continue
 		}
 		if d != Global && ident == "" {
-			l.skip(d, dp)
+			if tokens {
+				l.skip(d, dp)
+			}
 			continue
 		}
-		c.addDim(d, ident, dp.minute, dp.day, dp.reqRate, dp.reqBurst, dp.bothPeriods)
+		c.addDim(d, ident, dp.minute, dp.day, dp.reqRate, dp.reqBurst, dp.bothPeriods, tokens)
 	}
 	if len(p.models) > 0 {
 		if id.Model == "" {
-			l.rec.Skipped("token_budget_model")
+			if tokens {
+				l.rec.Skipped("token_budget_model")
+			}
 		} else if mp := p.models[id.Model]; mp != nil {
-			c.addDim(Model, id.Model, mp.minute, mp.day, mp.reqRate, mp.reqBurst, mp.bothPeriods)
+			c.addDim(Model, id.Model, mp.minute, mp.day, mp.reqRate, mp.reqBurst, mp.bothPeriods, tokens)
 		}
 	}
 }
@@ -207,14 +215,15 @@ func (l *Limiter) skip(d Dimension, dp *dimPolicy) {
 }
 
 // Admit reserves amount tokens (and one request) on every bucket the identity draws
-// on, all or nothing. An error means the store could not decide; nothing was taken.
+// on, all or nothing. An amount of 0 (a route that is not charged) takes only the
+// request-count buckets. An error means the store could not decide; nothing was taken.
 func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int64) (Decision, error) {
 	var dec Decision
 	if id.Exempt || (id.Key != nil && id.Key.Bypass) {
 		return dec, nil
 	}
 	var c charges
-	l.collect(p, &id, &c)
+	l.collect(p, &id, &c, amount > 0)
 	if len(c.reqs) == 0 && len(c.toks) == 0 {
 		return dec, nil
 	}

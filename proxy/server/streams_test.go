@@ -146,5 +146,8 @@ rate_limiting:
 		r := h.do("GET", "/v1/models", "sk-alice", "")
 		Expect(r.code).To(Equal(429))
 		Expect(r.errorField("error", "limit_type")).To(Equal("requests"))
+		Expect(r.header.Get("X-Ratelimit-Tokens-Limit")).To(BeEmpty(), "no token budget is involved")
+		_, ok := h.store.Level(budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"})
+		Expect(ok).To(BeFalse(), "a route that is not charged touches no token bucket")
 	})
 })
