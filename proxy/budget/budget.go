@@ -87,9 +87,6 @@ type Allowance struct {
 // Unlimited is the allowance of a configured 0.
 func Unlimited() Allowance { return Allowance{} }
 
-// Limit is an allowance in force of n (n may be 0).
-func Limit(n int64) Allowance { return Allowance{limited: true, n: max(n, 0), fleet: max(n, 0)} }
-
 // Divide resolves a configured fleet total: 0 is unlimited; a positive value is divided
 // by the replica count with integer floor and may become a zero allowance.
 func Divide(configured, replicas int64) Allowance {
@@ -108,9 +105,6 @@ func (a Allowance) Limited() bool { return a.limited }
 // Tokens is the allowance this replica enforces in its own memory (0 when unlimited or
 // zero).
 func (a Allowance) Tokens() int64 { return a.n }
-
-// Fleet is the undivided fleet total, which a shared store enforces.
-func (a Allowance) Fleet() int64 { return a.fleet }
 
 // Key identifies one bucket.
 type Key struct {

@@ -110,9 +110,6 @@ func NewLimiter(store Store, rec Recorder, clock Clock, async bool) *Limiter {
 	return &Limiter{store: store, rec: rec, clock: clock, async: async}
 }
 
-// Store is the limiter's store.
-func (l *Limiter) Store() Store { return l.store }
-
 // charges are the buckets a request draws on; fixed arrays keep the hot path free of
 // allocations for the common case.
 type charges struct {
@@ -323,9 +320,6 @@ type Hold struct {
 	key     string
 	done    atomic.Bool
 }
-
-// Amount is the reserved estimate.
-func (h *Hold) Amount() int64 { return h.amount }
 
 // Settle replaces the reservation with the usage the backend reported: the unused
 // part is refunded to every bucket; an overage is charged to each bucket that can

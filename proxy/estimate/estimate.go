@@ -141,19 +141,6 @@ func scanBody(body []byte) (Estimate, error) {
 	return e, nil
 }
 
-// Value estimates any JSON value: the text of every string in it, one token per
-// number (token ids in a prompt array), and MediaTokens for each binary payload (a
-// string under "data", "file_data" or "b64_json", or a data: URL). Invalid JSON counts
-// as text.
-func Value(raw []byte) int64 {
-	s := &scanner{b: raw}
-	n, err := s.count(nil)
-	if err != nil {
-		return Text(string(raw))
-	}
-	return n
-}
-
 // Text estimates a string: one token per four ASCII bytes (rounded up) and one token
 // per non-ASCII character, which covers scripts whose characters are a token or more.
 func Text(s string) int64 {

@@ -155,14 +155,6 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 // Ready reports whether a config is in force.
 func (s *Server) Ready() bool { return s.rt.Load() != nil }
 
-// Config is the config in force, or nil.
-func (s *Server) Config() *config.Config {
-	if rt := s.rt.Load(); rt != nil {
-		return rt.cfg
-	}
-	return nil
-}
-
 // holdKey carries the request's state into the reverse proxy's callbacks.
 type holdKey struct{}
 
