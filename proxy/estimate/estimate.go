@@ -60,73 +60,53 @@ func scanBody(body []byte) (Estimate, error) {
 	s := &scanner{b: body}
 	e := Estimate{Parsed: true}
 	var in, out, n int64
-	if err := s.expect('{'); err != nil {
-		return e, err
-	}
-	if s.peek() == '}' {
-		s.i++
-	} else {
-		for {
-			key, err := s.str()
-			if err != nil {
-				return e, err
-			}
-			if err := s.expect(':'); err != nil {
-				return e, err
-			}
-			var v int64
-			switch string(key) {
-			case "messages":
-				// Every message with its floor.
-				v, err = s.items()
-			case "input":
-				// Responses: a string, or a list of items that are messages or parts.
-				v, err = s.items()
-			case "prompt", "instructions", "system":
-				// The prompt fields the message walk does not see.
-				v, err = s.count(key)
-			case "tools", "functions", "response_format", "text":
-				// Sent to the model as text: the whole JSON counts (text.format is
-				// Responses' response_format).
+	err := s.object(func(key []byte) error {
+		var v int64
+		var err error
+		switch string(key) {
+		case "messages":
+			// Every message with its floor.
+			v, err = s.items()
+		case "input":
+			// Responses: a string, or a list of items that are messages or parts.
+			v, err = s.items()
+		case "prompt", "instructions", "system":
+			// The prompt fields the message walk does not see.
+			v, err = s.count(key)
+		case "tools", "functions", "response_format", "text":
+			// Sent to the model as text: the whole JSON counts (text.format is
+			// Responses' response_format).
+			var raw []byte
+			raw, err = s.span()
+			v = textRaw(raw)
+		case "max_tokens", "max_completion_tokens", "max_output_tokens":
+			var raw []byte
+			raw, err = s.span()
+			out = max(out, Ceiling(raw))
+		case "n":
+			var raw []byte
+			raw, err = s.span()
+			n = max(n, Ceiling(raw))
+		case "model":
+			if s.peek() == '"' {
 				var raw []byte
-				raw, err = s.span()
-				v = textRaw(raw)
-			case "max_tokens", "max_completion_tokens", "max_output_tokens":
-				var raw []byte
-				raw, err = s.span()
-				out = max(out, Ceiling(raw))
-			case "n":
-				var raw []byte
-				raw, err = s.span()
-				n = max(n, Ceiling(raw))
-			case "model":
-				if s.peek() == '"' {
-					var raw []byte
-					raw, err = s.str()
-					e.Model = unquote(raw)
-				} else {
-					_, err = s.count(nil)
-				}
-			case "stream":
-				var raw []byte
-				raw, err = s.span()
-				e.Stream = string(raw) == "true"
-			default:
+				raw, err = s.str()
+				e.Model = unquote(raw)
+			} else {
 				_, err = s.count(nil)
 			}
-			if err != nil {
-				return e, err
-			}
-			in += v
-			if c := s.peek(); c == ',' {
-				s.i++
-				continue
-			} else if c == '}' {
-				s.i++
-				break
-			}
-			return e, errSyntax
+		case "stream":
+			var raw []byte
+			raw, err = s.span()
+			e.Stream = string(raw) == "true"
+		default:
+			_, err = s.count(nil)
 		}
+		in += v
+		return err
+	})
+	if err != nil {
+		return e, err
 	}
 	if s.ws(); s.i != len(s.b) {
 		return e, errSyntax

@@ -169,58 +169,21 @@ func (s *scanner) count(key []byte) (int64, error) {
 		}
 		return textRaw(raw), nil
 	case '{':
-		s.i++
 		var n int64
-		if s.peek() == '}' {
-			s.i++
-			return 0, nil
-		}
-		for {
-			k, err := s.str()
-			if err != nil {
-				return 0, err
-			}
-			if err := s.expect(':'); err != nil {
-				return 0, err
-			}
+		err := s.object(func(k []byte) error {
 			v, err := s.count(k)
-			if err != nil {
-				return 0, err
-			}
 			n += v
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return n, nil
-			default:
-				return 0, errSyntax
-			}
-		}
+			return err
+		})
+		return n, err
 	case '[':
-		s.i++
 		var n int64
-		if s.peek() == ']' {
-			s.i++
-			return 0, nil
-		}
-		for {
+		err := s.array(func() error {
 			v, err := s.count(nil)
-			if err != nil {
-				return 0, err
-			}
 			n += v
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return n, nil
-			default:
-				return 0, errSyntax
-			}
-		}
+			return err
+		})
+		return n, err
 	default:
 		lit, err := s.literal()
 		if err != nil {
@@ -249,26 +212,70 @@ func (s *scanner) items() (int64, error) {
 	if s.peek() != '[' {
 		return s.count(nil)
 	}
-	s.i++
+	var n int64
+	err := s.array(func() error {
+		v, err := s.count(nil)
+		n += MessageFloor + v
+		return err
+	})
+	return n, err
+}
+
+// object walks an object, calling fn with each key when the scanner stands at its
+// value; fn must consume the value.
+func (s *scanner) object(fn func(key []byte) error) error {
+	if err := s.expect('{'); err != nil {
+		return err
+	}
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		if err := s.expect(':'); err != nil {
+			return err
+		}
+		if err := fn(key); err != nil {
+			return err
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return errSyntax
+		}
+	}
+}
+
+// array walks an array, calling fn when the scanner stands at each element; fn must
+// consume it.
+func (s *scanner) array(fn func() error) error {
+	if err := s.expect('['); err != nil {
+		return err
+	}
 	if s.peek() == ']' {
 		s.i++
-		return 0, nil
+		return nil
 	}
-	var n int64
 	for {
-		v, err := s.count(nil)
-		if err != nil {
-			return 0, err
+		if err := fn(); err != nil {
+			return err
 		}
-		n += MessageFloor + v
 		switch s.peek() {
 		case ',':
 			s.i++
 		case ']':
 			s.i++
-			return n, nil
+			return nil
 		default:
-			return 0, errSyntax
+			return errSyntax
 		}
 	}
 }
@@ -323,34 +330,11 @@ func isMediaRaw(key, raw []byte) bool {
 // order, without decoding them. It fails on anything that is not strict JSON.
 func Fields(body []byte, fn func(key, value []byte)) error {
 	s := &scanner{b: body}
-	if err := s.expect('{'); err != nil {
-		return err
-	}
-	if s.peek() == '}' {
-		s.i++
-		return nil
-	}
-	for {
-		key, err := s.str()
-		if err != nil {
-			return err
-		}
-		if err := s.expect(':'); err != nil {
-			return err
-		}
+	return s.object(func(key []byte) error {
 		v, err := s.span()
-		if err != nil {
-			return err
+		if err == nil {
+			fn(key, v)
 		}
-		fn(key, v)
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return errSyntax
-		}
-	}
+		return err
+	})
 }
