@@ -144,6 +144,10 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
 type gathered struct {
 	fleet
+	// allBudgets and allKeys are every object that references the fleet, accepted or
+	// not: the ones whose status this reconcile writes.
+	allBudgets     []*twv1alpha1.TokenBudget
+	allKeys        []*twv1alpha1.ApiKey
 	budgetVerdicts map[string]verdict // by TokenBudget name
 	keyVerdicts    map[string]verdict // by ApiKey name
 	fingerprints   map[string]string
@@ -173,6 +177,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 			all = append(all, &budgets.Items[i])
 		}
 	}
+	g.allBudgets = all
 	winners, losers, winnerOf := resolveConflicts(all)
 	g.budgets = winners
 	for _, b := range winners {
@@ -196,6 +201,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		if !k.DeletionTimestamp.IsZero() {
 			continue
 		}
+		g.allKeys = append(g.allKeys, k)
 		var s corev1.Secret
 		err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.SecretRef.Name}, &s)
 		switch {

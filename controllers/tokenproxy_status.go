@@ -63,20 +63,13 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 	}
 	readyMsg := fmt.Sprintf("In the fleet's config (generation %d); %s", generation, placement)
 
-	var budgets twv1alpha1.TokenBudgetList
-	if err := r.List(ctx, &budgets, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
-		return err
-	}
 	accepted := int32(0)
-	for i := range budgets.Items {
-		b := &budgets.Items[i]
-		v, ok := g.budgetVerdicts[b.Name]
-		if !ok {
-			continue // created after this reconcile read the list: the next one covers it
-		}
+	for _, b := range g.allBudgets {
+		v := g.budgetVerdicts[b.Name]
 		st := b.Status.DeepCopy()
 		st.ObservedGeneration = b.Generation
 		st.Storage = storage
+		st.Replicas, st.PerReplica = 0, twv1alpha1.PerReplicaAllowance{}
 		if v.accepted {
 			accepted++
 			st.Replicas = inForce
@@ -84,46 +77,23 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 				TokensPerMinute: allowance(b.Spec.TokensPerMinute, inForce),
 				TokensPerDay:    allowance(b.Spec.TokensPerDay, inForce),
 			}
-			setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, true, v.reason, v.message, b.Generation)
-			setCondition(&st.Conditions, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonRendered, readyMsg, b.Generation)
-		} else {
-			st.Replicas, st.PerReplica = 0, twv1alpha1.PerReplicaAllowance{}
-			if !meta.IsStatusConditionPresentAndEqual(st.Conditions, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
-				r.Events.Eventf(b, tp, corev1.EventTypeWarning, v.reason, "Render", v.message)
-			}
-			setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, v.reason, v.message, b.Generation)
-			setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, b.Generation)
 		}
+		r.applyVerdict(tp, b, &st.Conditions, v, readyMsg)
 		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
 			return err
 		}
 	}
 
-	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
-		return err
-	}
 	keysIn := int32(0)
-	for i := range keys.Items {
-		k := &keys.Items[i]
-		v, ok := g.keyVerdicts[k.Name]
-		if !ok {
-			continue
-		}
+	for _, k := range g.allKeys {
+		v := g.keyVerdicts[k.Name]
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
 		st.Fingerprint = g.fingerprints[k.Name]
 		if v.accepted {
 			keysIn++
-			setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, true, v.reason, v.message, k.Generation)
-			setCondition(&st.Conditions, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonRendered, fmt.Sprintf("In the fleet's config (generation %d)", generation), k.Generation)
-		} else {
-			if !meta.IsStatusConditionPresentAndEqual(st.Conditions, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
-				r.Events.Eventf(k, tp, corev1.EventTypeWarning, v.reason, "Render", v.message)
-			}
-			setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, v.reason, v.message, k.Generation)
-			setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, k.Generation)
 		}
+		r.applyVerdict(tp, k, &st.Conditions, v, fmt.Sprintf("In the fleet's config (generation %d)", generation))
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}
@@ -148,6 +118,22 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 			fmt.Sprintf("%d of %d proxies ready", deploy.Status.ReadyReplicas, want), tp.Generation)
 	}
 	return r.patchStatus(ctx, tp, &tp.Status, st)
+}
+
+// applyVerdict sets an object's Accepted and Ready conditions from its verdict, and
+// records a warning event when it stops being accepted: what an operator acts on.
+func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj client.Object, conds *[]metav1.Condition, v verdict, readyMsg string) {
+	gen := obj.GetGeneration()
+	if v.accepted {
+		setCondition(conds, twv1alpha1.ConditionAccepted, true, v.reason, v.message, gen)
+		setCondition(conds, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonRendered, readyMsg, gen)
+		return
+	}
+	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
+		r.Events.Eventf(obj, tp, corev1.EventTypeWarning, v.reason, "Render", v.message)
+	}
+	setCondition(conds, twv1alpha1.ConditionAccepted, false, v.reason, v.message, gen)
+	setCondition(conds, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, gen)
 }
 
 // allowance is what each replica enforces of a fleet total: nil when unlimited.
