@@ -23,7 +23,7 @@ Try, in another terminal:
   curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' \\
     -H 'Content-Type: application/json' -d '{"model":"demo","max_tokens":500,"messages":[{"role":"user","content":"hi"}]}' -i
 
-  # sk-demo-batch has 4000 tokens a minute and each call uses 1500: the third is refused with 429.
+  # sk-demo-batch has 3500 tokens a minute and each call uses 1500: the third is refused with 429.
   for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:8080/v1/chat/completions \\
     -H 'Authorization: Bearer sk-demo-batch' -d '{"model":"demo","max_tokens":1000}'; done
 
