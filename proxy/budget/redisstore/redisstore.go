@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,15 +64,24 @@ type Store struct {
 	// calls queue script calls for the workers that send them in pipelines: under
 	// load many reservations and settlements share one round trip and one syscall.
 	calls chan call
-	done  chan struct{}
+	// done closes to stop the workers; stopped closes when they have, after answering
+	// the calls they had taken.
+	done      chan struct{}
+	stopped   chan struct{}
+	closeOnce sync.Once
+	workers   sync.WaitGroup
 }
 
-// call is one script call waiting for a pipeline; done receives its command, which
-// holds the reply or the error.
+// call is one script call waiting for a pipeline, or a refund to merge with the other
+// refunds waiting; done receives its command, which holds the reply or the error.
 type call struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	// refund and amount are a refund's buckets and the amount returned to each, when
+	// script is nil.
+	refund []budget.Charge
+	amount float64
 	done   chan *redis.Cmd
 }
 
@@ -119,8 +129,9 @@ func New(o Options) (*Store, error) {
 	s := &Store{
 		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", fallback: o.Fallback, backoff: o.Backoff,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
-		calls: make(chan call, callQueue), done: make(chan struct{}),
+		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	s.workers.Add(pipelineWorkers)
 	for range pipelineWorkers {
 		go s.pipeline()
 	}
@@ -130,20 +141,72 @@ func New(o Options) (*Store, error) {
 // Client is the underlying client (tests read INFO through it).
 func (s *Store) Client() *redis.Client { return s.c }
 
-var kindTags = [budget.NumKinds]string{"r", "m", "d"}
-
-// Key is a bucket's Redis key: {prefix}:KIND:DIMENSION:ID. Every key carries the same
-// hash tag, so one request's keys always share a slot.
+// Key is the Redis key that holds a bucket: {prefix}:DIMENSION:ID, one key for the
+// id's request, minute and day buckets. Every key carries the same hash tag, so one
+// request's keys always share a slot.
 func (s *Store) Key(k budget.Key) string {
+	dim := k.Dim.String()
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 12 + len(k.ID))
+	b.Grow(len(s.prefix) + len(dim) + 1 + len(k.ID))
 	b.WriteString(s.prefix)
-	b.WriteString(kindTags[k.Kind])
-	b.WriteByte(':')
-	b.WriteString(k.Dim.String())
+	b.WriteString(dim)
 	b.WriteByte(':')
 	b.WriteString(k.ID)
 	return b.String()
+}
+
+// spec lays out one script call's buckets: the keys, one per dimension and id in the
+// order first seen, and the binary bucket spec (see scripts.go).
+type spec struct {
+	ids  []budget.Key
+	keys []string
+	// byID indexes ids once there are many (a call merging many refunds).
+	byID map[budget.Key]int
+	buf  []byte
+}
+
+func newSpec(buckets int) *spec {
+	return &spec{
+		ids:  make([]budget.Key, 0, min(buckets, int(budget.NumDimensions))),
+		keys: make([]string, 0, min(buckets, int(budget.NumDimensions))),
+		buf:  make([]byte, 0, buckets*specSize),
+	}
+}
+
+// add appends one bucket with the script's three numbers for it.
+func (p *spec) add(s *Store, k budget.Key, x, y, z float64) {
+	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, k)))
+	p.buf = append(p.buf, byte(k.Kind))
+	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(x))
+	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(y))
+	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(z))
+}
+
+// index is the 1-based index in keys of the key holding k.
+func (p *spec) index(s *Store, k budget.Key) int {
+	k.Kind = 0
+	if p.byID != nil {
+		if i, ok := p.byID[k]; ok {
+			return i
+		}
+	} else {
+		for i, id := range p.ids {
+			if id == k {
+				return i + 1
+			}
+		}
+	}
+	p.ids = append(p.ids, k)
+	p.keys = append(p.keys, s.Key(k))
+	if p.byID == nil && len(p.ids) > 8 {
+		p.byID = make(map[budget.Key]int, 2*len(p.ids))
+		for i, id := range p.ids {
+			p.byID[id] = i + 1
+		}
+	} else if p.byID != nil {
+		p.byID[k] = len(p.ids)
+	}
+	return len(p.ids)
 }
 
 func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
@@ -167,16 +230,14 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 	if n == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
-	keys := make([]string, 0, n)
-	args := make([]any, 0, 3+3*n)
-	args = append(args, s.nowMillis(), len(r.Requests), r.Amount)
+	p := newSpec(n)
 	for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
 		for _, c := range group {
-			keys = append(keys, s.Key(c.Key))
-			args = append(args, c.SharedCapacity, c.SharedRate, c.Key.Kind.Period().Milliseconds())
+			p.add(s, c.Key, c.SharedCapacity, c.SharedRate, float64(c.Key.Kind.Period().Milliseconds()))
 		}
 	}
-	out, err := s.run(ctx, reserveScript, keys, args).Slice()
+	args := []any{s.nowMillis(), len(r.Requests), r.Amount, p.buf}
+	out, err := s.run(ctx, call{script: reserveScript, keys: p.keys, args: args}).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
@@ -189,8 +250,12 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 
 func parseReserve(out []any, r *budget.Reservation, s *Store) (budget.Result, error) {
 	n := len(r.Requests) + len(r.Tokens)
-	if len(out) != 4+n {
-		return budget.Result{}, fmt.Errorf("redis reserve script: %d replies, want %d", len(out), 4+n)
+	if len(out) != 5 {
+		return budget.Result{}, fmt.Errorf("redis reserve script: %d replies, want 5", len(out))
+	}
+	levels, ok := out[4].(string)
+	if !ok || len(levels) != 8*n {
+		return budget.Result{}, fmt.Errorf("redis reserve script: levels of %d bytes, want %d", len(levels), 8*n)
 	}
 	res := budget.Result{
 		Backend:        s,
@@ -210,11 +275,7 @@ func parseReserve(out []any, r *budget.Reservation, s *Store) (budget.Result, er
 		res.RetryAfter = time.Duration(out[3].(int64)) * time.Millisecond
 	}
 	for i := 0; i < n; i++ {
-		milli, ok := out[4+i].(int64)
-		if !ok {
-			return budget.Result{}, fmt.Errorf("redis reserve script: level %v is not an integer", out[4+i])
-		}
-		l := float64(milli) / 1000
+		l := math.Float64frombits(binary.LittleEndian.Uint64([]byte(levels[8*i : 8*i+8])))
 		if i < len(r.Requests) {
 			res.RequestLevels[i] = l
 		} else {
@@ -246,65 +307,85 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 	return s.fallback.Reserve(ctx, r)
 }
 
-// Refund implements budget.Store. A refund that cannot reach Redis is dropped: the
-// bucket returns the budget at its refill rate, which bounds the loss to one window.
+// Refund implements budget.Store. Refunds waiting for a pipeline together are merged
+// into one script call, bucket by bucket (returning a then b up to the capacity is
+// returning a+b up to it), so under load a settlement costs a fraction of a call. A
+// refund that cannot reach Redis is dropped: the bucket returns the budget at its
+// refill rate, which bounds the loss to one window.
 func (s *Store) Refund(ctx context.Context, charges []budget.Charge, amount float64) {
-	_, _ = s.adjust(ctx, charges, "refund", amount)
+	if len(charges) == 0 || amount <= 0 {
+		return
+	}
+	// The caller is the hold's detached settlement goroutine: waiting here never blocks
+	// a request.
+	if err := s.run(ctx, call{refund: charges, amount: amount}).Err(); err != nil {
+		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", err)
+	}
 }
 
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
 func (s *Store) Charge(ctx context.Context, charges []budget.Charge, amount float64) []bool {
-	applied, _ := s.adjust(ctx, charges, "charge", amount)
-	if applied == nil {
-		applied = make([]bool, len(charges))
+	applied := make([]bool, len(charges))
+	if len(charges) == 0 {
+		return applied
+	}
+	p := newSpec(len(charges))
+	for _, c := range charges {
+		p.add(s, c.Key, c.SharedCapacity, c.SharedRate, amount)
+	}
+	out, err := s.run(ctx, call{script: adjustScript, keys: p.keys, args: []any{s.nowMillis(), "charge", p.buf}}).Int64Slice()
+	if err != nil {
+		s.log.Debug("An overage could not reach Redis; it is not charged", "error", err)
+		return applied
+	}
+	for i, v := range out {
+		applied[i] = i < len(applied) && v == 1
 	}
 	return applied
 }
 
-func (s *Store) adjust(ctx context.Context, charges []budget.Charge, mode string, amount float64) ([]bool, error) {
-	if len(charges) == 0 {
-		return nil, nil
-	}
-	keys := make([]string, len(charges))
-	args := make([]any, 0, 3+2*len(charges))
-	args = append(args, s.nowMillis(), mode, amount)
-	for i, c := range charges {
-		keys[i] = s.Key(c.Key)
-		args = append(args, c.SharedCapacity, c.SharedRate)
-	}
-	// The caller is the hold's detached settlement goroutine: waiting here never blocks
-	// a request.
-	out, err := s.run(ctx, adjustScript, keys, args).Int64Slice()
-	if err != nil {
-		s.log.Debug("A settlement could not reach Redis; its budget returns at the refill rate", "mode", mode, "error", err)
-		return nil, err
-	}
-	applied := make([]bool, len(out))
-	for i, v := range out {
-		applied[i] = v == 1
-	}
-	return applied, nil
+var (
+	errQueueFull = errors.New("redis: too many calls waiting")
+	errClosed    = errors.New("redis: the store is closed")
+)
+
+func failed(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
-var errQueueFull = errors.New("redis: too many calls waiting")
-
-// run queues a script call for the pipeline workers and waits for its reply.
-func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
-	c := call{script: script, keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
+// run queues a call for the pipeline workers and waits for its reply.
+func (s *Store) run(ctx context.Context, c call) *redis.Cmd {
+	c.done = make(chan *redis.Cmd, 1)
+	select {
+	case <-s.done:
+		return failed(ctx, errClosed)
+	default:
+	}
 	select {
 	case s.calls <- c:
 	default:
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(errQueueFull)
-		return cmd
+		return failed(ctx, errQueueFull)
 	}
 	// Always wait for the reply, even for a caller that went away: a reservation the
 	// worker made must reach the caller, whose hold then releases it.
-	return <-c.done
+	select {
+	case cmd := <-c.done:
+		return cmd
+	case <-s.stopped:
+		select {
+		case cmd := <-c.done:
+			return cmd
+		default:
+			return failed(ctx, errClosed)
+		}
+	}
 }
 
 // pipeline sends queued calls, as many as are waiting, in one pipeline.
 func (s *Store) pipeline() {
+	defer s.workers.Done()
 	batch := make([]call, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
 	for {
@@ -330,13 +411,25 @@ func (s *Store) pipeline() {
 	}
 }
 
+// send sends a batch in one pipeline and returns each call's command. The batch's
+// refunds go as one merged call, in the place of the first of them.
 func (s *Store) send(batch []call, cmds []*redis.Cmd) []*redis.Cmd {
 	ctx := context.Background()
+	refund := s.mergeRefunds(batch)
 	exec := func() error {
 		cmds = cmds[:0]
+		var merged *redis.Cmd
 		pipe := s.c.Pipeline()
 		for _, c := range batch {
-			cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+			switch {
+			case c.script != nil:
+				cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+			case merged == nil:
+				merged = refund.script.EvalSha(ctx, pipe, refund.keys, refund.args...)
+				cmds = append(cmds, merged)
+			default:
+				cmds = append(cmds, merged)
+			}
 		}
 		_, err := pipe.Exec(ctx)
 		return err
@@ -353,6 +446,45 @@ func (s *Store) send(batch []call, cmds []*redis.Cmd) []*redis.Cmd {
 	return cmds
 }
 
+// refundBucket identifies a bucket and the parameters a hold recorded on it: refunds
+// merge when both match.
+type refundBucket struct {
+	key            budget.Key
+	capacity, rate float64
+}
+
+// mergeRefunds builds one adjust call returning every refund in the batch, with one
+// entry per bucket and recorded parameters.
+func (s *Store) mergeRefunds(batch []call) call {
+	var (
+		order   []refundBucket
+		amounts map[refundBucket]float64
+	)
+	for _, c := range batch {
+		if c.script != nil {
+			continue
+		}
+		if amounts == nil {
+			amounts = make(map[refundBucket]float64, len(c.refund))
+		}
+		for _, ch := range c.refund {
+			b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
+			if _, ok := amounts[b]; !ok {
+				order = append(order, b)
+			}
+			amounts[b] += c.amount
+		}
+	}
+	if amounts == nil {
+		return call{}
+	}
+	p := newSpec(len(order))
+	for _, b := range order {
+		p.add(s, b.key, b.capacity, b.rate, amounts[b])
+	}
+	return call{script: adjustScript, keys: p.keys, args: []any{s.nowMillis(), "refund", p.buf}}
+}
+
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on
 // their own; the replica-local fallback buckets are pruned now.
 func (s *Store) Prune(keep func(budget.Key) bool) {
@@ -361,10 +493,17 @@ func (s *Store) Prune(keep func(budget.Key) bool) {
 	}
 }
 
-// Close implements budget.Store.
+// Close implements budget.Store. The workers finish the pipelines they are sending;
+// a call still queued, or made after Close, fails as unreachable.
 func (s *Store) Close() error {
-	close(s.done)
-	return s.c.Close()
+	err := errClosed
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.workers.Wait()
+		close(s.stopped)
+		err = s.c.Close()
+	})
+	return err
 }
 
 // Level reads a bucket's level now, and whether it exists (tests and diagnostics).
@@ -376,11 +515,14 @@ func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) 
 	if err != nil {
 		return 0, false, err
 	}
-	if len(v) != 32 {
-		return 0, false, fmt.Errorf("bucket %s: %d bytes, want 32", s.Key(k), len(v))
+	if len(v) != 96 {
+		return 0, false, fmt.Errorf("key %s: %d bytes, want 96", s.Key(k), len(v))
 	}
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[32*int(k.Kind)+8*i:])) }
 	level, last, capacity, rate := f(0), f(1), f(2), f(3)
+	if capacity < 0 {
+		return 0, false, nil
+	}
 	if dt := float64(s.nowMillis()-int64(last)) / 1000; dt > 0 {
 		level = min(capacity, level+dt*rate)
 	}

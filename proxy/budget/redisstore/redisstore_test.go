@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,20 +142,113 @@ var _ = Describe("The Redis store", func() {
 		Expect(afterSettle - afterReserve).To(Equal(int64(100)))
 	})
 
-	It("keys every bucket under one hash tag and expires it when it would be full again", func() {
+	It("keeps an id's buckets in one key under the fleet's hash tag, expiring when its slowest bucket is full again", func() {
 		clock := storetest.NewClock()
 		s := newStore(clock, nil, nil)
 		DeferCleanup(s.Close)
+		req := budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 10, SharedRate: 10.0 / 60}
 		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 600, SharedRate: 10}
-		d := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Team, ID: "research"}, SharedCapacity: 86400, SharedRate: 1}
-		_, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m, d}, Amount: 300})
+		d := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 86400, SharedRate: 1}
+		t := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 600, SharedRate: 10}
+		_, err := s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{req}, Tokens: []budget.Charge{m, d, t}, Amount: 300})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(s.Key(m.Key)).To(MatchRegexp(`^\{t\d+\}:m:api_key:alice$`))
-		Expect(s.Key(d.Key)).To(MatchRegexp(`^\{t\d+\}:d:team:research$`))
-		ttlM := s.Client().PTTL(ctx, s.Key(m.Key)).Val()
-		ttlD := s.Client().PTTL(ctx, s.Key(d.Key)).Val()
-		Expect(ttlM).To(BeNumerically("~", 31*time.Second, time.Second), "300 tokens at 10 per second, plus a second")
-		Expect(ttlD).To(BeNumerically("~", 301*time.Second, time.Second), "a day bucket lives as long as its refill needs")
+		Expect(s.Key(m.Key)).To(MatchRegexp(`^\{t\d+\}:api_key:alice$`))
+		Expect(s.Key(d.Key)).To(Equal(s.Key(m.Key)))
+		Expect(s.Key(req.Key)).To(Equal(s.Key(m.Key)))
+		Expect(s.Key(t.Key)).To(MatchRegexp(`^\{t\d+\}:team:research$`))
+		tag, _, _ := strings.Cut(s.Key(m.Key), "}")
+		keys, err := s.Client().Keys(ctx, tag+"}*").Result()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(keys).To(ConsistOf(s.Key(m.Key), s.Key(t.Key)), "four buckets, two keys")
+
+		Expect(s.Client().PTTL(ctx, s.Key(t.Key)).Val()).To(BeNumerically("~", 31*time.Second, time.Second), "300 tokens at 10 per second, plus a second")
+		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 301*time.Second, time.Second), "as long as the day bucket's refill needs")
+
+		// Forty seconds on, the minute bucket is full again; a refund on it alone never
+		// shortens the life the day bucket needs.
+		clock.Advance(40 * time.Second)
+		s.Refund(ctx, []budget.Charge{m}, 100)
+		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 261*time.Second, time.Second))
+		for _, c := range []budget.Charge{req, m, d} {
+			_, ok, err := s.Level(ctx, c.Key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ok).To(BeTrue(), "%v kept in the key", c.Key)
+		}
+		l, _, _ := s.Level(ctx, d.Key)
+		Expect(l).To(BeNumerically("~", 86400-300+40, 0.01))
+		l, _, _ = s.Level(ctx, req.Key)
+		Expect(l).To(BeNumerically("~", 10, 0.01), "refilled in 40 seconds at 10 per minute")
+		_, ok, err := s.Level(ctx, budget.Key{Kind: budget.Requests, Dim: budget.Team, ID: "research"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeFalse(), "a slot never written is absent")
+	})
+
+	It("merges the refunds waiting together into one call, bucket by bucket, losing none", func() {
+		own := redisserver.Start(GinkgoT())
+		clock := storetest.NewClock()
+		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
+			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(s.Close)
+		team := func(id string) budget.Charge {
+			return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: id}, SharedCapacity: 1e6, SharedRate: 1e6 / 60}
+		}
+		global := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Global}, SharedCapacity: 1e7, SharedRate: 1e7 / 86400}
+		// 100 holds of 5,000 tokens, on the global day bucket and one of two teams.
+		for i := 0; i < 100; i++ {
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{global, team([]string{"a", "b"}[i%2])}, Amount: 5000})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+		}
+		before, _ := commandstat(s, "evalsha")
+
+		// While Redis is stalled the refunds queue up; when it answers they go in a few
+		// merged calls.
+		Expect(own.Pause()).To(Succeed())
+		var wg sync.WaitGroup
+		for i := 0; i < 100; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.Refund(ctx, []budget.Charge{global, team([]string{"a", "b"}[i%2])}, float64(1000+i))
+			}()
+		}
+		time.Sleep(200 * time.Millisecond)
+		Expect(own.Resume()).To(Succeed())
+		wg.Wait()
+
+		after, _ := commandstat(s, "evalsha")
+		Expect(after-before).To(BeNumerically("<=", 10), "100 refunds in at most 10 calls")
+		level := func(c budget.Charge) float64 {
+			l, ok, err := s.Level(ctx, c.Key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ok).To(BeTrue())
+			return l
+		}
+		// Refunded: 1000+i for each i, 104,950 in all, split by parity between the teams.
+		Expect(level(global)).To(BeNumerically("~", 1e7-500000+104950, 1e-6))
+		Expect(level(team("a"))).To(BeNumerically("~", 1e6-250000+52450, 1e-6))
+		Expect(level(team("b"))).To(BeNumerically("~", 1e6-250000+52500, 1e-6))
+	})
+
+	It("answers every call made while or after it closes, without waiting", func() {
+		s := newStore(storetest.NewClock(), nil, nil)
+		var wg sync.WaitGroup
+		for i := 0; i < 50; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = s.Reserve(ctx, everyDimension(10))
+				s.Refund(ctx, everyDimension(0).Tokens, 5)
+			}()
+		}
+		Expect(s.Close()).To(Succeed())
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		Eventually(done).Should(BeClosed())
+		_, err := s.Reserve(ctx, everyDimension(10))
+		var ue *budget.UnavailableError
+		Expect(err).To(BeAssignableToTypeOf(ue), "no fallback: a closed store is unavailable")
 	})
 
 	When("Redis is unreachable", func() {

@@ -5,37 +5,96 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// A bucket is one string value: struct.pack("<dddd", level, last_ms, capacity, rate),
-// rate in units per second. An absent key is a full bucket, so every write sets a TTL
-// of the time the bucket needs to refill, and an idle bucket disappears.
+// Storage. One key per dimension and id holds that id's three buckets (request count,
+// minute and day) as one 96-byte string, struct.pack("<dddddddddddd"): four numbers
+// per slot in budget.Kind order, level, last_ms, capacity and rate (units per second).
+// A slot whose capacity is -1 is absent, and an absent slot or key is a full bucket, so
+// every write sets a TTL of the time the key's slowest bucket needs to refill, and an
+// idle key disappears. Six dimensions on both periods plus request limits are at most
+// six keys, so a reservation is one MGET and at most six SET ... PX in one round trip.
 //
-// The reserve script reads every key of the request with one MGET, decides, and
-// writes each changed bucket with one SET ... PX: 1 + N commands for N buckets, all
-// or nothing, in one round trip.
-//
-// KEYS: the request-count buckets, then the token buckets.
-// ARGV: now_ms, nreq, amount, then capacity, rate and period_ms for every key (the
-// period is the wait reported for a zero allowance, which never refills).
-// Returns: {admitted (1/0), refused index (1-based, 0 when admitted), refused kind
-// (0 requests, 1 tokens), retry_after_ms, level_1, ..., level_N} with each level after
-// the operation in thousandths of a token (integers; a negative level is not possible).
-var reserveScript = redis.NewScript(`
-local call, pack, unpackb, min, ceil = redis.call, struct.pack, struct.unpack, math.min, math.ceil
+// Calls. ARGV[1] is now_ms; the last ARGV is the bucket spec, 27 bytes per bucket,
+// struct.pack("<HBddd"): the index of the bucket's key in KEYS (1-based), its slot,
+// and three numbers that depend on the script. A binary spec keeps the call to a few
+// arguments: Redis parses, and Lua converts, 5 values instead of 5 per bucket.
+
+// specFormat and specSize describe one bucket in the spec.
+const (
+	specFormat = "<HBddd"
+	specSize   = 27
+)
+
+// bucketLib is the code both scripts share: reading every key of the call, and writing
+// one back with the TTL its slowest bucket needs.
+const bucketLib = `
+local call, pack, unpackb, ceil = redis.call, struct.pack, struct.unpack, math.ceil
+local FMT = '<dddddddddddd'
 local now = tonumber(ARGV[1])
+local spec = ARGV[#ARGV]
+local n = #spec / 27
+local stored = {}
+do
+  local vals = call('MGET', unpack(KEYS))
+  for k = 1, #KEYS do
+    local v = vals[k]
+    if v and #v == 96 then
+      stored[k] = {unpackb(FMT, v)}
+    else
+      stored[k] = {0, 0, -1, 0, 0, 0, -1, 0, 0, 0, -1, 0}
+    end
+  end
+end
+local dirty = {}
+local function flush()
+  for k = 1, #KEYS do
+    if dirty[k] then
+      local s = stored[k]
+      local ttl = 1
+      for b = 0, 8, 4 do
+        local c, r = s[b + 3], s[b + 4]
+        if c >= 0 then
+          local need = 1000
+          if r > 0 then need = ceil((c - s[b + 1]) / r * 1000) + 1000 end
+          need = need - (now - s[b + 2])
+          if need > ttl then ttl = need end
+        end
+      end
+      call('PSETEX', KEYS[k], ttl, pack(FMT, unpack(s, 1, 12)))
+    end
+  end
+end
+`
+
+// The reserve script takes a reservation: it reads every key of the request, decides,
+// and writes back the keys it changed, all or nothing, in one round trip. Request-count
+// buckets are decided first (a refusal takes nothing), then token buckets (a refusal
+// takes only the request-count buckets).
+//
+// ARGV: now_ms, nreq (the first nreq buckets are request-count buckets, taking 1),
+// amount (what each token bucket takes), spec with each bucket's capacity, rate and
+// period_ms (the wait reported for a zero allowance, which never refills).
+// Returns: {admitted (1/0), refused index (1-based within its kind, 0 when admitted),
+// refused kind (0 requests, 1 tokens), retry_after_ms, levels} where levels packs each
+// bucket's level after the call as a little-endian double.
+var reserveScript = redis.NewScript(bucketLib + `
 local nreq = tonumber(ARGV[2])
 local amount = tonumber(ARGV[3])
-local n = #KEYS
-local vals = call('MGET', unpack(KEYS))
-local level, cap, rate, period = {}, {}, {}, {}
+local key, base, level, cap, rate, period = {}, {}, {}, {}, {}, {}
+local pos = 1
 for i = 1, n do
-  local c = tonumber(ARGV[1 + 3 * i])
-  local r = tonumber(ARGV[2 + 3 * i])
-  cap[i], rate[i], period[i] = c, r, tonumber(ARGV[3 + 3 * i])
-  local v = vals[i]
-  if v then
-    local l, t, oc, orate = unpackb('<dddd', v)
-    local dt = (now - t) / 1000
-    if dt > 0 then l = min(oc, l + dt * orate) end
+  local k, slot, c, r, p
+  k, slot, c, r, p, pos = unpackb('<HBddd', spec, pos)
+  local b = 4 * slot
+  key[i], base[i], cap[i], rate[i], period[i] = k, b, c, r, p
+  local s = stored[k]
+  local oc = s[b + 3]
+  if oc >= 0 then
+    local l, orate = s[b + 1], s[b + 4]
+    local dt = (now - s[b + 2]) / 1000
+    if dt > 0 then
+      l = l + dt * orate
+      if l > oc then l = oc end
+    end
     if oc ~= c or orate ~= r then
       if oc > 0 then l = l / oc * c else l = c end
     end
@@ -45,97 +104,97 @@ for i = 1, n do
   end
 end
 
-local function wait(i, need)
-  if rate[i] <= 0 then return period[i] end
-  if need > cap[i] then return need / rate[i] * 1000 end
-  local w = (need - level[i]) / rate[i] * 1000
-  if w < 0 then return 0 end
-  return w
+-- check finds the first bucket in first..last that cannot give need, and the longest
+-- wait any of them needs to.
+local function check(first, last, need)
+  local refused, retry = 0, 0
+  for i = first, last do
+    local l, c, r = level[i], cap[i], rate[i]
+    if need > c or l < need then
+      if refused == 0 then refused = i - first + 1 end
+      local w
+      if r <= 0 then w = period[i]
+      elseif need > c then w = need / r * 1000
+      else w = (need - l) / r * 1000 end
+      if w > retry then retry = w end
+    end
+  end
+  return refused, retry
 end
-
-local function write(i)
-  local ttl = 1000
-  if rate[i] > 0 then ttl = ceil((cap[i] - level[i]) / rate[i] * 1000) + 1000 end
-  call('PSETEX', KEYS[i], ttl, pack('<dddd', level[i], now, cap[i], rate[i]))
-end
-
--- Levels go back as integer thousandths: a Lua number reply is truncated to an integer.
-local function levels(out)
-  local k = #out
-  for i = 1, n do out[k + i] = level[i] * 1000 end
-  return out
-end
-
-local refused, retry = 0, 0
-for i = 1, nreq do
-  if 1 > cap[i] or level[i] < 1 then
-    if refused == 0 then refused = i end
-    local w = wait(i, 1)
-    if w > retry then retry = w end
+local function take(first, last, need)
+  for i = first, last do
+    local s, b, l = stored[key[i]], base[i], level[i] - need
+    level[i] = l
+    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, now, cap[i], rate[i]
+    dirty[key[i]] = true
   end
 end
-if refused > 0 then return levels({0, refused, 0, ceil(retry)}) end
-for i = 1, nreq do level[i] = level[i] - 1 end
+local function reply(admitted, refused, kind, retry)
+  return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n))}
+end
 
-for i = nreq + 1, n do
-  if amount > cap[i] or level[i] < amount then
-    if refused == 0 then refused = i - nreq end
-    local w = wait(i, amount)
-    if w > retry then retry = w end
-  end
+local refused, retry = check(1, nreq, 1)
+if refused > 0 then return reply(0, refused, 0, retry) end
+take(1, nreq, 1)
+refused, retry = check(nreq + 1, n, amount)
+if refused > 0 then
+  flush()
+  return reply(0, refused, 1, retry)
 end
-for i = 1, nreq do write(i) end
-if refused > 0 then return levels({0, refused, 1, ceil(retry)}) end
-for i = nreq + 1, n do
-  level[i] = level[i] - amount
-  write(i)
-end
-return levels({1, 0, 0, 0})
+take(nreq + 1, n, amount)
+flush()
+return reply(1, 0, 0, 0)
 `)
 
-// The adjust script settles a hold: a refund returns amount to each bucket up to its
-// capacity; a charge takes amount from each bucket that holds it and nothing from one
-// that does not. An amount recorded under other parameters than the bucket's current
-// ones is scaled to them, so a hold taken before a reload settles on what it recorded.
+// The adjust script settles holds. A refund returns each bucket's amount up to its
+// capacity (a bucket that is absent is full: nothing to return). A charge takes each
+// bucket's amount if it holds it, and nothing from one that does not. An amount
+// recorded under other parameters than the bucket's current ones is scaled to them, so
+// a hold taken before a reload settles on what it recorded. A bucket may appear more
+// than once: refunds of several holds are merged into one call.
 //
-// KEYS: the hold's token buckets. ARGV: now_ms, mode ("refund" or "charge"), amount,
-// then the capacity and rate recorded on the hold for every key.
-// Returns: one 1/0 per key, whether it was changed.
-var adjustScript = redis.NewScript(`
-local call, pack, unpackb, min, ceil = redis.call, struct.pack, struct.unpack, math.min, math.ceil
-local now = tonumber(ARGV[1])
+// ARGV: now_ms, mode ("refund" or "charge"), spec with the capacity and rate recorded
+// on the hold and the amount, for every bucket.
+// Returns: one 1/0 per bucket, whether it was changed.
+var adjustScript = redis.NewScript(bucketLib + `
 local charge = ARGV[2] == 'charge'
-local amount = tonumber(ARGV[3])
-local vals = call('MGET', unpack(KEYS))
 local out = {}
-for i = 1, #KEYS do
-  local hc = tonumber(ARGV[2 + 2 * i])
-  local hr = tonumber(ARGV[3 + 2 * i])
-  local v = vals[i]
+local pos = 1
+for i = 1, n do
+  local k, slot, hc, hr, x
+  k, slot, hc, hr, x, pos = unpackb('<HBddd', spec, pos)
+  local b = 4 * slot
+  local s = stored[k]
+  local present = s[b + 3] >= 0
   local l, c, r
-  if v then
-    local t
-    l, t, c, r = unpackb('<dddd', v)
-    local dt = (now - t) / 1000
-    if dt > 0 then l = min(c, l + dt * r) end
+  if present then
+    l, c, r = s[b + 1], s[b + 3], s[b + 4]
+    local dt = (now - s[b + 2]) / 1000
+    if dt > 0 then
+      l = l + dt * r
+      if l > c then l = c end
+    end
   else
     l, c, r = hc, hc, hr
   end
-  local a = amount
-  if hc > 0 and c ~= hc then a = amount * c / hc end
+  if hc > 0 and c ~= hc then x = x * c / hc end
   local changed = 0
   if charge then
-    if l >= a then l = l - a; changed = 1 end
-  elseif v then
-    l = min(c, l + a)
+    if l >= x then
+      l = l - x
+      changed = 1
+    end
+  elseif present then
+    l = l + x
+    if l > c then l = c end
     changed = 1
   end
   if changed == 1 then
-    local ttl = 1000
-    if r > 0 then ttl = ceil((c - l) / r * 1000) + 1000 end
-    call('PSETEX', KEYS[i], ttl, pack('<dddd', l, now, c, r))
+    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, now, c, r
+    dirty[k] = true
   end
   out[i] = changed
 end
+flush()
 return out
 `)
