@@ -72,30 +72,6 @@ type Store struct {
 	workers   sync.WaitGroup
 }
 
-// call is one script call waiting for a pipeline, or a refund to merge with the other
-// refunds waiting; done receives its command, which holds the reply or the error.
-type call struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	// refund and amount are a refund's buckets and the amount returned to each, when
-	// script is nil.
-	refund []budget.Charge
-	amount float64
-	done   chan *redis.Cmd
-}
-
-const (
-	// callQueue bounds the calls waiting for Redis. Beyond it a reservation is
-	// answered as unavailable and a settlement is dropped (its budget returns at the
-	// refill rate) rather than blocking anything.
-	callQueue = 4096
-	// pipelineWorkers send the queued calls; each waits for its pipeline's replies.
-	pipelineWorkers = 4
-	// maxPipeline bounds the calls in one pipeline.
-	maxPipeline = 64
-)
-
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
 func New(o Options) (*Store, error) {
 	opts, err := redis.ParseURL(o.URL)
@@ -155,60 +131,6 @@ func (s *Store) Key(k budget.Key) string {
 	return b.String()
 }
 
-// spec lays out one script call's buckets: the keys, one per dimension and id in the
-// order first seen, and the binary bucket spec (see scripts.go).
-type spec struct {
-	ids  []budget.Key
-	keys []string
-	// byID indexes ids once there are many (a call merging many refunds).
-	byID map[budget.Key]int
-	buf  []byte
-}
-
-func newSpec(buckets int) *spec {
-	return &spec{
-		ids:  make([]budget.Key, 0, min(buckets, int(budget.NumDimensions))),
-		keys: make([]string, 0, min(buckets, int(budget.NumDimensions))),
-		buf:  make([]byte, 0, buckets*specSize),
-	}
-}
-
-// add appends one bucket with the script's three numbers for it.
-func (p *spec) add(s *Store, k budget.Key, x, y, z float64) {
-	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, k)))
-	p.buf = append(p.buf, byte(k.Kind))
-	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(x))
-	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(y))
-	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(z))
-}
-
-// index is the 1-based index in keys of the key holding k.
-func (p *spec) index(s *Store, k budget.Key) int {
-	k.Kind = 0
-	if p.byID != nil {
-		if i, ok := p.byID[k]; ok {
-			return i
-		}
-	} else {
-		for i, id := range p.ids {
-			if id == k {
-				return i + 1
-			}
-		}
-	}
-	p.ids = append(p.ids, k)
-	p.keys = append(p.keys, s.Key(k))
-	if p.byID == nil && len(p.ids) > 8 {
-		p.byID = make(map[budget.Key]int, 2*len(p.ids))
-		for i, id := range p.ids {
-			p.byID[id] = i + 1
-		}
-	} else if p.byID != nil {
-		p.byID[k] = len(p.ids)
-	}
-	return len(p.ids)
-}
-
 func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
 
 func (s *Store) down() bool { return time.Now().UnixNano() < s.downUntil.Load() }
@@ -221,37 +143,31 @@ func (s *Store) markDown(err error) {
 	}
 }
 
-// Reserve implements budget.Store: one script call for every bucket of the request.
+// Reserve implements budget.Store: one script call for every bucket of the request,
+// shared with the other reservations waiting for the same pipeline.
 func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Result, error) {
 	if s.down() {
 		return s.unavailable(ctx, r, errors.New("redis marked down after a recent failure"))
 	}
-	n := len(r.Requests) + len(r.Tokens)
-	if n == 0 {
+	if len(r.Requests)+len(r.Tokens) == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
-	p := newSpec(n)
-	for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
-		for _, c := range group {
-			p.add(s, c.Key, c.SharedCapacity, c.SharedRate, float64(c.Key.Kind.Period().Milliseconds()))
-		}
-	}
-	args := []any{s.nowMillis(), len(r.Requests), r.Amount, p.buf}
-	out, err := s.run(ctx, call{script: reserveScript, keys: p.keys, args: args}).Slice()
-	if err != nil {
+	rep := s.run(call{kind: reserveCall, reservation: r})
+	if rep.err != nil {
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
 		}
-		s.markDown(err)
-		return s.unavailable(ctx, r, err)
+		s.markDown(rep.err)
+		return s.unavailable(ctx, r, rep.err)
 	}
-	return parseReserve(out, r, s)
+	return parseReserve(rep.val, r, s)
 }
 
-func parseReserve(out []any, r *budget.Reservation, s *Store) (budget.Result, error) {
+func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, error) {
 	n := len(r.Requests) + len(r.Tokens)
-	if len(out) != 5 {
-		return budget.Result{}, fmt.Errorf("redis reserve script: %d replies, want 5", len(out))
+	out, ok := val.([]any)
+	if !ok || len(out) != 5 {
+		return budget.Result{}, fmt.Errorf("redis reserve script: reply %v, want 5 values", val)
 	}
 	levels, ok := out[4].(string)
 	if !ok || len(levels) != 8*n {
@@ -312,177 +228,35 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // returning a+b up to it), so under load a settlement costs a fraction of a call. A
 // refund that cannot reach Redis is dropped: the bucket returns the budget at its
 // refill rate, which bounds the loss to one window.
-func (s *Store) Refund(ctx context.Context, charges []budget.Charge, amount float64) {
+func (s *Store) Refund(_ context.Context, charges []budget.Charge, amount float64) {
 	if len(charges) == 0 || amount <= 0 {
 		return
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
 	// a request.
-	if err := s.run(ctx, call{refund: charges, amount: amount}).Err(); err != nil {
-		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", err)
+	if rep := s.run(call{kind: refundCall, charges: charges, amount: amount}); rep.err != nil {
+		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", rep.err)
 	}
 }
 
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
-func (s *Store) Charge(ctx context.Context, charges []budget.Charge, amount float64) []bool {
+func (s *Store) Charge(_ context.Context, charges []budget.Charge, amount float64) []bool {
 	applied := make([]bool, len(charges))
 	if len(charges) == 0 {
 		return applied
 	}
-	p := newSpec(len(charges))
-	for _, c := range charges {
-		p.add(s, c.Key, c.SharedCapacity, c.SharedRate, amount)
-	}
-	out, err := s.run(ctx, call{script: adjustScript, keys: p.keys, args: []any{s.nowMillis(), "charge", p.buf}}).Int64Slice()
-	if err != nil {
-		s.log.Debug("An overage could not reach Redis; it is not charged", "error", err)
+	rep := s.run(call{kind: chargeCall, charges: charges, amount: amount})
+	out, ok := rep.val.([]any)
+	if rep.err != nil || !ok {
+		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)
 		return applied
 	}
 	for i, v := range out {
-		applied[i] = i < len(applied) && v == 1
+		if i < len(applied) {
+			applied[i] = v == int64(1)
+		}
 	}
 	return applied
-}
-
-var (
-	errQueueFull = errors.New("redis: too many calls waiting")
-	errClosed    = errors.New("redis: the store is closed")
-)
-
-func failed(ctx context.Context, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(err)
-	return cmd
-}
-
-// run queues a call for the pipeline workers and waits for its reply.
-func (s *Store) run(ctx context.Context, c call) *redis.Cmd {
-	c.done = make(chan *redis.Cmd, 1)
-	select {
-	case <-s.done:
-		return failed(ctx, errClosed)
-	default:
-	}
-	select {
-	case s.calls <- c:
-	default:
-		return failed(ctx, errQueueFull)
-	}
-	// Always wait for the reply, even for a caller that went away: a reservation the
-	// worker made must reach the caller, whose hold then releases it.
-	select {
-	case cmd := <-c.done:
-		return cmd
-	case <-s.stopped:
-		select {
-		case cmd := <-c.done:
-			return cmd
-		default:
-			return failed(ctx, errClosed)
-		}
-	}
-}
-
-// pipeline sends queued calls, as many as are waiting, in one pipeline.
-func (s *Store) pipeline() {
-	defer s.workers.Done()
-	batch := make([]call, 0, maxPipeline)
-	cmds := make([]*redis.Cmd, 0, maxPipeline)
-	for {
-		select {
-		case <-s.done:
-			return
-		case c := <-s.calls:
-			batch = append(batch[:0], c)
-		}
-	drain:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-s.calls:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		cmds = s.send(batch, cmds[:0])
-		for i, c := range batch {
-			c.done <- cmds[i]
-		}
-	}
-}
-
-// send sends a batch in one pipeline and returns each call's command. The batch's
-// refunds go as one merged call, in the place of the first of them.
-func (s *Store) send(batch []call, cmds []*redis.Cmd) []*redis.Cmd {
-	ctx := context.Background()
-	refund := s.mergeRefunds(batch)
-	exec := func() error {
-		cmds = cmds[:0]
-		var merged *redis.Cmd
-		pipe := s.c.Pipeline()
-		for _, c := range batch {
-			switch {
-			case c.script != nil:
-				cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
-			case merged == nil:
-				merged = refund.script.EvalSha(ctx, pipe, refund.keys, refund.args...)
-				cmds = append(cmds, merged)
-			default:
-				cmds = append(cmds, merged)
-			}
-		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
-	err := exec()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis restarted and lost the scripts: load them and send the batch again.
-		if err = reserveScript.Load(ctx, s.c).Err(); err == nil {
-			if err = adjustScript.Load(ctx, s.c).Err(); err == nil {
-				_ = exec()
-			}
-		}
-	}
-	return cmds
-}
-
-// refundBucket identifies a bucket and the parameters a hold recorded on it: refunds
-// merge when both match.
-type refundBucket struct {
-	key            budget.Key
-	capacity, rate float64
-}
-
-// mergeRefunds builds one adjust call returning every refund in the batch, with one
-// entry per bucket and recorded parameters.
-func (s *Store) mergeRefunds(batch []call) call {
-	var (
-		order   []refundBucket
-		amounts map[refundBucket]float64
-	)
-	for _, c := range batch {
-		if c.script != nil {
-			continue
-		}
-		if amounts == nil {
-			amounts = make(map[refundBucket]float64, len(c.refund))
-		}
-		for _, ch := range c.refund {
-			b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
-			if _, ok := amounts[b]; !ok {
-				order = append(order, b)
-			}
-			amounts[b] += c.amount
-		}
-	}
-	if amounts == nil {
-		return call{}
-	}
-	p := newSpec(len(order))
-	for _, b := range order {
-		p.add(s, b.key, b.capacity, b.rate, amounts[b])
-	}
-	return call{script: adjustScript, keys: p.keys, args: []any{s.nowMillis(), "refund", p.buf}}
 }
 
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on

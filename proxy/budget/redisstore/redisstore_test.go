@@ -183,6 +183,69 @@ var _ = Describe("The Redis store", func() {
 		Expect(ok).To(BeFalse(), "a slot never written is absent")
 	})
 
+	It("decides the reservations waiting together in one call, each all or nothing, never over-admitting", func() {
+		own := redisserver.Start(GinkgoT())
+		clock := storetest.NewClock()
+		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
+			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(s.Close)
+		// A team minute bucket that holds 50 reservations of 1,000 tokens, and a request
+		// limit of 80 on each of two keys.
+		team := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 50500, SharedRate: 50500.0 / 60}
+		reqs := func(key string) budget.Charge {
+			return budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: key}, SharedCapacity: 80, SharedRate: 80.0 / 60}
+		}
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{team}, Amount: 0})).To(HaveField("Admitted", true)) // loads the script
+		before, _ := commandstat(s, "evalsha")
+
+		Expect(own.Pause()).To(Succeed())
+		results := make([]budget.Result, 200)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				results[i], err = s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{reqs([]string{"a", "b"}[i%2])},
+					Tokens: []budget.Charge{team}, Amount: 1000})
+				Expect(err).NotTo(HaveOccurred())
+			}()
+		}
+		time.Sleep(200 * time.Millisecond)
+		Expect(own.Resume()).To(Succeed())
+		wg.Wait()
+
+		after, _ := commandstat(s, "evalsha")
+		Expect(after-before).To(BeNumerically("<=", 12), "200 reservations in a few calls")
+		var admitted, byTokens, byRequests int
+		for _, r := range results {
+			switch {
+			case r.Admitted:
+				admitted++
+				Expect(r.TokenLevels[0]).To(BeNumerically(">=", 500))
+			case r.RefusedBy == budget.Requests:
+				byRequests++
+				Expect(r.RetryAfter).To(BeNumerically("~", 750*time.Millisecond, time.Millisecond), "one request at 80 a minute")
+			default:
+				byTokens++
+				Expect(r.RefusedBy).To(Equal(budget.TokensMinute))
+				Expect(r.RetryAfter).To(BeNumerically(">", 0))
+			}
+		}
+		Expect(admitted).To(Equal(50), "the bucket held 50")
+		Expect(byRequests).To(Equal(40), "each key's request limit of 80 refuses 20")
+		Expect(byTokens).To(Equal(110))
+		l, _, err := s.Level(ctx, team.Key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l).To(BeNumerically("~", 500, 1e-6))
+		for _, k := range []string{"a", "b"} {
+			l, _, err := s.Level(ctx, reqs(k).Key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(l).To(BeNumerically("~", 0, 1e-6), "a token refusal still takes the request")
+		}
+	})
+
 	It("merges the refunds waiting together into one call, bucket by bucket, losing none", func() {
 		own := redisserver.Start(GinkgoT())
 		clock := storetest.NewClock()

@@ -13,10 +13,10 @@ import "github.com/redis/go-redis/v9"
 // idle key disappears. Six dimensions on both periods plus request limits are at most
 // six keys, so a reservation is one MGET and at most six SET ... PX in one round trip.
 //
-// Calls. ARGV[1] is now_ms; the last ARGV is the bucket spec, 27 bytes per bucket,
+// Calls. ARGV[1] is now_ms. Buckets are given in a spec, 27 bytes per bucket,
 // struct.pack("<HBddd"): the index of the bucket's key in KEYS (1-based), its slot,
-// and three numbers that depend on the script. A binary spec keeps the call to a few
-// arguments: Redis parses, and Lua converts, 5 values instead of 5 per bucket.
+// and three numbers that depend on the script. A binary spec keeps a call to a few
+// arguments: Redis parses, and Lua converts, one value instead of five per bucket.
 
 // specFormat and specSize describe one bucket in the spec.
 const (
@@ -30,8 +30,6 @@ const bucketLib = `
 local call, pack, unpackb, ceil = redis.call, struct.pack, struct.unpack, math.ceil
 local FMT = '<dddddddddddd'
 local now = tonumber(ARGV[1])
-local spec = ARGV[#ARGV]
-local n = #spec / 27
 local stored = {}
 do
   local vals = call('MGET', unpack(KEYS))
@@ -65,44 +63,21 @@ local function flush()
 end
 `
 
-// The reserve script takes a reservation: it reads every key of the request, decides,
-// and writes back the keys it changed, all or nothing, in one round trip. Request-count
-// buckets are decided first (a refusal takes nothing), then token buckets (a refusal
-// takes only the request-count buckets).
+// The reserve script decides reservations, one after the other in the order given,
+// each all or nothing: request-count buckets first (a refusal takes nothing), then
+// token buckets (a refusal takes only the request-count buckets). It reads every key
+// once, and writes back once each key that changed.
 //
-// ARGV: now_ms, nreq (the first nreq buckets are request-count buckets, taking 1),
-// amount (what each token bucket takes), spec with each bucket's capacity, rate and
-// period_ms (the wait reported for a zero allowance, which never refills).
-// Returns: {admitted (1/0), refused index (1-based within its kind, 0 when admitted),
-// refused kind (0 requests, 1 tokens), retry_after_ms, levels} where levels packs each
-// bucket's level after the call as a little-endian double.
+// ARGV: now_ms, then three values per reservation: nreq (its first nreq buckets are
+// request-count buckets, taking 1), amount (what each of its token buckets takes), and
+// its spec with each bucket's capacity, rate and period_ms (the wait reported for a
+// zero allowance, which never refills).
+// Returns one decision per reservation: {admitted (1/0), refused index (1-based
+// within its kind, 0 when admitted), refused kind (0 requests, 1 tokens),
+// retry_after_ms, levels} where levels packs each bucket's level after the decision as
+// a little-endian double.
 var reserveScript = redis.NewScript(bucketLib + `
-local nreq = tonumber(ARGV[2])
-local amount = tonumber(ARGV[3])
 local key, base, level, cap, rate, period = {}, {}, {}, {}, {}, {}
-local pos = 1
-for i = 1, n do
-  local k, slot, c, r, p
-  k, slot, c, r, p, pos = unpackb('<HBddd', spec, pos)
-  local b = 4 * slot
-  key[i], base[i], cap[i], rate[i], period[i] = k, b, c, r, p
-  local s = stored[k]
-  local oc = s[b + 3]
-  if oc >= 0 then
-    local l, orate = s[b + 1], s[b + 4]
-    local dt = (now - s[b + 2]) / 1000
-    if dt > 0 then
-      l = l + dt * orate
-      if l > oc then l = oc end
-    end
-    if oc ~= c or orate ~= r then
-      if oc > 0 then l = l / oc * c else l = c end
-    end
-    level[i] = l
-  else
-    level[i] = c
-  end
-end
 
 -- check finds the first bucket in first..last that cannot give need, and the longest
 -- wait any of them needs to.
@@ -121,6 +96,7 @@ local function check(first, last, need)
   end
   return refused, retry
 end
+
 local function take(first, last, need)
   for i = first, last do
     local s, b, l = stored[key[i]], base[i], level[i] - need
@@ -129,21 +105,52 @@ local function take(first, last, need)
     dirty[key[i]] = true
   end
 end
-local function reply(admitted, refused, kind, retry)
+
+local function decide(nreq, amount, spec)
+  local n = #spec / 27
+  local pos = 1
+  for i = 1, n do
+    local k, slot, c, r, p
+    k, slot, c, r, p, pos = unpackb('<HBddd', spec, pos)
+    local b = 4 * slot
+    key[i], base[i], cap[i], rate[i], period[i] = k, b, c, r, p
+    local s = stored[k]
+    local oc = s[b + 3]
+    if oc >= 0 then
+      local l, orate = s[b + 1], s[b + 4]
+      local dt = (now - s[b + 2]) / 1000
+      if dt > 0 then
+        l = l + dt * orate
+        if l > oc then l = oc end
+      end
+      if oc ~= c or orate ~= r then
+        if oc > 0 then l = l / oc * c else l = c end
+      end
+      level[i] = l
+    else
+      level[i] = c
+    end
+  end
+  local admitted, kind = 0, 0
+  local refused, retry = check(1, nreq, 1)
+  if refused == 0 then
+    take(1, nreq, 1)
+    kind = 1
+    refused, retry = check(nreq + 1, n, amount)
+    if refused == 0 then
+      take(nreq + 1, n, amount)
+      admitted, kind = 1, 0
+    end
+  end
   return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n))}
 end
 
-local refused, retry = check(1, nreq, 1)
-if refused > 0 then return reply(0, refused, 0, retry) end
-take(1, nreq, 1)
-refused, retry = check(nreq + 1, n, amount)
-if refused > 0 then
-  flush()
-  return reply(0, refused, 1, retry)
+local out = {}
+for a = 2, #ARGV, 3 do
+  out[#out + 1] = decide(tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2])
 end
-take(nreq + 1, n, amount)
 flush()
-return reply(1, 0, 0, 0)
+return out
 `)
 
 // The adjust script settles holds. A refund returns each bucket's amount up to its
@@ -158,6 +165,8 @@ return reply(1, 0, 0, 0)
 // Returns: one 1/0 per bucket, whether it was changed.
 var adjustScript = redis.NewScript(bucketLib + `
 local charge = ARGV[2] == 'charge'
+local spec = ARGV[3]
+local n = #spec / 27
 local out = {}
 local pos = 1
 for i = 1, n do
