@@ -13,11 +13,17 @@ import (
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
-// BenchmarkReserveSettle is one admission on six dimensions times two periods and its
-// settlement, on a real redis-server. It reports the script calls per admission and per
-// settlement read from INFO commandstats, and the reserve script's own cost inside
-// Redis (usec_per_call of evalsha over reservations only).
+// BenchmarkReserveSettle is admissions on six dimensions times two periods (twelve
+// buckets) and their refunds, on a real redis-server, one at a time and from 64
+// goroutines at once. It reports, from INFO commandstats, the script calls per
+// admission and per settlement, and Redis' own time in the scripts per admission and
+// per settlement (usec of evalsha).
 func BenchmarkReserveSettle(b *testing.B) {
+	b.Run("one-at-a-time", func(b *testing.B) { benchReserveSettle(b, 1) })
+	b.Run("64-concurrent", func(b *testing.B) { benchReserveSettle(b, 64) })
+}
+
+func benchReserveSettle(b *testing.B, parallelism int) {
 	rs := redisserver.Start(b)
 	s, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	if err != nil {
@@ -29,31 +35,44 @@ func BenchmarkReserveSettle(b *testing.B) {
 	if _, err := s.Reserve(ctx, r); err != nil { // load the script
 		b.Fatal(err)
 	}
-	stats := func() (int64, float64) {
-		calls, usec := commandstatB(b, s, "evalsha")
-		return calls, usec
+	stats := func() (calls int64, usec float64) {
+		calls, perCall := commandstatB(b, s, "evalsha")
+		return calls, float64(calls) * perCall
+	}
+	run := func(op func()) {
+		if parallelism == 1 {
+			for i := 0; i < b.N; i++ {
+				op()
+			}
+			return
+		}
+		b.SetParallelism(parallelism / 2) // GOMAXPROCS is 2 here
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				op()
+			}
+		})
 	}
 	s.Client().ConfigResetStat(ctx)
 
 	b.ReportAllocs()
 	b.ResetTimer()
-	for b.Loop() {
+	run(func() {
 		res, err := s.Reserve(ctx, r)
 		if err != nil || !res.Admitted {
-			b.Fatalf("not admitted: %v", err)
+			b.Errorf("not admitted: %v", err)
 		}
-	}
+	})
 	b.StopTimer()
 	reserveCalls, reserveUsec := stats()
 	b.StartTimer()
-	for i := 0; i < b.N; i++ {
-		s.Refund(ctx, r.Tokens, 300)
-	}
+	run(func() { s.Refund(ctx, r.Tokens, 300) })
 	b.StopTimer()
-	allCalls, _ := stats()
+	allCalls, allUsec := stats()
 	b.ReportMetric(float64(reserveCalls)/float64(b.N), "calls/admission")
 	b.ReportMetric(float64(allCalls-reserveCalls)/float64(b.N), "calls/settlement")
-	b.ReportMetric(reserveUsec, "redis-µs/reserve")
+	b.ReportMetric(reserveUsec/float64(b.N), "redis-µs/admission")
+	b.ReportMetric((allUsec-reserveUsec)/float64(b.N), "redis-µs/settlement")
 }
 
 func everyDimensionBench(amount int64) *budget.Reservation {

@@ -51,8 +51,12 @@ const (
 	// answered as unavailable and a settlement is dropped (its budget returns at the
 	// refill rate) rather than blocking anything.
 	callQueue = 4096
-	// pipelineWorkers send the queued calls; each waits for its pipeline's replies.
-	pipelineWorkers = 4
+	// pipelineWorkers send the queued calls; each waits for its pipeline's replies. Two
+	// keep one pipeline filling while another is answered, which hides the network
+	// round trip; more make smaller pipelines, which cost Redis more per request
+	// (measured on loopback at 64 concurrent requests: 1 worker 5% more throughput
+	// than 2, and 4 workers 5% less).
+	pipelineWorkers = 2
 	// maxPipeline bounds the calls one worker takes at once.
 	maxPipeline = 64
 )
