@@ -156,23 +156,25 @@ func (s *Store) send(batch []call) {
 		}
 	}
 
-	var cmds []*redis.Cmd
-	exec := func() error {
-		cmds = cmds[:0]
-		pipe := s.c.Pipeline()
-		for i, sc := range scripts {
-			cmds = append(cmds, sc.EvalSha(ctx, pipe, keys[i], args[i]...))
-		}
-		_, err := pipe.Exec(ctx)
-		return err
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(scripts))
+	for i, sc := range scripts {
+		cmds[i] = sc.EvalSha(ctx, pipe, keys[i], args[i]...)
 	}
-	err := exec()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis restarted and lost the scripts: load them and send the batch again.
+	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted, or its scripts were flushed: load them and send again the
+		// calls that found no script, and only those (another may have run).
 		if err = reserveScript.Load(ctx, s.c).Err(); err == nil {
-			if err = adjustScript.Load(ctx, s.c).Err(); err == nil {
-				_ = exec()
+			err = adjustScript.Load(ctx, s.c).Err()
+		}
+		if err == nil {
+			retry := s.c.Pipeline()
+			for i, sc := range scripts {
+				if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+					cmds[i] = sc.EvalSha(ctx, retry, keys[i], args[i]...)
+				}
 			}
+			_, _ = retry.Exec(ctx)
 		}
 	}
 

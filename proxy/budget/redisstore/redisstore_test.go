@@ -294,6 +294,46 @@ var _ = Describe("The Redis store", func() {
 		Expect(level(team("b"))).To(BeNumerically("~", 1e6-250000+52500, 1e-6))
 	})
 
+	It("sends again, after its scripts were flushed, only the calls that found no script", func() {
+		own := redisserver.Start(GinkgoT())
+		clock := storetest.NewClock()
+		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
+			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(s.Close)
+		x := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "x"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
+		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})).To(HaveField("Admitted", true))
+
+		// Only the settlement script survives; the next pipeline holds a refund, which
+		// runs, and a reservation, which finds no script.
+		Expect(s.Client().ScriptFlush(ctx).Err()).To(Succeed())
+		Expect(redisstore.AdjustScript.Load(ctx, s.Client()).Err()).To(Succeed())
+		Expect(own.Pause()).To(Succeed())
+		var wg sync.WaitGroup
+		for i := 0; i < 2; i++ { // occupy both workers
+			wg.Add(1)
+			go func() { defer wg.Done(); s.Refund(ctx, []budget.Charge{y}, 1) }()
+		}
+		time.Sleep(50 * time.Millisecond)
+		wg.Add(2)
+		go func() { defer wg.Done(); s.Refund(ctx, []budget.Charge{x}, 400) }()
+		var res budget.Result
+		go func() {
+			defer wg.Done()
+			res, _ = s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})
+		}()
+		time.Sleep(100 * time.Millisecond)
+		Expect(own.Resume()).To(Succeed())
+		wg.Wait()
+
+		Expect(res.Admitted).To(BeTrue())
+		Expect(res.Shared).To(BeTrue())
+		l, _, err := s.Level(ctx, x.Key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l).To(BeNumerically("~", 10000-1000+400-1000, 1e-6), "the refund once, the reservation once")
+	})
+
 	It("answers every call made while or after it closes, without waiting", func() {
 		s := newStore(storetest.NewClock(), nil, nil)
 		var wg sync.WaitGroup
