@@ -193,7 +193,10 @@ func BenchmarkLatency(b *testing.B) {
 	defer bare.Close()
 	tw := httptest.NewServer(newBenchServer(b, backend.URL))
 	defer tw.Close()
-	for _, c := range []struct{ name, url string }{{"direct", backend.URL}, {"bare-reverseproxy", bare.URL}, {"tokenwarden-memory", tw.URL}} {
+	twRedis := httptest.NewServer(newRedisBenchServer(b, backend.URL, benchDoc))
+	defer twRedis.Close()
+	for _, c := range []struct{ name, url string }{{"direct", backend.URL}, {"bare-reverseproxy", bare.URL},
+		{"tokenwarden-memory", tw.URL}, {"tokenwarden-redis", twRedis.URL}} {
 		b.Run(c.name, func(b *testing.B) {
 			old := runtime.GOMAXPROCS(1)
 			defer runtime.GOMAXPROCS(old)

@@ -5,7 +5,9 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,6 +294,31 @@ var _ = Describe("The Redis store", func() {
 		Expect(level(global)).To(BeNumerically("~", 1e7-500000+104950, 1e-6))
 		Expect(level(team("a"))).To(BeNumerically("~", 1e6-250000+52450, 1e-6))
 		Expect(level(team("b"))).To(BeNumerically("~", 1e6-250000+52500, 1e-6))
+	})
+
+	It("overwrites a key it cannot read rather than failing every request on it", func() {
+		s := newStore(storetest.NewClock(), nil, nil)
+		DeferCleanup(s.Close)
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.User, ID: "eve"}, SharedCapacity: 600, SharedRate: 10}
+		// Another program's values: a short string, then a day bucket of infinite size.
+		Expect(s.Client().Set(ctx, s.Key(m.Key), "not a bucket", 0).Err()).To(Succeed())
+		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Shared && res.Admitted).To(BeTrue())
+		Expect(res.TokenLevels[0]).To(BeNumerically("~", 500, 1e-6), "an unreadable key is a full bucket")
+
+		v := make([]byte, 96)
+		slot := func(i int, x float64) { binary.LittleEndian.PutUint64(v[8*i:], math.Float64bits(x)) }
+		for i, x := range []float64{0, 0, -1, 0, 0, 0, -1, 0, 0, 0, math.Inf(1), 1} {
+			slot(i, x)
+		}
+		Expect(s.Client().Set(ctx, s.Key(m.Key), v, 0).Err()).To(Succeed())
+		res, err = s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Shared && res.Admitted).To(BeTrue())
+		ttl, err := s.Client().Do(ctx, "PTTL", s.Key(m.Key)).Int64()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ttl).To(BeNumerically(">", 0), "a valid TTL, in milliseconds")
 	})
 
 	It("sends again, after its scripts were flushed, only the calls that found no script", func() {

@@ -57,6 +57,9 @@ local function flush()
           if need > ttl then ttl = need end
         end
       end
+      -- A value this script did not write must not make the TTL invalid (not a
+      -- number, or too large to print as an integer).
+      if not (ttl < 1e13) then ttl = 1e13 end
       call('PSETEX', KEYS[k], ttl, pack(FMT, unpack(s, 1, 12)))
     end
   end
