@@ -4,4 +4,4 @@
 package redisstore
 
 // AdjustScript lets tests load one script without the other.
-var AdjustScript = adjustScript
+var ChargeScript = chargeScript

@@ -9,19 +9,26 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
-// Calls wait in a queue for a few workers. A worker takes everything waiting and sends
-// it in one pipeline of at most three kinds of script call: one that returns every
-// waiting refund, one that decides every waiting reservation in arrival order, and one
-// per overage charge. A reservation is still decided all or nothing by one script, in
-// one round trip; under load many share that script, so each key is read and written
-// once per pipeline rather than once per request, and Redis spends its time deciding
-// rather than parsing and writing.
+// Calls wait in a queue for two workers. A worker takes everything waiting and sends
+// it in one pipeline: one apply script that returns the refunds waiting and then
+// decides the reservations waiting, in arrival order, each all or nothing; and one
+// charge script per overage. A reservation is still decided by one script in one
+// round trip; under load many share it, so each key is read and written once per
+// pipeline rather than once per request, and Redis spends its time deciding rather
+// than parsing and writing.
+//
+// Refunds do not go on their own at once: they gather, merged bucket by bucket, for up
+// to Options.RefundLinger (1ms), and the next pipeline takes them, so a refund usually
+// rides with a reservation and costs neither a call nor a round trip. A refund is
+// applied before the reservations in its call, so gathering never makes a reservation
+// see less budget than it would have.
 
 type callKind uint8
 
@@ -31,12 +38,13 @@ const (
 	chargeCall
 )
 
-// call is one reservation, refund or charge waiting for a pipeline.
+// call is one reservation, charge, or batch of refunds waiting for a pipeline.
 type call struct {
 	kind        callKind
 	reservation *budget.Reservation
 	charges     []budget.Charge
 	amount      float64
+	refunds     *refunds
 	done        chan reply
 }
 
@@ -69,15 +77,8 @@ var (
 // run queues a call for the pipeline workers and waits for its reply.
 func (s *Store) run(c call) reply {
 	c.done = make(chan reply, 1)
-	select {
-	case <-s.done:
-		return reply{err: errClosed}
-	default:
-	}
-	select {
-	case s.calls <- c:
-	default:
-		return reply{err: errQueueFull}
+	if err := s.enqueue(c); err != nil {
+		return reply{err: err}
 	}
 	// Always wait for the reply, even for a caller that went away: a reservation the
 	// worker made must reach the caller, whose hold then releases it.
@@ -91,6 +92,87 @@ func (s *Store) run(c call) reply {
 		default:
 			return reply{err: errClosed}
 		}
+	}
+}
+
+func (s *Store) enqueue(c call) error {
+	select {
+	case <-s.done:
+		return errClosed
+	default:
+	}
+	select {
+	case s.calls <- c:
+		return nil
+	default:
+		return errQueueFull
+	}
+}
+
+// refunds are gathered refunds, one amount per bucket and recorded parameters.
+type refunds struct {
+	order   []refundBucket
+	amounts map[refundBucket]float64
+	// done closes when the refunds were applied, or could not be (err).
+	done chan struct{}
+	err  error
+}
+
+// refundBucket identifies a bucket and the parameters a hold recorded on it: refunds
+// merge when both match.
+type refundBucket struct {
+	key            budget.Key
+	capacity, rate float64
+}
+
+func (r *refunds) finish(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// gather adds a refund to the refunds gathering, starting them if none are, and
+// returns them.
+func (s *Store) gather(charges []budget.Charge, amount float64) *refunds {
+	s.refundMu.Lock()
+	defer s.refundMu.Unlock()
+	r := s.gathering
+	if r == nil {
+		r = &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
+		s.gathering = r
+		time.AfterFunc(s.linger, func() { s.sendRefunds(r) })
+	}
+	for _, ch := range charges {
+		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
+		if _, ok := r.amounts[b]; !ok {
+			r.order = append(r.order, b)
+		}
+		r.amounts[b] += amount
+	}
+	return r
+}
+
+// takeRefunds ends the gathering and returns what gathered, or nil.
+func (s *Store) takeRefunds() *refunds {
+	s.refundMu.Lock()
+	defer s.refundMu.Unlock()
+	r := s.gathering
+	s.gathering = nil
+	return r
+}
+
+// sendRefunds queues refunds that no pipeline took within the linger.
+func (s *Store) sendRefunds(r *refunds) {
+	s.refundMu.Lock()
+	mine := s.gathering == r
+	if mine {
+		s.gathering = nil
+	}
+	s.refundMu.Unlock()
+	if !mine {
+		return // a pipeline took them
+	}
+	if err := s.enqueue(call{kind: refundCall, refunds: r, done: make(chan reply, 1)}); err != nil {
+		r.finish(err)
 	}
 }
 
@@ -118,60 +200,60 @@ func (s *Store) pipeline() {
 	}
 }
 
-// send sends one batch and answers each of its calls.
+// send sends one batch, with the refunds gathering, and answers each of its calls.
 func (s *Store) send(batch []call) {
 	ctx := context.Background()
 	now := s.nowMillis()
-	scripts := make([]*redis.Script, 0, 2)
-	keys := make([][]string, 0, 2)
-	args := make([][]any, 0, 2)
-	add := func(sc *redis.Script, k []string, a []any) {
-		scripts, keys, args = append(scripts, sc), append(keys, k), append(args, a)
+	var gathered []*refunds
+	if r := s.takeRefunds(); r != nil {
+		gathered = append(gathered, r)
 	}
-	// Refunds first: budget returned is there for the reservations after them.
-	var reserves, refunds int
+	var charges []call
+	reserves := 0
 	for _, c := range batch {
 		switch c.kind {
 		case reserveCall:
 			reserves++
 		case refundCall:
-			refunds++
-		}
-	}
-	if refunds > 0 {
-		k, a := s.mergeRefunds(batch, now)
-		add(adjustScript, k, a)
-	}
-	if reserves > 0 {
-		k, a := s.reservations(batch, now, reserves)
-		add(reserveScript, k, a)
-	}
-	for _, c := range batch {
-		if c.kind == chargeCall {
-			p := newSpec(len(c.charges))
-			for _, ch := range c.charges {
-				p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, c.amount)
-			}
-			add(adjustScript, p.keys, []any{now, "charge", p.buf})
+			gathered = append(gathered, c.refunds)
+		case chargeCall:
+			charges = append(charges, c)
 		}
 	}
 
 	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(scripts))
-	for i, sc := range scripts {
-		cmds[i] = sc.EvalSha(ctx, pipe, keys[i], args[i]...)
+	type sent struct {
+		script *redis.Script
+		keys   []string
+		args   []any
+		cmd    *redis.Cmd
+	}
+	calls := make([]sent, 0, 1+len(charges))
+	if len(gathered) > 0 || reserves > 0 {
+		k, a := s.apply(gathered, batch, now, reserves)
+		calls = append(calls, sent{script: applyScript, keys: k, args: a})
+	}
+	for _, c := range charges {
+		p := newSpec(len(c.charges))
+		for _, ch := range c.charges {
+			p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, c.amount)
+		}
+		calls = append(calls, sent{script: chargeScript, keys: p.keys, args: []any{now, p.buf}})
+	}
+	for i := range calls {
+		calls[i].cmd = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted, or its scripts were flushed: load them and send again the
 		// calls that found no script, and only those (another may have run).
-		if err = reserveScript.Load(ctx, s.c).Err(); err == nil {
-			err = adjustScript.Load(ctx, s.c).Err()
+		if err = applyScript.Load(ctx, s.c).Err(); err == nil {
+			err = chargeScript.Load(ctx, s.c).Err()
 		}
 		if err == nil {
 			retry := s.c.Pipeline()
-			for i, sc := range scripts {
-				if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
-					cmds[i] = sc.EvalSha(ctx, retry, keys[i], args[i]...)
+			for i, c := range calls {
+				if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+					calls[i].cmd = c.script.EvalSha(ctx, retry, c.keys, c.args...)
 				}
 			}
 			_, _ = retry.Exec(ctx)
@@ -179,51 +261,70 @@ func (s *Store) send(batch []call) {
 	}
 
 	next := 0
-	var refundRep, reserveRep reply
-	if refunds > 0 {
-		refundRep = reply{err: cmds[next].Err()}
-		next++
-	}
-	var decided []any
-	if reserves > 0 {
-		decided, reserveRep.err = cmds[next].Slice()
-		if reserveRep.err == nil && len(decided) != reserves {
-			reserveRep.err = fmt.Errorf("redis reserve script: %d decisions for %d reservations", len(decided), reserves)
+	if len(gathered) > 0 || reserves > 0 {
+		decided, err := calls[0].cmd.Slice()
+		if err == nil && len(decided) != reserves {
+			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), reserves)
 		}
-		next++
-	}
-	r := 0
-	for _, c := range batch {
-		switch c.kind {
-		case refundCall:
-			c.done <- refundRep
-		case reserveCall:
-			if reserveRep.err != nil {
-				c.done <- reserveRep
-			} else {
-				c.done <- reply{val: decided[r]}
+		for _, r := range gathered {
+			r.finish(err)
+		}
+		i := 0
+		for _, c := range batch {
+			switch {
+			case c.kind == refundCall:
+				c.done <- reply{err: err}
+			case c.kind == reserveCall && err != nil:
+				c.done <- reply{err: err}
+			case c.kind == reserveCall:
+				c.done <- reply{val: decided[i]}
+				i++
 			}
-			r++
-		case chargeCall:
-			val, err := cmds[next].Result()
-			c.done <- reply{val: val, err: err}
-			next++
 		}
+		next++
+	}
+	for _, c := range charges {
+		val, err := calls[next].cmd.Result()
+		c.done <- reply{val: val, err: err}
+		next++
 	}
 }
 
-// reservations lays out the batch's reservations for one reserve script call.
-func (s *Store) reservations(batch []call, now int64, n int) ([]string, []any) {
+// apply lays out one apply script call: the refunds gathered, merged bucket by bucket,
+// then the batch's reservations.
+func (s *Store) apply(gathered []*refunds, batch []call, now int64, reserves int) ([]string, []any) {
+	merged := gathered
+	if len(gathered) > 1 {
+		all := &refunds{amounts: make(map[refundBucket]float64)}
+		for _, r := range gathered {
+			for _, b := range r.order {
+				if _, ok := all.amounts[b]; !ok {
+					all.order = append(all.order, b)
+				}
+				all.amounts[b] += r.amounts[b]
+			}
+		}
+		merged = []*refunds{all}
+	}
 	buckets := 0
+	for _, r := range merged {
+		buckets += len(r.order)
+	}
 	for _, c := range batch {
 		if c.kind == reserveCall {
 			buckets += len(c.reservation.Requests) + len(c.reservation.Tokens)
 		}
 	}
 	p := newSpec(buckets)
-	args := make([]any, 1, 1+3*n)
+	for _, r := range merged {
+		for _, b := range r.order {
+			p.add(s, b.key, b.capacity, b.rate, r.amounts[b])
+		}
+	}
+	ends := make([]int, 1, 1+reserves)
+	ends[0] = len(p.buf)
+	args := make([]any, 2, 2+3*reserves)
 	args[0] = now
-	ends := make([]int, 0, n)
 	for _, c := range batch {
 		if c.kind != reserveCall {
 			continue
@@ -238,43 +339,11 @@ func (s *Store) reservations(batch []call, now int64, n int) ([]string, []any) {
 		args = append(args, len(r.Requests), r.Amount, nil)
 	}
 	// The spec buffer grew while it was filled: slice it once it is complete.
-	start := 0
-	for i, end := range ends {
-		args[3+3*i] = p.buf[start:end]
-		start = end
+	args[1] = p.buf[:ends[0]]
+	for i := 1; i < len(ends); i++ {
+		args[1+3*i] = p.buf[ends[i-1]:ends[i]]
 	}
 	return p.keys, args
-}
-
-// refundBucket identifies a bucket and the parameters a hold recorded on it: refunds
-// merge when both match.
-type refundBucket struct {
-	key            budget.Key
-	capacity, rate float64
-}
-
-// mergeRefunds lays out one adjust call returning every refund in the batch, with one
-// entry per bucket and recorded parameters.
-func (s *Store) mergeRefunds(batch []call, now int64) ([]string, []any) {
-	var order []refundBucket
-	amounts := make(map[refundBucket]float64)
-	for _, c := range batch {
-		if c.kind != refundCall {
-			continue
-		}
-		for _, ch := range c.charges {
-			b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
-			if _, ok := amounts[b]; !ok {
-				order = append(order, b)
-			}
-			amounts[b] += c.amount
-		}
-	}
-	p := newSpec(len(order))
-	for _, b := range order {
-		p.add(s, b.key, b.capacity, b.rate, amounts[b])
-	}
-	return p.keys, []any{now, "refund", p.buf}
 }
 
 // spec lays out one script call's buckets: the keys, one per dimension and id in the

@@ -43,7 +43,10 @@ type Options struct {
 	// Backoff is how long admission goes straight to the fallback after Redis failed,
 	// before trying it again. Default 1s.
 	Backoff time.Duration
-	Clock   budget.Clock
+	// RefundLinger is how long refunds gather for a pipeline to take them before they
+	// go on their own. Default 1ms.
+	RefundLinger time.Duration
+	Clock        budget.Clock
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -55,6 +58,7 @@ type Store struct {
 	prefix   string
 	fallback *budget.Memory
 	backoff  time.Duration
+	linger   time.Duration
 	clock    budget.Clock
 	rec      budget.Recorder
 	log      *slog.Logger
@@ -70,6 +74,9 @@ type Store struct {
 	stopped   chan struct{}
 	closeOnce sync.Once
 	workers   sync.WaitGroup
+	// gathering are the refunds waiting for a pipeline to take them.
+	refundMu  sync.Mutex
+	gathering *refunds
 }
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
@@ -93,6 +100,9 @@ func New(o Options) (*Store, error) {
 	if o.Backoff <= 0 {
 		o.Backoff = time.Second
 	}
+	if o.RefundLinger <= 0 {
+		o.RefundLinger = time.Millisecond
+	}
 	if o.Clock == nil {
 		o.Clock = budget.SystemClock{}
 	}
@@ -103,7 +113,7 @@ func New(o Options) (*Store, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Store{
-		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", fallback: o.Fallback, backoff: o.Backoff,
+		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", fallback: o.Fallback, backoff: o.Backoff, linger: o.RefundLinger,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
 		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -223,19 +233,25 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 	return s.fallback.Reserve(ctx, r)
 }
 
-// Refund implements budget.Store. Refunds waiting for a pipeline together are merged
-// into one script call, bucket by bucket (returning a then b up to the capacity is
-// returning a+b up to it), so under load a settlement costs a fraction of a call. A
-// refund that cannot reach Redis is dropped: the bucket returns the budget at its
-// refill rate, which bounds the loss to one window.
+// Refund implements budget.Store. Refunds gather for up to a millisecond, merged
+// bucket by bucket (returning a then b up to the capacity is returning a+b up to it),
+// and go with the next pipeline, before its reservations: under load, or when requests
+// follow one another, a settlement costs no call of its own. A refund that cannot
+// reach Redis is dropped: the bucket returns the budget at its refill rate, which
+// bounds the loss to one window.
 func (s *Store) Refund(_ context.Context, charges []budget.Charge, amount float64) {
 	if len(charges) == 0 || amount <= 0 {
 		return
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
 	// a request.
-	if rep := s.run(call{kind: refundCall, charges: charges, amount: amount}); rep.err != nil {
-		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", rep.err)
+	r := s.gather(charges, amount)
+	select {
+	case <-r.done:
+		if r.err != nil {
+			s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", r.err)
+		}
+	case <-s.stopped:
 	}
 }
 
@@ -274,6 +290,9 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.workers.Wait()
+		if r := s.takeRefunds(); r != nil {
+			r.finish(errClosed)
+		}
 		close(s.stopped)
 		err = s.c.Close()
 	})

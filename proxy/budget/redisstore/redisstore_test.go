@@ -248,6 +248,41 @@ var _ = Describe("The Redis store", func() {
 		}
 	})
 
+	It("sends a refund with the next reservation, before it, in one call", func() {
+		clock := storetest.NewClock()
+		s, err := redisstore.New(redisstore.Options{URL: srv.URL(), Prefix: fmt.Sprintf("t%d", prefixes.Add(1)),
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: clock,
+			RefundLinger: time.Hour}) // the refund goes only with a reservation
+		Expect(err).NotTo(HaveOccurred())
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 1000, SharedRate: 1000.0 / 60}
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 1000})).To(HaveField("Admitted", true))
+		before, _ := commandstat(s, "evalsha")
+
+		refunded := make(chan struct{})
+		go func() {
+			defer close(refunded)
+			s.Refund(ctx, []budget.Charge{m}, 600)
+		}()
+		Consistently(refunded, 100*time.Millisecond).ShouldNot(BeClosed(), "the refund waits for a pipeline")
+		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 500})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Admitted).To(BeTrue(), "the reservation sees the refund")
+		Expect(res.TokenLevels[0]).To(BeNumerically("~", 100, 1e-6))
+		Eventually(refunded).Should(BeClosed())
+		after, _ := commandstat(s, "evalsha")
+		Expect(after - before).To(Equal(int64(1)), "one call for both")
+
+		// A refund still gathering when the store closes is answered.
+		last := make(chan struct{})
+		go func() {
+			defer close(last)
+			s.Refund(ctx, []budget.Charge{m}, 100)
+		}()
+		Consistently(last, 50*time.Millisecond).ShouldNot(BeClosed())
+		Expect(s.Close()).To(Succeed())
+		Eventually(last).Should(BeClosed())
+	})
+
 	It("merges the refunds waiting together into one call, bucket by bucket, losing none", func() {
 		own := redisserver.Start(GinkgoT())
 		clock := storetest.NewClock()
@@ -332,19 +367,19 @@ var _ = Describe("The Redis store", func() {
 		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
 		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})).To(HaveField("Admitted", true))
 
-		// Only the settlement script survives; the next pipeline holds a refund, which
-		// runs, and a reservation, which finds no script.
+		// Only the charge script survives; the next pipeline holds an overage charge,
+		// which runs, and a reservation, which finds no script.
 		Expect(s.Client().ScriptFlush(ctx).Err()).To(Succeed())
-		Expect(redisstore.AdjustScript.Load(ctx, s.Client()).Err()).To(Succeed())
+		Expect(redisstore.ChargeScript.Load(ctx, s.Client()).Err()).To(Succeed())
 		Expect(own.Pause()).To(Succeed())
 		var wg sync.WaitGroup
 		for i := 0; i < 2; i++ { // occupy both workers
 			wg.Add(1)
-			go func() { defer wg.Done(); s.Refund(ctx, []budget.Charge{y}, 1) }()
+			go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{y}, 1) }()
 		}
 		time.Sleep(50 * time.Millisecond)
 		wg.Add(2)
-		go func() { defer wg.Done(); s.Refund(ctx, []budget.Charge{x}, 400) }()
+		go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{x}, 400) }()
 		var res budget.Result
 		go func() {
 			defer wg.Done()
@@ -358,7 +393,7 @@ var _ = Describe("The Redis store", func() {
 		Expect(res.Shared).To(BeTrue())
 		l, _, err := s.Level(ctx, x.Key)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(l).To(BeNumerically("~", 10000-1000+400-1000, 1e-6), "the refund once, the reservation once")
+		Expect(l).To(BeNumerically("~", 10000-1000-400-1000, 1e-6), "the charge once, the reservation once")
 	})
 
 	It("answers every call made while or after it closes, without waiting", func() {

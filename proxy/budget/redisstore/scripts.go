@@ -66,20 +66,49 @@ local function flush()
 end
 `
 
-// The reserve script decides reservations, one after the other in the order given,
-// each all or nothing: request-count buckets first (a refusal takes nothing), then
-// token buckets (a refusal takes only the request-count buckets). It reads every key
-// once, and writes back once each key that changed.
+// The apply script returns refunds and then decides reservations, one after the other
+// in the order given, each all or nothing: request-count buckets first (a refusal
+// takes nothing), then token buckets (a refusal takes only the request-count
+// buckets). It reads every key once, and writes back once each key that changed.
 //
-// ARGV: now_ms, then three values per reservation: nreq (its first nreq buckets are
-// request-count buckets, taking 1), amount (what each of its token buckets takes), and
-// its spec with each bucket's capacity, rate and period_ms (the wait reported for a
-// zero allowance, which never refills).
+// A refund returns each bucket's amount up to its capacity; a bucket that is absent
+// is full, with nothing to return. An amount recorded under other parameters than the
+// bucket's current ones is scaled to them, so a hold taken before a reload settles on
+// what it recorded.
+//
+// ARGV: now_ms; the refunds' spec, with the capacity and rate recorded on the hold and
+// the amount for every bucket (empty when there are none); then three values per
+// reservation: nreq (its first nreq buckets are request-count buckets, taking 1),
+// amount (what each of its token buckets takes), and its spec with each bucket's
+// capacity, rate and period_ms (the wait reported for a zero allowance, which never
+// refills).
 // Returns one decision per reservation: {admitted (1/0), refused index (1-based
 // within its kind, 0 when admitted), refused kind (0 requests, 1 tokens),
 // retry_after_ms, levels} where levels packs each bucket's level after the decision as
 // a little-endian double.
-var reserveScript = redis.NewScript(bucketLib + `
+var applyScript = redis.NewScript(bucketLib + `
+do
+  local spec = ARGV[2]
+  local pos = 1
+  for i = 1, #spec / 27 do
+    local k, slot, hc, hr, x
+    k, slot, hc, hr, x, pos = unpackb('<HBddd', spec, pos)
+    local b = 4 * slot
+    local s = stored[k]
+    local c = s[b + 3]
+    if c >= 0 then
+      local l, r = s[b + 1], s[b + 4]
+      local dt = (now - s[b + 2]) / 1000
+      if dt > 0 then l = l + dt * r end
+      if hc > 0 and c ~= hc then x = x * c / hc end
+      l = l + x
+      if l > c then l = c end
+      s[b + 1], s[b + 2] = l, now
+      dirty[k] = true
+    end
+  end
+end
+
 local key, base, level, cap, rate, period = {}, {}, {}, {}, {}, {}
 
 -- check finds the first bucket in first..last that cannot give need, and the longest
@@ -149,26 +178,22 @@ local function decide(nreq, amount, spec)
 end
 
 local out = {}
-for a = 2, #ARGV, 3 do
+for a = 3, #ARGV, 3 do
   out[#out + 1] = decide(tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2])
 end
 flush()
 return out
 `)
 
-// The adjust script settles holds. A refund returns each bucket's amount up to its
-// capacity (a bucket that is absent is full: nothing to return). A charge takes each
-// bucket's amount if it holds it, and nothing from one that does not. An amount
-// recorded under other parameters than the bucket's current ones is scaled to them, so
-// a hold taken before a reload settles on what it recorded. A bucket may appear more
-// than once: refunds of several holds are merged into one call.
+// The charge script takes an overage: each bucket's amount if it holds it, and nothing
+// from one that does not (an absent bucket is full). An amount recorded under other
+// parameters than the bucket's current ones is scaled to them.
 //
-// ARGV: now_ms, mode ("refund" or "charge"), spec with the capacity and rate recorded
-// on the hold and the amount, for every bucket.
-// Returns: one 1/0 per bucket, whether it was changed.
-var adjustScript = redis.NewScript(bucketLib + `
-local charge = ARGV[2] == 'charge'
-local spec = ARGV[3]
+// ARGV: now_ms, spec with the capacity and rate recorded on the hold and the amount,
+// for every bucket.
+// Returns: one 1/0 per bucket, whether it was charged.
+var chargeScript = redis.NewScript(bucketLib + `
+local spec = ARGV[2]
 local n = #spec / 27
 local out = {}
 local pos = 1
@@ -177,9 +202,8 @@ for i = 1, n do
   k, slot, hc, hr, x, pos = unpackb('<HBddd', spec, pos)
   local b = 4 * slot
   local s = stored[k]
-  local present = s[b + 3] >= 0
   local l, c, r
-  if present then
+  if s[b + 3] >= 0 then
     l, c, r = s[b + 1], s[b + 3], s[b + 4]
     local dt = (now - s[b + 2]) / 1000
     if dt > 0 then
@@ -190,22 +214,13 @@ for i = 1, n do
     l, c, r = hc, hc, hr
   end
   if hc > 0 and c ~= hc then x = x * c / hc end
-  local changed = 0
-  if charge then
-    if l >= x then
-      l = l - x
-      changed = 1
-    end
-  elseif present then
-    l = l + x
-    if l > c then l = c end
-    changed = 1
-  end
-  if changed == 1 then
-    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, now, c, r
+  if l >= x then
+    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l - x, now, c, r
     dirty[k] = true
+    out[i] = 1
+  else
+    out[i] = 0
   end
-  out[i] = changed
 end
 flush()
 return out
