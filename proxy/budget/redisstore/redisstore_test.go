@@ -270,7 +270,7 @@ var _ = Describe("The Redis store", func() {
 		Expect(res.TokenLevels[0]).To(BeNumerically("~", 100, 1e-6))
 		Eventually(refunded).Should(BeClosed())
 		after, _ := commandstat(s, "evalsha")
-		Expect(after - before).To(Equal(int64(1)), "one call for both")
+		Expect(after-before).To(Equal(int64(1)), "one call for both")
 
 		// A refund still gathering when the store closes is answered.
 		last := make(chan struct{})
