@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
@@ -73,6 +75,24 @@ func benchReserveSettle(b *testing.B, parallelism int) {
 	b.ReportMetric(float64(allCalls-reserveCalls)/float64(b.N), "calls/settlement")
 	b.ReportMetric(reserveUsec/float64(b.N), "redis-µs/admission")
 	b.ReportMetric((allUsec-reserveUsec)/float64(b.N), "redis-µs/settlement")
+}
+
+// BenchmarkRoundTrip is the floor under every Redis call: a script that does nothing,
+// called through go-redis one call at a time.
+func BenchmarkRoundTrip(b *testing.B) {
+	rs := redisserver.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	noop := redis.NewScript("return 1")
+	if err := noop.Run(ctx, c, nil).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := noop.EvalSha(ctx, c, nil).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func everyDimensionBench(amount int64) *budget.Reservation {
