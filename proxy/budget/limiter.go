@@ -45,6 +45,9 @@ type Recorder interface {
 	// RedisUnavailable records an admission that found the shared store unreachable,
 	// per dimension, with the action taken ("fallback_memory" or "fail_closed").
 	RedisUnavailable(d Dimension, action string)
+	// RedisPipeline records one pipeline sent to the shared store: how long Redis
+	// took to answer it, and the reservations, refunds and overage charges it carried.
+	RedisPipeline(d time.Duration, reservations, refunds, charges int)
 }
 
 // Identity is who a request is, as far as the dimensions care.
@@ -407,3 +410,6 @@ func (NopRecorder) KeyTokens(string, Outcome, float64) {}
 
 // RedisUnavailable implements Recorder.
 func (NopRecorder) RedisUnavailable(Dimension, string) {}
+
+// RedisPipeline implements Recorder.
+func (NopRecorder) RedisPipeline(time.Duration, int, int, int) {}

@@ -10,6 +10,7 @@ package metrics
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,6 +27,8 @@ type Metrics struct {
 	SkippedVec               *prometheus.CounterVec // rate_limit_skipped_total{dimension}
 	RequestRefusals          *prometheus.CounterVec // rate_limit_request_refusals_total{dimension}
 	RedisUnavailableVec      *prometheus.CounterVec // rate_limit_redis_unavailable_total{dimension,action}
+	RedisPipelineDuration    prometheus.Histogram   // tokenwarden_redis_pipeline_duration_seconds
+	RedisOperations          *prometheus.CounterVec // tokenwarden_redis_operations_total{operation}
 
 	Requests         *prometheus.CounterVec   // tokenwarden_requests_total{route,code}
 	RequestDuration  *prometheus.HistogramVec // tokenwarden_request_duration_seconds{route}
@@ -54,6 +57,7 @@ type Metrics struct {
 	refusals     [budget.NumDimensions]prometheus.Counter
 	periodRefuse [budget.NumDimensions][budget.NumKinds]prometheus.Counter
 	reqRefusals  [budget.NumDimensions]prometheus.Counter
+	redisOps     [3]prometheus.Counter // reserve, refund, charge
 	exceededTok  prometheus.Counter
 	exceededReq  prometheus.Counter
 
@@ -98,6 +102,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "rate_limit_redis_unavailable_total",
 			Help: "Admissions that found Redis unreachable, by dimension and action (fallback_memory, fail_closed).",
 		}, []string{"dimension", "action"}),
+		RedisPipelineDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tokenwarden_redis_pipeline_duration_seconds",
+			Help:    "Time Redis took to answer a pipeline of budget operations, from sending it to the last reply.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		RedisOperations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_redis_operations_total",
+			Help: "Budget operations sent to Redis, by operation (reserve, refund, charge); several share a pipeline and a script call under load.",
+		}, []string{"operation"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_requests_total",
 			Help: "Requests answered by the proxy, by route and status code.",
@@ -166,7 +179,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
-		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.Requests, m.RequestDuration, m.UpstreamDuration,
+		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.BucketsInUse)
 
@@ -186,6 +199,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.exceededTok = m.Exceeded.WithLabelValues("token_budget")
 	m.exceededReq = m.Exceeded.WithLabelValues("requests")
+	for i, op := range []string{"reserve", "refund", "charge"} {
+		m.redisOps[i] = m.RedisOperations.WithLabelValues(op)
+	}
 	for _, r := range []string{"settled", "released"} {
 		m.Settlements.WithLabelValues(r)
 	}
@@ -232,6 +248,16 @@ func (m *Metrics) KeyTokens(key string, o budget.Outcome, n float64) {
 		c, _ = m.keyCounters.LoadOrStore(key, &cs)
 	}
 	c.(*[budget.NumOutcomes]prometheus.Counter)[o].Add(n)
+}
+
+// RedisPipeline implements budget.Recorder.
+func (m *Metrics) RedisPipeline(d time.Duration, reservations, refunds, charges int) {
+	m.RedisPipelineDuration.Observe(d.Seconds())
+	for i, n := range [3]int{reservations, refunds, charges} {
+		if n > 0 {
+			m.redisOps[i].Add(float64(n))
+		}
+	}
 }
 
 // RedisUnavailable implements budget.Recorder.

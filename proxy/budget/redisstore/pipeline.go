@@ -111,6 +111,8 @@ func (s *Store) enqueue(c call) error {
 
 // refunds are gathered refunds, one amount per bucket and recorded parameters.
 type refunds struct {
+	// n is the number of refunds gathered.
+	n       int
 	order   []refundBucket
 	amounts map[refundBucket]float64
 	// done closes when the refunds were applied, or could not be (err).
@@ -141,6 +143,7 @@ func (s *Store) gather(charges []budget.Charge, amount float64) *refunds {
 		s.gathering = r
 		time.AfterFunc(s.linger, func() { s.sendRefunds(r) })
 	}
+	r.n++
 	for _, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
 		if _, ok := r.amounts[b]; !ok {
@@ -243,6 +246,7 @@ func (s *Store) send(batch []call) {
 	for i := range calls {
 		calls[i].cmd = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
+	start := time.Now()
 	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis restarted, or its scripts were flushed: load them and send again the
 		// calls that found no script, and only those (another may have run).
@@ -259,6 +263,11 @@ func (s *Store) send(batch []call) {
 			_, _ = retry.Exec(ctx)
 		}
 	}
+	refunded := 0
+	for _, r := range gathered {
+		refunded += r.n
+	}
+	s.rec.RedisPipeline(time.Since(start), reserves, refunded, len(charges))
 
 	next := 0
 	if len(gathered) > 0 || reserves > 0 {

@@ -18,9 +18,14 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/storetest"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
@@ -142,6 +147,26 @@ var _ = Describe("The Redis store", func() {
 		}
 		afterSettle, _ := commandstat(s, "evalsha")
 		Expect(afterSettle - afterReserve).To(Equal(int64(100)))
+	})
+
+	It("counts the operations it sends and times each pipeline", func() {
+		m := metrics.New(prometheus.NewRegistry())
+		s := newStore(storetest.NewClock(), nil, m)
+		DeferCleanup(s.Close)
+		for i := 0; i < 3; i++ {
+			_, err := s.Reserve(ctx, everyDimension(10))
+			Expect(err).NotTo(HaveOccurred())
+		}
+		s.Refund(ctx, everyDimension(0).Tokens, 5)
+		s.Refund(ctx, everyDimension(0).Tokens, 5)
+		s.Charge(ctx, everyDimension(0).Tokens, 5)
+		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("reserve"))).To(Equal(3.0))
+		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("refund"))).To(Equal(2.0))
+		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("charge"))).To(Equal(1.0))
+		var h dto.Metric
+		Expect(m.RedisPipelineDuration.Write(&h)).To(Succeed())
+		Expect(h.GetHistogram().GetSampleCount()).To(BeNumerically(">=", 5), "a pipeline per call made one at a time")
+		Expect(h.GetHistogram().GetSampleSum()).To(BeNumerically(">", 0))
 	})
 
 	It("keeps an id's buckets in one key under the fleet's hash tag, expiring when its slowest bucket is full again", func() {
