@@ -5,6 +5,10 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,4 +109,57 @@ func everyDimensionBench(amount int64) *budget.Reservation {
 		}
 	}
 	return r
+}
+
+// BenchmarkKeyMemory reports the memory Redis uses per key (one client address with a
+// minute and a day bucket), read from INFO memory around 100,000 reservations on
+// distinct addresses. Run it with -benchtime=1x.
+func BenchmarkKeyMemory(b *testing.B) {
+	rs := redisserver.Start(b)
+	s, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	used := func() float64 {
+		info, err := s.Client().Info(ctx, "memory").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n
+			}
+		}
+		b.Fatal("no used_memory in INFO memory")
+		return 0
+	}
+	const keys = 100000
+	before := used()
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for w := 0; w < 64; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < keys; i += 64 {
+					id := fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)
+					r := &budget.Reservation{Amount: 100}
+					for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
+						secs := k.Period().Seconds()
+						r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: budget.Client, ID: id},
+							SharedCapacity: 100000, SharedRate: 100000 / secs})
+					}
+					if _, err := s.Reserve(ctx, r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.ReportMetric((used()-before)/keys, "bytes/key")
 }
