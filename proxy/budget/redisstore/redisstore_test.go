@@ -466,6 +466,40 @@ var _ = Describe("The Redis store", func() {
 			Expect(u.counts["model/fallback_memory"]).To(Equal(2))
 		})
 
+		It("treats a Redis out of memory as unreachable, changing nothing in it", func() {
+			own := redisserver.Start(GinkgoT())
+			clock := storetest.NewClock()
+			mem := budget.NewMemory(clock, 1000)
+			u := &unavailable{counts: map[string]int{}}
+			s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second, ReadTimeout: time.Second,
+				WriteTimeout: time.Second, Fallback: mem, Backoff: 100 * time.Millisecond, Clock: clock, Recorder: recorder{u: u}})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(s.Close)
+			res, err := s.Reserve(ctx, everyDimension(1000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared).To(BeTrue())
+			level := func() float64 {
+				l, _, err := s.Level(ctx, everyDimension(0).Tokens[0].Key)
+				Expect(err).NotTo(HaveOccurred())
+				return l
+			}
+			Expect(level()).To(BeNumerically("~", 999000, 1e-6))
+
+			Expect(s.Client().ConfigSet(ctx, "maxmemory", "1").Err()).To(Succeed())
+			res, err = s.Reserve(ctx, everyDimension(1000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared).To(BeFalse(), "admitted on the fallback")
+			Expect(u.counts["global/fallback_memory"]).To(Equal(1))
+			Expect(level()).To(BeNumerically("~", 999000, 1e-6), "nothing taken in Redis")
+
+			Expect(s.Client().ConfigSet(ctx, "maxmemory", "0").Err()).To(Succeed())
+			Eventually(func() bool {
+				res, err := s.Reserve(ctx, everyDimension(1000))
+				return err == nil && res.Shared
+			}, 3*time.Second, 20*time.Millisecond).Should(BeTrue())
+			Expect(level()).To(BeNumerically("~", 998000, 1e-6))
+		})
+
 		It("fails closed when there is no fallback", func() {
 			u := &unavailable{counts: map[string]int{}}
 			local, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,

@@ -25,8 +25,11 @@ const (
 )
 
 // bucketLib is the code both scripts share: reading every key of the call, and writing
-// one back with the TTL its slowest bucket needs.
-const bucketLib = `
+// one back with the TTL its slowest bucket needs. The "#!lua" line (Redis 7) makes
+// Redis refuse a script that may write before it starts when Redis is out of memory,
+// instead of failing at the first write with the writes before it made: a decision is
+// applied whole or not at all.
+const bucketLib = `#!lua
 local call, pack, unpackb, ceil = redis.call, struct.pack, struct.unpack, math.ceil
 local FMT = '<dddddddddddd'
 local now = tonumber(ARGV[1])
