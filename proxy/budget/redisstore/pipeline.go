@@ -224,16 +224,25 @@ func (s *Store) send(batch []call) {
 		}
 	}
 
-	pipe := s.c.Pipeline()
 	type sent struct {
 		script *redis.Script
 		keys   []string
 		args   []any
 		cmd    *redis.Cmd
 	}
-	calls := make([]sent, 0, 1+len(charges))
-	if len(gathered) > 0 || reserves > 0 {
-		k, a := s.apply(gathered, batch, now, reserves)
+	var calls []sent
+	// Refunds beyond what one call should carry go first, in calls of their own; the
+	// last apply call carries the rest and the reservations.
+	refund := mergeRefunds(gathered)
+	for len(refund) > maxApplyRefunds {
+		k, a := s.apply(refund[:maxApplyRefunds], nil, now, 0)
+		calls = append(calls, sent{script: applyScript, keys: k, args: a})
+		refund = refund[maxApplyRefunds:]
+	}
+	decisions := -1
+	if len(refund) > 0 || reserves > 0 {
+		k, a := s.apply(refund, batch, now, reserves)
+		decisions = len(calls)
 		calls = append(calls, sent{script: applyScript, keys: k, args: a})
 	}
 	for _, c := range charges {
@@ -243,6 +252,8 @@ func (s *Store) send(batch []call) {
 		}
 		calls = append(calls, sent{script: chargeScript, keys: p.keys, args: []any{now, p.buf}})
 	}
+
+	pipe := s.c.Pipeline()
 	for i := range calls {
 		calls[i].cmd = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
@@ -269,20 +280,27 @@ func (s *Store) send(batch []call) {
 	}
 	s.rec.RedisPipeline(time.Since(start), reserves, refunded, len(charges))
 
-	next := 0
-	if len(gathered) > 0 || reserves > 0 {
-		decided, err := calls[0].cmd.Slice()
+	// The apply calls come before the charges; a refund's error is the first of theirs.
+	var refundErr error
+	for _, c := range calls[:len(calls)-len(charges)] {
+		if err := c.cmd.Err(); err != nil {
+			refundErr = err
+			break
+		}
+	}
+	for _, r := range gathered {
+		r.finish(refundErr)
+	}
+	if decisions >= 0 {
+		decided, err := calls[decisions].cmd.Slice()
 		if err == nil && len(decided) != reserves {
 			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), reserves)
-		}
-		for _, r := range gathered {
-			r.finish(err)
 		}
 		i := 0
 		for _, c := range batch {
 			switch {
 			case c.kind == refundCall:
-				c.done <- reply{err: err}
+				c.done <- reply{err: refundErr}
 			case c.kind == reserveCall && err != nil:
 				c.done <- reply{err: err}
 			case c.kind == reserveCall:
@@ -290,51 +308,64 @@ func (s *Store) send(batch []call) {
 				i++
 			}
 		}
-		next++
 	}
-	for _, c := range charges {
-		val, err := calls[next].cmd.Result()
+	for i, c := range charges {
+		val, err := calls[len(calls)-len(charges)+i].cmd.Result()
 		c.done <- reply{val: val, err: err}
-		next++
 	}
 }
 
-// apply lays out one apply script call: the refunds gathered, merged bucket by bucket,
-// then the batch's reservations.
-func (s *Store) apply(gathered []*refunds, batch []call, now int64, reserves int) ([]string, []any) {
-	merged := gathered
-	if len(gathered) > 1 {
-		all := &refunds{amounts: make(map[refundBucket]float64)}
-		for _, r := range gathered {
-			for _, b := range r.order {
-				if _, ok := all.amounts[b]; !ok {
-					all.order = append(all.order, b)
-				}
-				all.amounts[b] += r.amounts[b]
+// maxApplyRefunds bounds the refunded buckets in one apply call, so that one call never
+// names more keys than Lua can unpack (about 8,000) or the spec can index (65,535),
+// however many refunds gathered while Redis was slow.
+const maxApplyRefunds = 1024
+
+// refundEntry is one bucket's merged refund.
+type refundEntry struct {
+	refundBucket
+	amount float64
+}
+
+// mergeRefunds merges gathered refunds bucket by bucket, in the order first seen.
+func mergeRefunds(gathered []*refunds) []refundEntry {
+	var out []refundEntry
+	index := make(map[refundBucket]int)
+	for _, r := range gathered {
+		for _, b := range r.order {
+			if i, ok := index[b]; ok {
+				out[i].amount += r.amounts[b]
+				continue
 			}
+			index[b] = len(out)
+			out = append(out, refundEntry{refundBucket: b, amount: r.amounts[b]})
 		}
-		merged = []*refunds{all}
 	}
-	buckets := 0
-	for _, r := range merged {
-		buckets += len(r.order)
-	}
-	for _, c := range batch {
-		if c.kind == reserveCall {
-			buckets += len(c.reservation.Requests) + len(c.reservation.Tokens)
+	return out
+}
+
+// apply lays out one apply script call: refunds, then the batch's reservations (none
+// when reserves is 0).
+func (s *Store) apply(refund []refundEntry, batch []call, now int64, reserves int) ([]string, []any) {
+	buckets := len(refund)
+	if reserves > 0 {
+		for _, c := range batch {
+			if c.kind == reserveCall {
+				buckets += len(c.reservation.Requests) + len(c.reservation.Tokens)
+			}
 		}
 	}
 	p := newSpec(buckets)
-	for _, r := range merged {
-		for _, b := range r.order {
-			p.add(s, b.key, b.capacity, b.rate, r.amounts[b])
-		}
+	for _, e := range refund {
+		p.add(s, e.key, e.capacity, e.rate, e.amount)
 	}
 	ends := make([]int, 1, 1+reserves)
 	ends[0] = len(p.buf)
 	args := make([]any, 2, 2+3*reserves)
 	args[0] = now
 	for _, c := range batch {
+		if reserves == 0 {
+			break
+		}
 		if c.kind != reserveCall {
 			continue
 		}

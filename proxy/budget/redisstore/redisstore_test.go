@@ -273,6 +273,55 @@ var _ = Describe("The Redis store", func() {
 		}
 	})
 
+	It("splits refunds that gathered on thousands of keys into calls Redis can take", func() {
+		own := redisserver.Start(GinkgoT())
+		clock := storetest.NewClock()
+		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
+			ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Clock: clock})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(s.Close)
+		const ids = 3000 // three keys each: more than one Lua call can unpack
+		charges := func(i int) []budget.Charge {
+			var cs []budget.Charge
+			for _, d := range []budget.Dimension{budget.Client, budget.User, budget.APIKey} {
+				cs = append(cs, budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: d, ID: strconv.Itoa(i)}, SharedCapacity: 1000, SharedRate: 1000.0 / 60})
+			}
+			return cs
+		}
+		var wg sync.WaitGroup
+		for w := 0; w < 64; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < ids; i += 64 {
+					res, err := s.Reserve(ctx, &budget.Reservation{Tokens: charges(i), Amount: 1000})
+					Expect(err).NotTo(HaveOccurred())
+					Expect(res.Admitted).To(BeTrue())
+				}
+			}()
+		}
+		wg.Wait()
+
+		Expect(own.Pause()).To(Succeed())
+		for i := 0; i < ids; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.Refund(ctx, charges(i), 400)
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		Expect(own.Resume()).To(Succeed())
+		wg.Wait()
+		for i := 0; i < ids; i += 37 {
+			for _, c := range charges(i) {
+				l, _, err := s.Level(ctx, c.Key)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(l).To(BeNumerically("~", 400, 1e-6), "%v refunded", c.Key)
+			}
+		}
+	})
+
 	It("sends a refund with the next reservation, before it, in one call", func() {
 		clock := storetest.NewClock()
 		s, err := redisstore.New(redisstore.Options{URL: srv.URL(), Prefix: fmt.Sprintf("t%d", prefixes.Add(1)),
