@@ -30,12 +30,7 @@ func BenchmarkReserveSettle(b *testing.B) {
 }
 
 func benchReserveSettle(b *testing.B, parallelism int) {
-	rs := redisserver.Start(b)
-	s, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := benchStore(b)
 	ctx := context.Background()
 	r := everyDimensionBench(400)
 	if _, err := s.Reserve(ctx, r); err != nil { // load the script
@@ -99,6 +94,17 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 }
 
+// benchStore is a store on a redis-server of its own, closed with the benchmark.
+func benchStore(b *testing.B) *redisstore.Store {
+	rs := redisserver.Start(b)
+	s, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func everyDimensionBench(amount int64) *budget.Reservation {
 	r := &budget.Reservation{Amount: amount}
 	for d := budget.Global; d < budget.NumDimensions; d++ {
@@ -115,12 +121,7 @@ func everyDimensionBench(amount int64) *budget.Reservation {
 // minute and a day bucket), read from INFO memory around 100,000 reservations on
 // distinct addresses. Run it with -benchtime=1x.
 func BenchmarkKeyMemory(b *testing.B) {
-	rs := redisserver.Start(b)
-	s, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := benchStore(b)
 	ctx := context.Background()
 	used := func() float64 {
 		info, err := s.Client().Info(ctx, "memory").Result()

@@ -62,6 +62,17 @@ var _ = storetest.DescribeStore("redis", storetest.Factory{
 	},
 })
 
+// ownStore is a store on a redis-server of its own, which the test may pause, with
+// timeouts that outlast the pause.
+func ownStore() (*redisserver.Server, *redisstore.Store) {
+	own := redisserver.Start(GinkgoT())
+	s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
+		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Clock: storetest.NewClock()})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(s.Close)
+	return own, s
+}
+
 // commandstat reads calls and usec_per_call of one command from INFO commandstats.
 func commandstat(s *redisstore.Store, cmd string) (calls int64, usecPerCall float64) {
 	info, err := s.Client().Info(context.Background(), "commandstats").Result()
@@ -211,12 +222,7 @@ var _ = Describe("The Redis store", func() {
 	})
 
 	It("decides the reservations waiting together in one call, each all or nothing, never over-admitting", func() {
-		own := redisserver.Start(GinkgoT())
-		clock := storetest.NewClock()
-		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
-			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(s.Close)
+		own, s := ownStore()
 		// A team minute bucket that holds 50 reservations of 1,000 tokens, and a request
 		// limit of 80 on each of two keys.
 		team := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 50500, SharedRate: 50500.0 / 60}
@@ -274,12 +280,7 @@ var _ = Describe("The Redis store", func() {
 	})
 
 	It("splits refunds that gathered on thousands of keys into calls Redis can take", func() {
-		own := redisserver.Start(GinkgoT())
-		clock := storetest.NewClock()
-		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
-			ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Clock: clock})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(s.Close)
+		own, s := ownStore()
 		const ids = 3000 // three keys each: more than one Lua call can unpack
 		charges := func(i int) []budget.Charge {
 			var cs []budget.Charge
@@ -358,12 +359,7 @@ var _ = Describe("The Redis store", func() {
 	})
 
 	It("merges the refunds waiting together into one call, bucket by bucket, losing none", func() {
-		own := redisserver.Start(GinkgoT())
-		clock := storetest.NewClock()
-		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
-			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(s.Close)
+		own, s := ownStore()
 		team := func(id string) budget.Charge {
 			return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: id}, SharedCapacity: 1e6, SharedRate: 1e6 / 60}
 		}
@@ -431,12 +427,7 @@ var _ = Describe("The Redis store", func() {
 	})
 
 	It("sends again, after its scripts were flushed, only the calls that found no script", func() {
-		own := redisserver.Start(GinkgoT())
-		clock := storetest.NewClock()
-		s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second,
-			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, Clock: clock})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(s.Close)
+		own, s := ownStore()
 		x := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "x"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
 		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
 		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})).To(HaveField("Admitted", true))
