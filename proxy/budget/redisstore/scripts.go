@@ -18,11 +18,8 @@ import "github.com/redis/go-redis/v9"
 // and three numbers that depend on the script. A binary spec keeps a call to a few
 // arguments: Redis parses, and Lua converts, one value instead of five per bucket.
 
-// specFormat and specSize describe one bucket in the spec.
-const (
-	specFormat = "<HBddd"
-	specSize   = 27
-)
+// specSize is the bytes of one bucket in a spec.
+const specSize = 27
 
 // bucketLib is the code both scripts share: reading every key of the call, and writing
 // one back with the TTL its slowest bucket needs. The "#!lua" line (Redis 7) makes
