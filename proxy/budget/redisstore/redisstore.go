@@ -147,10 +147,24 @@ func (s *Store) down() bool { return time.Now().UnixNano() < s.downUntil.Load() 
 
 func (s *Store) markDown(err error) {
 	until := time.Now().Add(s.backoff).UnixNano()
-	if prev := s.downUntil.Swap(until); time.Now().UnixNano() >= prev {
-		s.log.Warn("Redis is unreachable; admitting on the fallback until it answers", "error", err,
-			"fallback", s.fallback != nil, "retry_in", s.backoff)
+	if prev := s.downUntil.Swap(until); time.Now().UnixNano() < prev {
+		return // already down: said once
 	}
+	action := "admitting on this replica's share of each budget"
+	if s.fallback == nil {
+		action = "refusing requests with 503"
+	}
+	msg := "Redis is unreachable; " + action + " until it answers"
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		// Redis answered, with an error: a reachable server that will not run the
+		// scripts needs its operator, not patience.
+		msg = "Redis refused the budget scripts; " + action + " until it runs them"
+		if strings.Contains(err.Error(), "compiling script") {
+			msg += " (tokenwarden needs Redis 7.0 or later)"
+		}
+	}
+	s.log.Warn(msg, "error", err, "retry_in", s.backoff)
 }
 
 // Reserve implements budget.Store: one script call for every bucket of the request,

@@ -4,9 +4,11 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
@@ -538,6 +541,44 @@ var _ = Describe("The Redis store", func() {
 				return err == nil && res.Shared
 			}, 3*time.Second, 20*time.Millisecond).Should(BeTrue())
 			Expect(level()).To(BeNumerically("~", 998000, 1e-6))
+		})
+
+		It("says so when Redis answers but refuses the scripts, apart from being unreachable", func() {
+			own := redisserver.Start(GinkgoT())
+			admin := redis.NewClient(&redis.Options{Addr: own.Addr()})
+			DeferCleanup(admin.Close)
+			Expect(admin.Do(ctx, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "+@all", "-@scripting").Err()).To(Succeed())
+			var logs bytes.Buffer
+			s, err := redisstore.New(redisstore.Options{URL: "redis://noscripts:pw@" + own.Addr() + "/0",
+				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(s.Close)
+			_, err = s.Reserve(ctx, everyDimension(1))
+			var ue *budget.UnavailableError
+			Expect(err).To(BeAssignableToTypeOf(ue))
+			Expect(logs.String()).To(ContainSubstring("Redis refused the budget scripts; refusing requests with 503 until it runs them"))
+			Expect(logs.String()).To(ContainSubstring("NOPERM"))
+
+			// The least a fleet's user needs (docs/redis.md): the scripts, and in them
+			// MGET and PSETEX, on the keys under its prefix.
+			Expect(admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "~{fleet-a}:*", "+evalsha", "+script|load", "+mget", "+psetex").Err()).To(Succeed())
+			fleet, err := redisstore.New(redisstore.Options{URL: "redis://fleet:pw@" + own.Addr() + "/0", Prefix: "fleet-a",
+				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: storetest.NewClock()})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(fleet.Close)
+			res, err := fleet.Reserve(ctx, everyDimension(1000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared && res.Admitted).To(BeTrue())
+			fleet.Refund(ctx, everyDimension(0).Tokens, 500)
+			fleet.Charge(ctx, everyDimension(0).Tokens, 100)
+			reader, err := redisstore.New(redisstore.Options{URL: own.URL(), Prefix: "fleet-a", Clock: storetest.NewClock()}) // the default user may GET
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(reader.Close)
+			l, ok, err := reader.Level(ctx, everyDimension(0).Tokens[0].Key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ok).To(BeTrue())
+			Expect(l).To(BeNumerically("~", 1000000-1000+500-100, 1e-6), "reserved, refunded and charged")
 		})
 
 		It("fails closed when there is no fallback", func() {
