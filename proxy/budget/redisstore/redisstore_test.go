@@ -125,13 +125,18 @@ func (r recorder) RedisUnavailable(d budget.Dimension, action string) {
 }
 
 func everyDimension(amount int64) *budget.Reservation {
+	return everyDimensionOf(amount, "x", 1000000)
+}
+
+// everyDimensionOf is a reservation of amount on six dimensions times two periods for
+// one id, each bucket holding total for the fleet, divided among 4 replicas.
+func everyDimensionOf(amount int64, id string, total float64) *budget.Reservation {
 	r := &budget.Reservation{Amount: amount}
 	for d := budget.Global; d < budget.NumDimensions; d++ {
 		for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
-			// A fleet total of 1,000,000 divided among 4 replicas.
 			secs := k.Period().Seconds()
-			r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: "x"},
-				Capacity: 250000, Rate: 250000 / secs, SharedCapacity: 1000000, SharedRate: 1000000 / secs})
+			r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: id},
+				Capacity: total / 4, Rate: total / 4 / secs, SharedCapacity: total, SharedRate: total / secs})
 		}
 	}
 	return r
