@@ -103,8 +103,9 @@ test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis 
 	$(MAKE) fuzz
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator and the SSE usage parser).
+fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator on any bytes and on generated hostile bodies, and the SSE usage parser).
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZTIME) ./proxy/estimate/
+	$(GO) test -run '^$$' -fuzz '^FuzzGenerated$$' -fuzztime $(FUZZTIME) ./proxy/estimate/
 	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME) ./proxy/usage/
 
 .PHONY: test-e2e

@@ -4,7 +4,9 @@
 // Package estimate computes a request's token reservation without a tokenizer: an
 // input estimate that walks every part of the prompt, plus the output ceiling the
 // request states. docs/estimation.md gives the formula; it over-counts by construction
-// and settlement refunds the difference.
+// and settlement refunds the difference. It reads a body as the upstream will:
+// exactly as encoding/json decodes it (escapes in keys decoded, the last duplicate
+// key wins), with saturating arithmetic and no recursion that a body controls.
 package estimate
 
 import (
@@ -20,11 +22,15 @@ const (
 	DefaultOutput = 4096
 	// MessageFloor is the framing each message costs beyond its text (role, separators).
 	MessageFloor = 4
-	// MediaTokens is the charge for one non-text part (an image, audio or file payload):
-	// its bytes are not text, so they are not counted as text.
+	// MediaTokens is the least one media payload (an image, audio or a document) costs;
+	// its bytes are not text, so they are not counted as text (see MediaCost).
 	MediaTokens = 1600
-	// maxN bounds the number of choices that multiply the output ceiling.
-	maxN = 128
+	// MaxTokens is where every token count saturates: far beyond any budget, and
+	// exact in a float64 bucket, so no arithmetic on an estimate can wrap.
+	MaxTokens int64 = 1 << 50
+	// BytesPerToken is the least number of decoded text bytes the estimate charges a
+	// token for: one token per four ASCII bytes, one per other character.
+	BytesPerToken = 4
 )
 
 // Estimate is a request's reservation and the facts admission needs from its body.
@@ -32,7 +38,7 @@ type Estimate struct {
 	// Input is the estimated input tokens.
 	Input int64
 	// Output is the output ceiling: the largest stated limit times the number of
-	// choices, or DefaultOutput.
+	// completions asked for (prompts × the largest of n and best_of), or DefaultOutput.
 	Output int64
 	// Model is the request's model name; empty when absent.
 	Model string
@@ -44,66 +50,119 @@ type Estimate struct {
 }
 
 // Total is the reservation: input estimate plus output ceiling, with no margin.
-func (e Estimate) Total() int64 { return e.Input + e.Output }
+func (e Estimate) Total() int64 { return satAdd(e.Input, e.Output) }
 
 // Body estimates a request body in one pass. A body that is not a JSON object gets
-// the conservative fallback: one token per three bytes plus the default output ceiling.
-func Body(body []byte) Estimate {
+// the conservative fallback: one token per three bytes plus the default output
+// ceiling. A body nested deeper than MaxDepth is an error (ErrTooDeep): the caller
+// refuses it, as upstreams do.
+func Body(body []byte) (Estimate, error) {
 	e, err := scanBody(body)
-	if err != nil {
-		return Estimate{Input: int64(len(body)+2) / 3, Output: DefaultOutput}
+	switch err {
+	case nil:
+		return e, nil
+	case ErrTooDeep:
+		return Estimate{}, err
 	}
-	return e
+	return Estimate{Input: int64(len(body)+2) / 3, Output: DefaultOutput}, nil
+}
+
+// The top-level fields the estimate reads. A field given twice counts as its last
+// occurrence, as the upstream decodes it.
+const (
+	fMessages = iota
+	fInput
+	fPrompt
+	fInstructions
+	fSystem
+	fTools
+	fFunctions
+	fResponseFormat
+	fText
+	numTextFields
+)
+
+var textFields = map[string]int{
+	"messages": fMessages, "input": fInput, "prompt": fPrompt, "instructions": fInstructions, "system": fSystem,
+	"tools": fTools, "functions": fFunctions, "response_format": fResponseFormat, "text": fText,
 }
 
 func scanBody(body []byte) (Estimate, error) {
 	s := &scanner{b: body}
 	e := Estimate{Parsed: true}
-	var in, out, n int64
-	err := s.object(func(key []byte) error {
-		var v int64
-		var err error
-		switch string(key) {
-		case "messages":
-			// Every message with its floor.
-			v, err = s.items()
-		case "input":
-			// Responses: a string, or a list of items that are messages or parts.
-			v, err = s.items()
-		case "prompt", "instructions", "system":
-			// The prompt fields the message walk does not see.
-			v, err = s.count(key)
-		case "tools", "functions", "response_format", "text":
-			// Sent to the model as text: the whole JSON counts (text.format is
-			// Responses' response_format).
-			var raw []byte
-			raw, err = s.span()
-			v = textRaw(raw)
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			var raw []byte
-			raw, err = s.span()
-			out = max(out, Ceiling(raw))
-		case "n":
-			var raw []byte
-			raw, err = s.span()
-			n = max(n, Ceiling(raw))
-		case "model":
-			if s.peek() == '"' {
-				var raw []byte
-				raw, err = s.str()
-				e.Model = unquote(raw)
-			} else {
-				_, err = s.count(nil)
-			}
-		case "stream":
-			var raw []byte
-			raw, err = s.span()
-			e.Stream = string(raw) == "true"
-		default:
-			_, err = s.count(nil)
+	// Each field's last occurrence: its input tokens, and the numbers read from it.
+	var fields [numTextFields]int64
+	var other int64 // every other field's text, all occurrences
+	var maxTok, maxCompl, maxOut, n, bestOf int64
+	prompts := int64(1)
+	err := s.object(func(rawKey []byte) error {
+		// A key with escapes is the key it decodes to; a plain key is used in place.
+		key := rawKey
+		if needsDecoding(rawKey) {
+			key = []byte(decodeString(rawKey))
 		}
-		in += v
-		return err
+		if f, ok := textFields[string(key)]; ok {
+			raw, w, err := s.span(1)
+			if err != nil {
+				return err
+			}
+			v := satAdd(textRaw(rawKey), w.tokens)
+			switch f {
+			case fMessages, fInput:
+				// Every message or item with its floor.
+				v = satAdd(v, satMul(w.elems, MessageFloor))
+			case fPrompt:
+				prompts = max(w.prompts, 1)
+			case fTools, fFunctions, fResponseFormat, fText:
+				// Sent to the model as text: the whole JSON counts (text.format is
+				// Responses' response_format).
+				v = max(v, textRaw(rawKey)+textRaw(raw))
+			}
+			fields[f] = v
+			return nil
+		}
+		keyTokens := textRaw(rawKey)
+		var target *int64
+		switch string(key) {
+		case "max_tokens":
+			target = &maxTok
+		case "max_completion_tokens":
+			target = &maxCompl
+		case "max_output_tokens":
+			target = &maxOut
+		case "n":
+			target = &n
+		case "best_of":
+			target = &bestOf
+		case "model":
+			raw, w, err := s.span(1)
+			if err != nil {
+				return err
+			}
+			e.Model = ""
+			if raw[0] == '"' {
+				e.Model = decodeString(raw[1 : len(raw)-1])
+			}
+			other = satAdd(other, satAdd(keyTokens, w.tokens))
+			return nil
+		case "stream":
+			raw, w, err := s.span(1)
+			if err != nil {
+				return err
+			}
+			e.Stream = string(raw) == "true"
+			other = satAdd(other, satAdd(keyTokens, w.tokens))
+			return nil
+		}
+		raw, w, err := s.span(1)
+		if err != nil {
+			return err
+		}
+		if target != nil {
+			*target = Ceiling(raw)
+		}
+		other = satAdd(other, satAdd(keyTokens, w.tokens))
+		return nil
 	})
 	if err != nil {
 		return e, err
@@ -111,18 +170,22 @@ func scanBody(body []byte) (Estimate, error) {
 	if s.ws(); s.i != len(s.b) {
 		return e, errSyntax
 	}
+	in := other
+	for _, v := range fields {
+		in = satAdd(in, v)
+	}
+	out := max(maxTok, maxCompl, maxOut)
 	if out <= 0 {
 		out = DefaultOutput
 	}
-	if n > 1 {
-		out *= min(n, maxN)
-	}
+	out = satMul(satMul(out, prompts), max(n, bestOf, 1))
 	e.Input, e.Output = in, out
 	return e, nil
 }
 
 // Text estimates a string: one token per four ASCII bytes (rounded up) and one token
 // per non-ASCII character, which covers scripts whose characters are a token or more.
+// A byte that is not valid UTF-8 counts as a character.
 func Text(s string) int64 {
 	var ascii, other int64
 	for i := 0; i < len(s); {
@@ -140,7 +203,8 @@ func Text(s string) int64 {
 }
 
 // Ceiling reads a stated token limit: a JSON integer, a float (32000.0) or a numeric
-// string ("32000"). Anything else, or a negative value, is no limit (0).
+// string ("32000"). Anything else, or a negative value, is no limit (0). A value too
+// large to hold saturates at MaxTokens.
 func Ceiling(raw []byte) int64 {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -153,21 +217,40 @@ func Ceiling(raw []byte) int64 {
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+	if err != nil && !math.IsInf(f, 1) {
 		return 0
 	}
-	if f >= math.MaxInt64/4 {
-		return math.MaxInt64 / 4
+	if f <= 0 || math.IsNaN(f) {
+		return 0
+	}
+	if f >= float64(MaxTokens) {
+		return MaxTokens
 	}
 	return int64(math.Ceil(f))
 }
 
-// Model reads only the model name of a JSON body, for routing a request that is not
-// charged.
+// Model reads only the model name of a JSON body (its last "model" key, as the
+// upstream reads it), for routing a request that is not charged.
 func Model(body []byte) string {
-	var r struct {
-		Model string `json:"model"`
+	e, _ := scanBody(body)
+	return e.Model
+}
+
+// satAdd adds two non-negative counts, saturating at MaxTokens.
+func satAdd(a, b int64) int64 {
+	if a >= MaxTokens-b {
+		return MaxTokens
 	}
-	_ = json.Unmarshal(body, &r)
-	return r.Model
+	return a + b
+}
+
+// satMul multiplies two non-negative counts, saturating at MaxTokens.
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a >= MaxTokens/b {
+		return MaxTokens
+	}
+	return a * b
 }

@@ -19,6 +19,23 @@ func TestEstimate(t *testing.T) {
 	RunSpecs(t, "Estimate Suite")
 }
 
+// texts is what the estimate charges for these strings, each counted on its own.
+func texts(ss ...string) int64 {
+	var n int64
+	for _, s := range ss {
+		n += estimate.Text(s)
+	}
+	return n
+}
+
+// body estimates a body that must parse.
+func body(s string) estimate.Estimate {
+	GinkgoHelper()
+	e, err := estimate.Body([]byte(s))
+	Expect(err).NotTo(HaveOccurred())
+	return e
+}
+
 var _ = Describe("Text", func() {
 	DescribeTable("counts a quarter token per ASCII byte and a token per other character",
 		func(s string, want int64) { Expect(estimate.Text(s)).To(Equal(want)) },
@@ -28,6 +45,7 @@ var _ = Describe("Text", func() {
 		Entry("five bytes", "abcde", int64(2)),
 		Entry("CJK characters are a token each", "日本語", int64(3)),
 		Entry("mixed", "hi 日本", int64(1+2)),
+		Entry("bytes that are not UTF-8 are a token each", "\x80\x80\x80\x80", int64(4)),
 	)
 })
 
@@ -39,6 +57,8 @@ var _ = Describe("Ceiling", func() {
 		Entry("a fractional float rounds up", `100.2`, int64(101)),
 		Entry("a numeric string", `"32000"`, int64(32000)),
 		Entry("an exponent", `3.2e4`, int64(32000)),
+		Entry("a number too large for an int64 saturates", `1e30`, estimate.MaxTokens),
+		Entry("a number too large for a float64 saturates", `1e400`, estimate.MaxTokens),
 		Entry("a negative number is no limit", `-5`, int64(0)),
 		Entry("a word is no limit", `"lots"`, int64(0)),
 		Entry("null is no limit", `null`, int64(0)),
@@ -48,87 +68,180 @@ var _ = Describe("Ceiling", func() {
 
 var _ = Describe("Body", func() {
 	It("walks every message with its floor and reserves the largest stated ceiling", func() {
-		e := estimate.Body([]byte(`{"model":"gpt-4o","max_tokens":100,"max_completion_tokens":"300","max_output_tokens":200.0,
-			"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hello there"}]}]}`))
+		e := body(`{"model":"gpt-4o","max_tokens":100,"max_completion_tokens":"300","max_output_tokens":200.0,
+			"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hello there"}]}]}`)
 		Expect(e.Parsed).To(BeTrue())
 		Expect(e.Model).To(Equal("gpt-4o"))
-		// system: 4 + "system"(2) + "be brief"(2); user: 4 + "user"(1) + "text"(1) + "hello there"(3)
-		Expect(e.Input).To(Equal(int64(8 + 9)))
+		// Every key and string counts as text, every number one token, every message 4.
+		keys := texts("model", "max_tokens", "max_completion_tokens", "max_output_tokens", "messages",
+			"role", "content", "role", "content", "type", "text")
+		values := texts("gpt-4o", "300", "system", "be brief", "user", "text", "hello there") + 2
+		Expect(e.Input).To(Equal(keys + values + 2*estimate.MessageFloor))
 		Expect(e.Output).To(Equal(int64(300)))
-		Expect(e.Total()).To(Equal(int64(317)))
+		Expect(e.Total()).To(Equal(e.Input + 300))
 	})
 
 	It("defaults the output ceiling to 4096", func() {
-		Expect(estimate.Body([]byte(`{"messages":[]}`)).Output).To(Equal(int64(4096)))
-	})
-
-	It("multiplies the ceiling by the number of choices", func() {
-		Expect(estimate.Body([]byte(`{"max_tokens":100,"n":3}`)).Output).To(Equal(int64(300)))
+		Expect(body(`{"messages":[]}`).Output).To(Equal(int64(4096)))
 	})
 
 	It("charges tools, functions and response formats by their whole JSON", func() {
 		tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
-		e := estimate.Body([]byte(`{"tools":` + tools + `,"functions":[{"name":"f"}],"response_format":{"type":"json_object"}}`))
-		Expect(e.Input).To(Equal(estimate.Text(tools) + estimate.Text(`[{"name":"f"}]`) + estimate.Text(`{"type":"json_object"}`)))
+		e := body(`{"tools":` + tools + `,"functions":[{"name":"f"}],"response_format":{"type":"json_object"}}`)
+		Expect(e.Input).To(Equal(texts("tools", tools, "functions", `[{"name":"f"}]`, "response_format", `{"type":"json_object"}`)))
 	})
 
 	It("adds the prompt fields of completions, Responses and Anthropic", func() {
-		Expect(estimate.Body([]byte(`{"prompt":"abcdefgh"}`)).Input).To(Equal(int64(2)))
-		Expect(estimate.Body([]byte(`{"prompt":[1,2,3,4,5]}`)).Input).To(Equal(int64(5)), "token ids are one token each")
-		Expect(estimate.Body([]byte(`{"input":"abcdefgh","instructions":"abcd"}`)).Input).To(Equal(int64(3)))
-		Expect(estimate.Body([]byte(`{"input":[{"role":"user","content":"abcd"}]}`)).Input).To(Equal(int64(4 + 1 + 1)))
-		Expect(estimate.Body([]byte(`{"system":[{"type":"text","text":"abcdefgh"}],"messages":[]}`)).Input).To(Equal(int64(1 + 2)))
-	})
-
-	It("charges a fixed cost for binary payloads instead of their bytes", func() {
-		img := "data:image/png;base64," + strings.Repeat("A", 100000)
-		e := estimate.Body([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `"}}]}]}`))
-		Expect(e.Input).To(Equal(int64(4 + 1 + 3 + estimate.MediaTokens)))
-		e = estimate.Body([]byte(`{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + strings.Repeat("A", 100000) + `"}}]}]}`))
-		Expect(e.Input).To(BeNumerically("<", 2000))
+		Expect(body(`{"prompt":"abcdefgh"}`).Input).To(Equal(int64(2 + 2)))
+		Expect(body(`{"prompt":[1,2,3,4,5]}`).Input).To(Equal(int64(2+5)), "token ids are one token each")
+		Expect(body(`{"input":"abcdefgh","instructions":"abcd"}`).Input).To(Equal(int64(2 + 2 + 3 + 1)))
+		Expect(body(`{"input":[{"role":"user","content":"abcd"}]}`).Input).To(Equal(int64(2 + 4 + 1 + 1 + 2 + 1)))
+		Expect(body(`{"system":[{"type":"text","text":"abcdefgh"}],"messages":[]}`).Input).To(Equal(int64(2 + 1 + 1 + 1 + 2 + 2)))
 	})
 
 	It("charges a body that is not JSON a conservative reservation", func() {
-		body := `{"messages":[{"role":"user","content":"hi"}],"temperature":NaN}`
-		e := estimate.Body([]byte(body))
+		b := `{"messages":[{"role":"user","content":"hi"}],"temperature":NaN}`
+		e := body(b)
 		Expect(e.Parsed).To(BeFalse())
-		Expect(e.Input).To(Equal(int64((len(body) + 2) / 3)))
+		Expect(e.Input).To(Equal(int64((len(b) + 2) / 3)))
 		Expect(e.Output).To(Equal(int64(4096)))
 	})
 })
 
-var _ = Describe("the one-pass scanner", func() {
-	It("reads escapes, takes the largest of duplicated ceilings, and refuses trailing bytes", func() {
-		e := estimate.Body([]byte(`{"model":"gpt-\u0034o","max_tokens":10,"max_tokens":"20","messages":[{"content":"a\"b"}]}`))
-		Expect(e.Parsed).To(BeTrue())
-		Expect(e.Model).To(Equal("gpt-4o"))
-		Expect(e.Output).To(Equal(int64(20)))
-		Expect(estimate.Body([]byte(`{"max_tokens":10} x`)).Parsed).To(BeFalse())
-		Expect(estimate.Body([]byte(`{"max_tokens":01}`)).Parsed).To(BeFalse())
-		Expect(estimate.Body([]byte(`{"messages":[1,]}`)).Parsed).To(BeFalse())
+var _ = Describe("Media", func() {
+	b64 := func(n int) string { return strings.Repeat("QUJD", n/4) } // n base64 characters, 3n/4 bytes
+	part := func(p string) string {
+		return `{"messages":[{"role":"user","content":[` + p + `]}]}`
+	}
+	// frame is what a message holding one part costs around the part: floor, keys and role.
+	frame := body(part(`{}`)).Input
+
+	DescribeTable("prices a real media payload by its class and size, and everything else as text",
+		func(p string, want func() int64) {
+			Expect(body(part(p)).Input - frame).To(Equal(want()))
+		},
+		Entry("an OpenAI image_url data URL: MediaTokens plus a byte per 4,096 decoded",
+			`{"type":"image_url","image_url":{"url":"data:image/png;base64,`+b64(400000)+`"}}`,
+			func() int64 {
+				return texts("type", "image_url", "image_url", "url") + estimate.MediaCost("image/png", 300000)
+			}),
+		Entry("an Anthropic image source, its media type after the data",
+			`{"type":"image","source":{"data":"`+b64(400000)+`","type":"base64","media_type":"image/jpeg"}}`,
+			func() int64 {
+				return texts("type", "image", "source", "data", "type", "base64", "media_type", "image/jpeg") + estimate.MediaCost("image/jpeg", 300000)
+			}),
+		Entry("an Anthropic PDF document: its cost grows with its size",
+			`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"`+b64(400000)+`"}}`,
+			func() int64 {
+				return texts("type", "document", "source", "type", "base64", "media_type", "application/pdf", "data") + estimate.MediaCost("application/pdf", 300000)
+			}),
+		Entry("OpenAI input_audio: its format marks the payload as audio",
+			`{"type":"input_audio","input_audio":{"data":"`+b64(40000)+`","format":"wav"}}`,
+			func() int64 {
+				return texts("type", "input_audio", "input_audio", "data", "format", "wav") + estimate.MediaCost("audio/wav", 30000)
+			}),
+		Entry("a data URL sent as the text of a message is text",
+			`{"type":"text","text":"data:image/png;base64,`+b64(4000)+`"}`,
+			func() int64 { return texts("type", "text", "text", "data:image/png;base64,"+b64(4000)) }),
+		Entry("base64 under data in a text part, with nothing saying it is media, is text",
+			`{"type":"text","text":"hi","data":"`+b64(4000)+`"}`,
+			func() int64 { return texts("type", "text", "text", "hi", "data", b64(4000)) }),
+		Entry("a text/plain document source is text",
+			`{"type":"document","source":{"type":"text","media_type":"text/plain","data":"`+b64(4000)+`"}}`,
+			func() int64 {
+				return texts("type", "document", "source", "type", "text", "media_type", "text/plain", "data", b64(4000))
+			}),
+		Entry("a duplicated type: the last one says the source is not base64, so it is text",
+			`{"type":"document","source":{"type":"base64","type":"text","data":"`+b64(4000)+`"}}`,
+			func() int64 {
+				return texts("type", "document", "source", "type", "base64", "type", "text", "data", b64(4000))
+			}),
+		Entry("a data URL that is not base64 is text",
+			`{"type":"image_url","image_url":{"url":"data:image/png,`+strings.Repeat("x", 4000)+`"}}`,
+			func() int64 {
+				return texts("type", "image_url", "image_url", "url", "data:image/png,"+strings.Repeat("x", 4000))
+			}),
+	)
+})
+
+var _ = Describe("Hostile bodies", func() {
+	DescribeTable("are read exactly as the upstream decodes them",
+		func(b string, check func(estimate.Estimate)) { check(body(b)) },
+		Entry(`an escaped "messages" key still counts the prompt`,
+			`{"m\u0065ssages":[{"role":"user","content":"`+strings.Repeat("a", 4000)+`"}]}`,
+			func(e estimate.Estimate) { Expect(e.Input).To(BeNumerically(">=", 1000)) }),
+		Entry(`an escaped "max_tokens" key is the ceiling`,
+			`{"max_\u0074okens":100000}`,
+			func(e estimate.Estimate) { Expect(e.Output).To(Equal(int64(100000))) }),
+		Entry(`an escaped "model" key names the model`,
+			`{"mod\u0065l":"gpt-4o"}`,
+			func(e estimate.Estimate) { Expect(e.Model).To(Equal("gpt-4o")) }),
+		Entry(`a key in another case is another key`,
+			`{"Model":"gpt-4o","MAX_TOKENS":100000}`,
+			func(e estimate.Estimate) {
+				Expect(e.Model).To(BeEmpty())
+				Expect(e.Output).To(Equal(int64(estimate.DefaultOutput)))
+			}),
+		Entry(`duplicated keys: the last one wins, as upstreams read it`,
+			`{"max_tokens":1e30,"max_tokens":4000,"n":5,"n":1,"model":"a","model":"b"}`,
+			func(e estimate.Estimate) {
+				Expect(e.Output).To(Equal(int64(4000)))
+				Expect(e.Model).To(Equal("b"))
+			}),
+		Entry(`a duplicated messages key counts the one the upstream reads`,
+			`{"messages":[{"content":"`+strings.Repeat("a", 40)+`"}],"messages":[{"content":"`+strings.Repeat("b", 4000)+`"}]}`,
+			func(e estimate.Estimate) { Expect(e.Input).To(BeNumerically(">=", 1000)) }),
+		Entry(`a ceiling times n that overflows an int64 saturates instead of wrapping`,
+			`{"max_tokens":4611686018427387904,"n":1e300}`,
+			func(e estimate.Estimate) {
+				Expect(e.Output).To(Equal(estimate.MaxTokens))
+				Expect(e.Total()).To(Equal(estimate.MaxTokens))
+			}),
+		Entry(`a number too large for a float64 saturates`,
+			`{"max_tokens":1e400}`,
+			func(e estimate.Estimate) {
+				Expect(e.Parsed).To(BeTrue())
+				Expect(e.Output).To(Equal(estimate.MaxTokens))
+			}),
+		Entry(`object keys count as text`,
+			`{"messages":[{"`+strings.Repeat("k", 40000)+`":1}]}`,
+			func(e estimate.Estimate) { Expect(e.Input).To(BeNumerically(">=", 10000)) }),
+		Entry(`a prompt array of three prompts reserves three ceilings`,
+			`{"prompt":["a","b","c"],"max_tokens":100}`,
+			func(e estimate.Estimate) { Expect(e.Output).To(Equal(int64(300))) }),
+		Entry(`a prompt of token ids is one prompt; a list of them is one prompt each`,
+			`{"prompt":[[1,2],[3,4]],"max_tokens":100}`,
+			func(e estimate.Estimate) { Expect(e.Output).To(Equal(int64(200))) }),
+		Entry(`best_of multiplies the ceiling when larger than n`,
+			`{"prompt":"a","max_tokens":100,"n":2,"best_of":5}`,
+			func(e estimate.Estimate) { Expect(e.Output).To(Equal(int64(500))) }),
+		Entry(`n is not capped: a hundred thousand choices reserve a hundred thousand ceilings`,
+			`{"max_tokens":100,"n":100000}`,
+			func(e estimate.Estimate) { Expect(e.Output).To(Equal(int64(10000000))) }),
+		Entry(`bytes that are not UTF-8 each count, as each decodes to U+FFFD`,
+			"{\"messages\":[{\"content\":\""+strings.Repeat("\x80", 4000)+"\"}]}",
+			func(e estimate.Estimate) { Expect(e.Input).To(BeNumerically(">=", 4000)) }),
+	)
+
+	It("refuses a body nested deeper than MaxDepth without recursion, however deep", func() {
+		deep := `{"messages":` + strings.Repeat("[", 4<<20)
+		_, err := estimate.Body([]byte(deep))
+		Expect(err).To(MatchError(estimate.ErrTooDeep))
+		_, err = estimate.Body([]byte(`{"a":` + strings.Repeat(`{"a":`, estimate.MaxDepth) + `1` + strings.Repeat(`}`, estimate.MaxDepth+1)))
+		Expect(err).To(MatchError(estimate.ErrTooDeep))
+		e, err := estimate.Body([]byte(`{"a":` + strings.Repeat(`[`, estimate.MaxDepth-1) + strings.Repeat(`]`, estimate.MaxDepth-1) + `}`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(e.Parsed).To(BeTrue(), "exactly MaxDepth levels are read")
 	})
 })
 
-// FuzzBody checks the scanner against encoding/json: a body is read as JSON exactly
-// when encoding/json accepts it as an object, so no body escapes the conservative
-// estimate by a parser difference.
-func FuzzBody(f *testing.F) {
-	for _, s := range []string{
-		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`,
-		`{"prompt":[1,2,3],"n":2}`, `{"input":[{"type":"message"}]}`, `{}`, `[]`, `{"a":NaN}`,
-		`{"a":"\ud800"}`, `{"a":1e5,"b":-0.5,"c":[true,false,null]}`, `{"a":"x"`, ` {"a":{}} `,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		e := estimate.Body(body)
-		var obj map[string]json.RawMessage
-		isObject := json.Unmarshal(body, &obj) == nil && obj != nil
-		if e.Parsed != isObject {
-			t.Fatalf("Parsed=%v but encoding/json object=%v for %q", e.Parsed, isObject, body)
-		}
-		if e.Input < 0 || e.Output <= 0 {
-			t.Fatalf("estimate %+v for %q", e, body)
-		}
+var _ = Describe("the one-pass scanner", func() {
+	It("reads escapes and refuses what encoding/json refuses", func() {
+		e := body(`{"model":"gpt-\u0034o","max_tokens":10,"messages":[{"content":"a\"b"}]}`)
+		Expect(e.Parsed).To(BeTrue())
+		Expect(e.Model).To(Equal("gpt-4o"))
+		Expect(body(`{"max_tokens":10} x`).Parsed).To(BeFalse())
+		Expect(body(`{"max_tokens":01}`).Parsed).To(BeFalse())
+		Expect(body(`{"messages":[1,]}`).Parsed).To(BeFalse())
 	})
-}
+})

@@ -4,21 +4,55 @@
 package estimate
 
 import (
-	"bytes"
+	"encoding/json"
 	"errors"
-	"strconv"
+	"unicode/utf8"
 )
 
 // The estimate walks the request body once, in place, without building values: a
-// small JSON scanner that counts the text of every string it passes. Anything that is
-// not strict JSON stops it, and the caller falls back to the conservative estimate, so
-// a body the scanner cannot read is never cheaper than one it can.
+// small JSON scanner that counts the text of every string it passes. It accepts
+// exactly what encoding/json accepts (with one difference: numbers too large for a
+// float64 are accepted and saturate, as Python's json does), and it never recurses: a
+// value's nesting lives on an explicit stack bounded by MaxDepth, so no body can
+// exhaust the goroutine stack. Anything that is not strict JSON stops it, and the
+// caller falls back to the conservative estimate, so a body the scanner cannot read is
+// never cheaper than one it can.
 
-var errSyntax = errors.New("estimate: not JSON")
+// MaxDepth is the deepest nesting of arrays and objects a body may have (the
+// top-level object is depth 1). Python's json, which most inference servers use,
+// gives up near 1,000 levels; encoding/json at 10,000.
+const MaxDepth = 1000
+
+var (
+	errSyntax = errors.New("estimate: not JSON")
+	// ErrTooDeep is returned for a body nested deeper than MaxDepth.
+	ErrTooDeep = errors.New("the request body is nested deeper than 1000 levels")
+)
 
 type scanner struct {
 	b []byte
 	i int
+}
+
+// frame is one open array or object during a walk.
+type frame struct {
+	obj bool
+	// key is the object key whose value is being read, classified for media.
+	key keyKind
+	// media accumulates the base64 payloads found directly in this object, priced when
+	// the object closes and its media type (a sibling key, in any order) is known.
+	media pendingMedia
+}
+
+// walked is what walking one value found.
+type walked struct {
+	// tokens is the text of every string and key, one per number, and the media cost.
+	tokens int64
+	// elems is the number of direct elements when the value is an array.
+	elems int64
+	// prompts is the number of direct elements that are strings or arrays (a prompt
+	// array of several prompts; an array of token ids is one prompt).
+	prompts int64
 }
 
 func (s *scanner) ws() {
@@ -154,75 +188,153 @@ func validNumber(b []byte) bool {
 	return i == len(b)
 }
 
-// count walks one value and returns its tokens: the text of every string (object keys
-// excluded), one per number, MediaTokens per binary payload. key is the object key the
-// value sits under ("" in an array).
-func (s *scanner) count(key []byte) (int64, error) {
-	switch s.peek() {
-	case '"':
-		raw, err := s.str()
-		if err != nil {
-			return 0, err
+// walk consumes one value and counts it (see walked). depth is the nesting of the
+// container the value sits in; key is the object key it sits under. It keeps the
+// value's nesting on a stack of its own and fails with ErrTooDeep past MaxDepth.
+func (s *scanner) walk(depth int, key keyKind) (walked, error) {
+	var w walked
+	// The usual shallow bodies fit buf and allocate nothing.
+	var buf [8]frame
+	stack := buf[:0]
+	for {
+		// At a value: a scalar is counted; a container is opened.
+		var kind byte // the value just completed: '"', '[', '{' or 0 for a literal
+		switch c := s.peek(); c {
+		case '{', '[':
+			if depth+len(stack) >= MaxDepth {
+				return w, ErrTooDeep
+			}
+			s.i++
+			stack = append(stack, frame{obj: c == '{'})
+			top := &stack[len(stack)-1]
+			if c == '{' {
+				if s.peek() == '}' {
+					s.i++
+					stack = stack[:len(stack)-1]
+					kind = '{'
+					break
+				}
+				k, err := s.key()
+				if err != nil {
+					return w, err
+				}
+				w.tokens += k.tokens
+				top.key = k.kind
+				top.media.forget(k.kind)
+				continue
+			}
+			if s.peek() == ']' {
+				s.i++
+				stack = stack[:len(stack)-1]
+				kind = '['
+				break
+			}
+			continue
+		case '"':
+			raw, err := s.str()
+			if err != nil {
+				return w, err
+			}
+			k := key
+			var parent *frame
+			if len(stack) > 0 {
+				parent = &stack[len(stack)-1]
+				k = keyNone
+				if parent.obj {
+					k = parent.key
+				}
+			}
+			w.tokens = satAdd(w.tokens, stringTokens(raw, k, parent))
+			kind = '"'
+		default:
+			lit, err := s.literal()
+			if err != nil {
+				return w, err
+			}
+			if lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9') {
+				w.tokens++ // a token id, or a number in a part
+			}
 		}
-		if isMediaRaw(key, raw) {
-			return MediaTokens, nil
+		// A value is complete: close every container it completes.
+		for {
+			if len(stack) == 0 {
+				return w, nil
+			}
+			top := &stack[len(stack)-1]
+			if !top.obj && len(stack) == 1 {
+				w.elems++
+				if kind == '"' || kind == '[' {
+					w.prompts++
+				}
+			}
+			switch s.peek() {
+			case ',':
+				s.i++
+				if top.obj {
+					k, err := s.key()
+					if err != nil {
+						return w, err
+					}
+					w.tokens += k.tokens
+					top.key = k.kind
+					top.media.forget(k.kind)
+				}
+			case '}':
+				if !top.obj {
+					return w, errSyntax
+				}
+				s.i++
+				w.tokens = satAdd(w.tokens, top.media.price())
+				stack = stack[:len(stack)-1]
+				kind = '{'
+				continue
+			case ']':
+				if top.obj {
+					return w, errSyntax
+				}
+				s.i++
+				stack = stack[:len(stack)-1]
+				kind = '['
+				continue
+			default:
+				return w, errSyntax
+			}
+			break
 		}
-		return textRaw(raw), nil
-	case '{':
-		var n int64
-		err := s.object(func(k []byte) error {
-			v, err := s.count(k)
-			n += v
-			return err
-		})
-		return n, err
-	case '[':
-		var n int64
-		err := s.array(func() error {
-			v, err := s.count(nil)
-			n += v
-			return err
-		})
-		return n, err
-	default:
-		lit, err := s.literal()
-		if err != nil {
-			return 0, err
-		}
-		if lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9') {
-			return 1, nil // a token id, or a number in a part
-		}
-		return 0, nil
 	}
+}
+
+// objectKey is a key read from an object: its text cost and its media role.
+type objectKey struct {
+	tokens int64
+	kind   keyKind
+}
+
+// key reads an object key and the colon after it.
+func (s *scanner) key() (objectKey, error) {
+	raw, err := s.str()
+	if err != nil {
+		return objectKey{}, err
+	}
+	if err := s.expect(':'); err != nil {
+		return objectKey{}, err
+	}
+	return objectKey{tokens: textRaw(raw), kind: classifyKey(raw)}, nil
 }
 
 // span walks one value and returns its raw bytes.
-func (s *scanner) span() ([]byte, error) {
+func (s *scanner) span(depth int) ([]byte, walked, error) {
 	s.ws()
 	start := s.i
-	if _, err := s.count(nil); err != nil {
-		return nil, err
+	w, err := s.walk(depth, keyNone)
+	if err != nil {
+		return nil, w, err
 	}
-	return s.b[start:s.i], nil
+	return s.b[start:s.i], w, nil
 }
 
-// items walks an array, each element with the message floor; a non-array value is
-// counted as it is.
-func (s *scanner) items() (int64, error) {
-	if s.peek() != '[' {
-		return s.count(nil)
-	}
-	var n int64
-	err := s.array(func() error {
-		v, err := s.count(nil)
-		n += MessageFloor + v
-		return err
-	})
-	return n, err
-}
-
-// object walks an object, calling fn with each key when the scanner stands at its
-// value; fn must consume the value.
+// object walks the top-level object, calling fn with each raw key when the scanner
+// stands at its value; fn must consume the value.
 func (s *scanner) object(fn func(key []byte) error) error {
 	if err := s.expect('{'); err != nil {
 		return err
@@ -232,14 +344,14 @@ func (s *scanner) object(fn func(key []byte) error) error {
 		return nil
 	}
 	for {
-		key, err := s.str()
+		raw, err := s.str()
 		if err != nil {
 			return err
 		}
 		if err := s.expect(':'); err != nil {
 			return err
 		}
-		if err := fn(key); err != nil {
+		if err := fn(raw); err != nil {
 			return err
 		}
 		switch s.peek() {
@@ -254,84 +366,57 @@ func (s *scanner) object(fn func(key []byte) error) error {
 	}
 }
 
-// array walks an array, calling fn when the scanner stands at each element; fn must
-// consume it.
-func (s *scanner) array(fn func() error) error {
-	if err := s.expect('['); err != nil {
-		return err
-	}
-	if s.peek() == ']' {
-		s.i++
-		return nil
-	}
-	for {
-		if err := fn(); err != nil {
-			return err
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return errSyntax
-		}
-	}
-}
-
-// unquote turns a raw string's bytes into the string, handling escapes when present.
-func unquote(raw []byte) string {
-	if bytes.IndexByte(raw, '\\') < 0 {
+// decodeString turns a raw string's bytes into the string encoding/json decodes:
+// escapes resolved, invalid UTF-8 and lone surrogates replaced by U+FFFD.
+func decodeString(raw []byte) string {
+	if !needsDecoding(raw) {
 		return string(raw)
 	}
 	q := make([]byte, 0, len(raw)+2)
 	q = append(append(append(q, '"'), raw...), '"')
-	s, err := strconv.Unquote(string(q))
-	if err != nil {
-		return string(raw)
+	var s string
+	if err := json.Unmarshal(q, &s); err != nil {
+		return string(raw) // unreachable: str accepted the same grammar
 	}
 	return s
 }
 
-// textRaw is Text over a raw (escaped) string: an escape counts as its ASCII bytes,
-// which over-counts slightly and never under-counts.
+func needsDecoding(raw []byte) bool {
+	for _, c := range raw {
+		if c == '\\' {
+			return true
+		}
+	}
+	return !utf8.Valid(raw)
+}
+
+// textRaw counts a raw (escaped) string as Text counts its decoded form, from above:
+// an escape counts as its ASCII bytes, so it over-counts slightly and never
+// under-counts. A byte that is not part of valid UTF-8 is a token of its own (it
+// decodes to U+FFFD, three bytes).
 func textRaw(raw []byte) int64 {
 	var ascii, other int64
 	for i := 0; i < len(raw); {
 		c := raw[i]
-		if c < 0x80 {
+		if c < utf8.RuneSelf {
 			ascii++
 			i++
 			continue
 		}
-		// Count one token per UTF-8 sequence: skip its continuation bytes.
-		i++
-		for i < len(raw) && raw[i]&0xC0 == 0x80 {
-			i++
-		}
+		_, size := utf8.DecodeRune(raw[i:])
 		other++
+		i += size
 	}
 	return (ascii+3)/4 + other
 }
 
-func isMediaRaw(key, raw []byte) bool {
-	if len(raw) > 5 && string(raw[:5]) == "data:" {
-		return true
-	}
-	switch string(key) {
-	case "data", "file_data", "b64_json":
-		return len(raw) > 5
-	}
-	return false
-}
-
-// Fields calls fn with the raw bytes of each top-level field of a JSON object, in
-// order, without decoding them. It fails on anything that is not strict JSON.
+// Fields calls fn with the raw key and the raw value of each top-level field of a
+// JSON object, in order, without decoding them. It fails on anything that is not
+// strict JSON, and on nesting deeper than MaxDepth.
 func Fields(body []byte, fn func(key, value []byte)) error {
 	s := &scanner{b: body}
 	return s.object(func(key []byte) error {
-		v, err := s.span()
+		v, _, err := s.span(1)
 		if err == nil {
 			fn(key, v)
 		}

@@ -53,7 +53,8 @@ var _ = Describe("Admission and settlement", func() {
 		h.llm.Set(fakellm.Behaviour{Latency: 0, OmitUsage: true})
 		r := h.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"m","messages":[{"role":"user","content":"hello there"}]}`)
 		Expect(r.code).To(Equal(200))
-		Expect(r.header.Get("X-Ratelimit-Tokens-Remaining")).To(Equal(strconv.Itoa(5000 - 8 - 4096)))
+		// Input: keys model 2, messages 2, role 1, content 2; "m" 1, "user" 1, "hello there" 3; floor 4.
+		Expect(r.header.Get("X-Ratelimit-Tokens-Remaining")).To(Equal(strconv.Itoa(5000 - 16 - 4096)))
 	})
 
 	It("releases the whole hold when the backend reports no usage", func() {
@@ -85,11 +86,11 @@ var _ = Describe("Admission and settlement", func() {
     per_api_key: {tokens_per_minute: 600}
 `)
 		h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 200})
-		Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // reserves 18, uses 210
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // reserves 31, uses 210
 		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 600) }).Should(BeNumerically("~", 390, 0.01))
 		h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 500})
-		Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // uses 510: the hold of 18 stays charged, the 492 more do not fit: 372 left
-		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 600) }).Should(BeNumerically("~", 372, 0.01))
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // uses 510: the hold of 31 stays charged, the 479 more do not fit: 359 left
+		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 600) }).Should(BeNumerically("~", 359, 0.01))
 	})
 
 	It("refuses what does not fit with a 429 the caller can act on", func() {
@@ -99,7 +100,7 @@ var _ = Describe("Admission and settlement", func() {
 `)
 		h.llm.Set(fakellm.Behaviour{InputTokens: 300, OutputTokens: 200})
 		Expect(h.chat("sk-alice", 400).code).To(Equal(200)) // settles at 500: 100 left
-		r := h.chat("sk-alice", 399)                        // needs 407
+		r := h.chat("sk-alice", 400-chatInput-1)            // needs 399
 		Expect(r.code).To(Equal(429))
 		Expect(r.errorField("error", "type")).To(Equal("rate_limit_exceeded"))
 		Expect(r.errorField("error", "limit_type")).To(Equal("token_budget"))
@@ -107,16 +108,16 @@ var _ = Describe("Admission and settlement", func() {
 		Expect(r.errorField("error", "details", "capacity")).To(BeNumerically("==", 600))
 		Expect(r.errorField("error", "details", "remaining")).To(BeNumerically("==", 100))
 		Expect(r.errorField("error", "details")).NotTo(HaveKey("token_budget"), "only one period is configured")
-		// 307 tokens missing at 10 per second.
-		Expect(r.header.Get("Retry-After")).To(Equal("31"))
-		Expect(r.header.Get("Retry-After-Ms")).To(Equal("30700"))
+		// 299 tokens missing at 10 per second.
+		Expect(r.header.Get("Retry-After")).To(Equal("30"))
+		Expect(r.header.Get("Retry-After-Ms")).To(Equal("29900"))
 		Expect(r.header.Get("X-Ratelimit-Tokens-Remaining")).To(Equal("100"))
 		Expect(counter(h.m.TokenBudgetRefusals.WithLabelValues("api_key"))).To(Equal(1.0))
 		Expect(counter(h.m.Exceeded.WithLabelValues("token_budget"))).To(Equal(1.0))
 		Expect(h.llm.Requests()).To(HaveLen(1), "a refused request never reaches the backend")
 
-		h.clock.Advance(31 * time.Second)
-		Expect(h.chat("sk-alice", 400).code).To(Equal(200), "the Retry-After is enough")
+		h.clock.Advance(30 * time.Second)
+		Expect(h.chat("sk-alice", 400-chatInput-1).code).To(Equal(200), "the Retry-After is enough")
 	})
 
 	It("refuses a request larger than the whole budget at once, telling the time its own cost needs", func() {
@@ -124,7 +125,7 @@ var _ = Describe("Admission and settlement", func() {
   limits:
     global: {tokens_per_minute: 600}
 `)
-		r := h.chat("sk-alice", 1192) // 1200 tokens at 10 per second
+		r := h.chat("sk-alice", 1200-chatInput) // 1200 tokens at 10 per second
 		Expect(r.code).To(Equal(429))
 		Expect(r.header.Get("Retry-After")).To(Equal("120"))
 	})
@@ -237,7 +238,7 @@ rate_limiting:
     global: {tokens_per_minute: 4000}
 `)).To(Succeed())
 		h.llm.Set(fakellm.Behaviour{InputTokens: 1000})
-		Expect(h.chat("sk-alice", 992).code).To(Equal(200)) // 1000 of the 1000 per replica
+		Expect(h.chat("sk-alice", 1000-chatInput).code).To(Equal(200)) // 1000 of the 1000 per replica
 		Expect(h.chat("sk-alice", 1).code).To(Equal(429))
 
 		Expect(h.apply(keysDoc[:len(keysDoc)-len("  budget_division: {replicas: 1}\n")] + `

@@ -253,7 +253,7 @@ func BenchmarkAdmission(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		e := estimate.Body(chatBody4K)
+		e, _ := estimate.Body(chatBody4K)
 		d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, e.Total())
 		if err != nil || d.Refusal != nil || d.Hold == nil {
 			b.Fatal("not admitted")

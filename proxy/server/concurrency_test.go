@@ -36,7 +36,7 @@ var _ = Describe("Concurrency", func() {
 				if i%2 == 1 {
 					key = "sk-bob"
 				}
-				switch code := h.chat(key, 100).code; code {
+				switch code := h.chat(key, 108-chatInput).code; code {
 				case 200:
 					ok.Add(1)
 				case 429:

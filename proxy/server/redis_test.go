@@ -94,7 +94,7 @@ var _ = Describe("A fleet on one Redis", func() {
 			if i%2 == 1 {
 				send = b
 			}
-			r := send("sk-alice", 100)
+			r := send("sk-alice", 108-chatInput)
 			Expect(r.code).To(Equal(200), "request %d of 10 fits the fleet total of 1080", i)
 			Expect(r.header.Get("X-Ratelimit-Tokens-Limit")).To(BeEmpty(), "team is a shared dimension")
 			admitted++

@@ -53,12 +53,12 @@ var _ = Describe("Hot reload", func() {
 		h := newHarness(teamDoc("6000"))
 		h.llm.Set(fakellm.Behaviour{OmitUsage: true, Latency: 200e6})
 		done := make(chan int)
-		go func() { done <- h.chat("sk-alice", 2992).code }() // holds 3000 of 6000
+		go func() { done <- h.chat("sk-alice", 3000-chatInput).code }() // holds 3000 of 6000
 		Eventually(func() float64 { return teamLevel(h, 6000) }).Should(BeNumerically("~", 3000, 0.01))
 		Expect(h.apply(teamDoc("3000"))).To(Succeed()) // half drawn: 1500 of 3000
 		doneB := make(chan int)
-		go func() { doneB <- h.chat("sk-bob", 1).code }() // rebuilds the bucket, holds 9
-		Eventually(func() float64 { return teamLevel(h, 3000) }).Should(BeNumerically("~", 1500-9, 0.01))
+		go func() { doneB <- h.chat("sk-bob", 1).code }() // rebuilds the bucket, holds chatEstimate(1)
+		Eventually(func() float64 { return teamLevel(h, 3000) }).Should(BeNumerically("~", 1500-chatEstimate(1), 0.01))
 		Eventually(done).Should(Receive(Equal(200)))
 		Eventually(doneB).Should(Receive(Equal(200)))
 		// The first release returns its 3000 of 6000, which is 1500 of 3000: whole again.

@@ -215,7 +215,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if rtInfo.charged {
-			ex.est = estimate.Body(body)
+			est, err := estimate.Body(body)
+			if err != nil {
+				// Nested deeper than any upstream reads: refused as upstreams refuse it.
+				ex.fail(w, http.StatusBadRequest, "invalid_request", err.Error(), nil)
+				return
+			}
+			ex.est = est
 		} else {
 			ex.est.Model = estimate.Model(body)
 		}

@@ -52,8 +52,8 @@ var _ = Describe("Streams", func() {
 		h.llm.Set(fakellm.Behaviour{OutputTokens: 20, OmitUsage: true})
 		r := h.chat("sk-alice", 500, `,"stream":true`)
 		Expect(r.code).To(Equal(200))
-		// 8 input tokens estimated; 20 deltas of "word " are 2 tokens each.
-		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000-8-40, 0.01))
+		// The input estimate (the "stream" key adds 2); 20 deltas of "word " are 2 tokens each.
+		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000-(chatInput+2)-40, 0.01))
 	})
 
 	It("releases a stream the backend cuts before its end", func() {
