@@ -36,6 +36,8 @@ var _ = Describe("Parse", func() {
 		Expect(c.RateLimiting.Storage).To(Equal(config.StorageMemory))
 		Expect(c.RateLimiting.MaxBuckets).To(Equal(int64(100000)))
 		Expect(*c.RateLimiting.Redis.FallbackToMemory).To(BeTrue())
+		Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt), "an uncovered overage goes into debt unless forgiven")
+		Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(64))
 		Expect(c.Divisor()).To(Equal(int64(1)))
 	})
 
@@ -84,6 +86,25 @@ rate_limiting:
 		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster"),
 		Entry("a negative division", minimal+"rate_limiting: {budget_division: {replicas: -2}}", "rate_limiting.budget_division.replicas: must not be negative"),
 		Entry("a bad whitelist entry", minimal+"rate_limiting: {whitelist: [nope]}", `rate_limiting.whitelist[0]: not an address or CIDR: "nope"`),
+		Entry("an unknown overage rule", minimal+"rate_limiting: {overage: refund}", `rate_limiting.overage: must be "debt" or "forgive", got "refund"`),
+		Entry("an IPv6 prefix longer than an address", minimal+"rate_limiting: {client_ipv6_prefix: 129}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got 129"),
+		Entry("a negative IPv6 prefix", minimal+"rate_limiting: {client_ipv6_prefix: -1}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got -1"),
+	)
+
+	DescribeTable("accepts every documented value of the second round's fields",
+		func(doc string, check func(*config.Config)) {
+			c, err := config.Parse([]byte(minimal + doc))
+			Expect(err).NotTo(HaveOccurred())
+			check(c)
+		},
+		Entry("overage: forgive restores seed 000's rule", "rate_limiting: {overage: forgive}",
+			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageForgive)) }),
+		Entry("overage: debt", "rate_limiting: {overage: debt}",
+			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt)) }),
+		Entry("every IPv6 client its own identity", "rate_limiting: {client_ipv6_prefix: 128}",
+			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(128)) }),
+		Entry("the shortest prefix", "rate_limiting: {client_ipv6_prefix: 1}",
+			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(1)) }),
 	)
 
 	It("reports every invalid field at once", func() {
