@@ -262,8 +262,10 @@ func sweep(ctx context.Context, mem *budget.Memory, m *metrics.Metrics) {
 			return
 		case <-t.C:
 			mem.Sweep()
-			for k := budget.Kind(0); k < budget.NumKinds; k++ {
-				m.BucketsInUse.WithLabelValues(k.String()).Set(float64(mem.Len(k)))
+			for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
+				for k := budget.Kind(0); k < budget.NumKinds; k++ {
+					m.BucketsInUse.WithLabelValues(d.String(), k.String()).Set(float64(mem.LenOf(d, k)))
+				}
 			}
 		}
 	}
