@@ -30,10 +30,13 @@ type runtime struct {
 	authMode  config.AuthMode
 	trusted   []netip.Prefix
 	whitelist []netip.Prefix
-	maxBody   int64
-	upstreams []*upstream
-	byModel   map[string]*upstream
-	catchAll  *upstream
+	// clientIPv6Prefix is the prefix length that makes one per_client identity of IPv6
+	// addresses.
+	clientIPv6Prefix int
+	maxBody          int64
+	upstreams        []*upstream
+	byModel          map[string]*upstream
+	catchAll         *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
 	loadedAt    time.Time
@@ -79,16 +82,17 @@ func (t *transports) get(u config.Upstream) *http.Transport {
 // cannot see (an environment variable named by auth_header_env that is not set).
 func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 	rt := &runtime{
-		cfg:         cfg,
-		digest:      digest,
-		policy:      budget.NewPolicy(cfg),
-		keys:        make(map[[sha256.Size]byte]*budget.KeyPolicy, len(cfg.APIKeys)),
-		authMode:    cfg.Auth.Mode,
-		maxBody:     cfg.MaxBodyBytes,
-		byModel:     map[string]*upstream{},
-		knownModels: map[string]bool{},
-		loadedAt:    s.clock.Now(),
-		generation:  cfg.Generation,
+		cfg:              cfg,
+		digest:           digest,
+		policy:           budget.NewPolicy(cfg),
+		keys:             make(map[[sha256.Size]byte]*budget.KeyPolicy, len(cfg.APIKeys)),
+		authMode:         cfg.Auth.Mode,
+		clientIPv6Prefix: cfg.RateLimiting.ClientIPv6Prefix,
+		maxBody:          cfg.MaxBodyBytes,
+		byModel:          map[string]*upstream{},
+		knownModels:      map[string]bool{},
+		loadedAt:         s.clock.Now(),
+		generation:       cfg.Generation,
 	}
 	for _, k := range cfg.APIKeys {
 		var h [sha256.Size]byte
@@ -176,6 +180,30 @@ func (rt *runtime) clientAddr(r *http.Request) netip.Addr {
 		}
 	}
 	return addr
+}
+
+// clientIdentity is a client address's per_client identity: an IPv4 address (an
+// IPv4-mapped IPv6 one included) is its own, and an IPv6 address is its prefix of
+// rate_limiting.client_ipv6_prefix bits ("2001:db8:1:2::/64"), so that a client
+// holding a whole /64 is one client, not 2^64 of them. Empty for an invalid address.
+// The whitelist still matches the full address.
+func (rt *runtime) clientIdentity(addr netip.Addr) string {
+	if !addr.IsValid() {
+		return ""
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr.String()
+	}
+	bits := rt.clientIPv6Prefix
+	if bits < 1 || bits > 128 {
+		bits = config.DefaultClientIPv6Prefix
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return addr.String()
+	}
+	return p.String()
 }
 
 func contains(ps []netip.Prefix, a netip.Addr) bool {

@@ -230,9 +230,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Admission.
 	client := rt.clientAddr(r)
 	id := budget.Identity{Key: key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
-	if client.IsValid() {
-		id.Client = client.String()
-	}
+	id.Client = rt.clientIdentity(client)
 	var amount int64
 	if rtInfo.charged {
 		amount = ex.est.Total()
