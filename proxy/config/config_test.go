@@ -158,3 +158,30 @@ rate_limiting:
 			"burst_capacity: has no effect without requests_per_second"),
 	)
 })
+
+var _ = Describe("RestartRequired", func() {
+	parse := func(doc string) *config.Config {
+		c, err := config.Parse([]byte(minimal + doc))
+		Expect(err).NotTo(HaveOccurred())
+		return c
+	}
+	const redis = "rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0'}}\n"
+
+	DescribeTable("names each changed field that only a restart applies",
+		func(started, next string, fields []string) {
+			Expect(config.RestartRequired(parse(started), parse(next))).To(Equal(fields))
+		},
+		Entry("nothing changed", redis, redis, []string{}),
+		Entry("the listen addresses", "", "listen: 127.0.0.1:1\nadmin_listen: 127.0.0.1:2\n", []string{"listen", "admin_listen"}),
+		Entry("the storage", "", redis, []string{"rate_limiting.storage", "rate_limiting.redis.url"}),
+		Entry("the Redis URL", redis, "rate_limiting: {storage: redis, redis: {url: 'redis://b:6379/0'}}\n", []string{"rate_limiting.redis.url"}),
+		Entry("how the store reaches Redis", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', password_env: P, key_prefix: k, dial_timeout_ms: 1, read_timeout_ms: 2, write_timeout_ms: 3}}\n",
+			[]string{"rate_limiting.redis.password_env", "rate_limiting.redis.key_prefix", "rate_limiting.redis.dial_timeout_ms",
+				"rate_limiting.redis.read_timeout_ms", "rate_limiting.redis.write_timeout_ms"}),
+		Entry("redis settings while no document uses Redis", "", "rate_limiting: {redis: {url: 'redis://b:6379/0'}}\n", []string{}),
+		Entry("what a reload applies at once", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', fallback_to_memory: false}, max_buckets: 5, overage: forgive, client_ipv6_prefix: 56, budget_division: {replicas: 3}}\nmax_body_bytes: 10\n",
+			[]string{}),
+	)
+})

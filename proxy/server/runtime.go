@@ -39,8 +39,11 @@ type runtime struct {
 	catchAll         *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
-	loadedAt    time.Time
-	generation  int64
+	// restartRequired are the fields this config changed that take effect only at the
+	// next restart (never nil).
+	restartRequired []string
+	loadedAt        time.Time
+	generation      int64
 }
 
 type upstream struct {
@@ -135,7 +138,79 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 	for m := range cfg.RateLimiting.Limits.PerModel {
 		rt.knownModels[m] = true
 	}
+	rt.restartRequired = s.restart.required(cfg)
 	return rt, nil
+}
+
+// restartState is what the server knows of the settings it cannot change while it runs.
+// It is used under Server.applyMu.
+type restartState struct {
+	// started is the config the process built its listeners and store from (the first
+	// one applied, unless Options.Started says otherwise).
+	started *config.Config
+	// overridden are fields a command-line flag sets, which no document changes.
+	overridden map[string]bool
+	// pending is the list in force, for the log.
+	pending []string
+}
+
+func newRestartState(o Options) restartState {
+	r := restartState{started: o.Started, overridden: map[string]bool{}}
+	for _, f := range o.Overridden {
+		r.overridden[f] = true
+	}
+	return r
+}
+
+// required lists the fields cfg changed that only a restart applies.
+func (r *restartState) required(cfg *config.Config) []string {
+	if r.started == nil {
+		return []string{}
+	}
+	out := []string{}
+	for _, f := range config.RestartRequired(r.started, cfg) {
+		if !r.overridden[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// applyLive applies what a running process can of a config just swapped in: the bucket
+// bound, and whether a shared store falls back to the replica's memory (Options.Memory)
+// while Redis is unreachable; and says, in the log and the
+// tokenwarden_config_restart_required gauge, what waits for a restart.
+func (s *Server) applyLive(rt *runtime, origin string) {
+	cfg := rt.cfg
+	if s.memory != nil {
+		s.memory.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
+	}
+	if f, ok := s.store.(interface{ SetFallback(*budget.Memory) }); ok && s.memory != nil {
+		if fb := cfg.RateLimiting.Redis.FallbackToMemory; fb == nil || *fb {
+			f.SetFallback(s.memory)
+		} else {
+			f.SetFallback(nil)
+		}
+	}
+	r := &s.restart
+	if r.started == nil {
+		r.started = cfg
+	}
+	switch {
+	case len(rt.restartRequired) > 0:
+		s.log.Warn("Config changes that take effect only at the next restart: restart the proxy to apply them; the rest of the config is in force",
+			"origin", origin, "restart_required", rt.restartRequired)
+	case len(r.pending) > 0:
+		s.log.Info("No config change waits for a restart any more", "origin", origin)
+	}
+	r.pending = rt.restartRequired
+	if s.metrics != nil {
+		v := 0.0
+		if len(rt.restartRequired) > 0 {
+			v = 1
+		}
+		s.metrics.RestartRequired.Set(v)
+	}
 }
 
 // route picks the upstream of a model: the one that lists it, else the catch-all. With
