@@ -43,7 +43,8 @@ func (d Dimension) Shared() bool { return d != APIKey }
 // Kind is what a bucket counts.
 type Kind uint8
 
-// Bucket kinds. Each kind is its own bucket map with its own max_buckets bound.
+// Bucket kinds. Each dimension and kind is its own bucket map with its own max_buckets
+// bound.
 const (
 	Requests Kind = iota
 	TokensMinute
@@ -144,8 +145,9 @@ func tokenCharge(kind Kind, dim Dimension, id string, a Allowance) Charge {
 	return Charge{Key: Key{Kind: kind, Dim: dim, ID: id}, Capacity: c, Rate: c / secs, SharedCapacity: f, SharedRate: f / secs}
 }
 
-// retryAfter is how long a bucket at level needs until it holds amount. A request
-// larger than the whole bucket is told the time to refill its own cost.
+// retryAfter is how long a bucket at level needs until it holds amount: a debt (a
+// level below zero) is repaid first. A request larger than the whole bucket is told
+// the time to repay the debt and refill its own cost. It saturates rather than wraps.
 func retryAfter(level, amount float64, ch Charge) time.Duration {
 	if ch.Rate <= 0 {
 		// A zero allowance never refills: tell the caller to come back after one period.
@@ -153,16 +155,59 @@ func retryAfter(level, amount float64, ch Charge) time.Duration {
 	}
 	need := amount - level
 	if amount > ch.Capacity {
-		need = amount
+		need = amount + max(0, -level)
 	}
-	if need <= 0 {
+	if !(need > 0) {
 		return 0
 	}
-	d := need / ch.Rate
-	if d > math.MaxInt64/float64(time.Second) {
-		return ch.Key.Kind.Period()
+	return Seconds(need / ch.Rate)
+}
+
+// MaxDuration is the longest time.Duration: a wait too long to express saturates to it.
+const MaxDuration = time.Duration(math.MaxInt64)
+
+// Seconds converts seconds to a Duration, saturating at 0 and MaxDuration instead of
+// wrapping (an estimate may be as large as math.MaxInt64/4 tokens).
+func Seconds(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	switch {
+	case !(ns > 0): // also NaN
+		return 0
+	case !(ns < float64(math.MaxInt64)):
+		return MaxDuration
 	}
-	return time.Duration(d * float64(time.Second))
+	return time.Duration(ns)
+}
+
+// saturatedInt converts a token count to int64, saturating at 0 and math.MaxInt64.
+func saturatedInt(f float64) int64 {
+	switch {
+	case !(f > 0):
+		return 0
+	case !(f < float64(math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return int64(f)
+}
+
+// Overage is what settlement does with usage beyond the reservation that a bucket
+// cannot cover.
+type Overage uint8
+
+const (
+	// Debt drives the bucket below zero, at most one capacity below: the tenant repays
+	// it by waiting for the refill (rate_limiting.overage: debt, the default).
+	Debt Overage = iota
+	// Forgive consumes nothing from a bucket that cannot cover the overage (seed 000;
+	// rate_limiting.overage: forgive).
+	Forgive
+)
+
+func (o Overage) String() string {
+	if o == Forgive {
+		return "forgive"
+	}
+	return "debt"
 }
 
 // Clock gives the time; tests inject a fake one instead of sleeping for a refill.

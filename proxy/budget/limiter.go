@@ -40,6 +40,10 @@ type Recorder interface {
 	// ("token_budget_<dimension>"), or a full bucket map that failed open
 	// ("token_budget", "token_budget_day", "request_rate").
 	Skipped(label string)
+	// BucketMapFull records a bucket not created because the map of its dimension and
+	// kind was full: the request was admitted on that bucket without charge. It comes
+	// with the Skipped record of the same event, which does not name the dimension.
+	BucketMapFull(d Dimension, k Kind)
 	// KeyTokens records tokens of outcome on an API key's budget.
 	KeyTokens(key string, o Outcome, n float64)
 	// RedisUnavailable records an admission that found the shared store unreachable,
@@ -243,7 +247,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int6
 		dec.KeyRequests = status(view(c.reqs[c.keyReq]), res.RequestLevels[c.keyReq], now)
 	}
 	if res.Admitted || res.RefusedBy != Requests {
-		l.recordSkipped(res.RequestSkipped, "request_rate")
+		l.recordSkipped(c.reqs, res.RequestSkipped)
 	}
 	if !res.Admitted {
 		dec.Refusal = l.refusal(&c, &res, now, view)
@@ -255,35 +259,42 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int6
 	if c.keyDay >= 0 && !res.TokenSkipped[c.keyDay] {
 		dec.KeyDay = status(view(c.toks[c.keyDay]), res.TokenLevels[c.keyDay], now)
 	}
+	l.recordSkipped(c.toks, res.TokenSkipped)
 	taken := make([]Charge, 0, len(c.toks))
 	for i, ch := range c.toks {
-		if res.TokenSkipped[i] {
-			if ch.Key.Kind == TokensDay {
-				l.rec.Skipped("token_budget_day")
-			} else {
-				l.rec.Skipped("token_budget")
-			}
-			continue
+		if !res.TokenSkipped[i] {
+			taken = append(taken, ch)
 		}
-		taken = append(taken, ch)
 	}
 	if len(taken) == 0 {
 		return dec, nil
 	}
-	h := &Hold{l: l, store: res.Backend, charges: taken, amount: amount}
+	h := &Hold{l: l, store: res.Backend, charges: taken, amount: amount, overage: p.overage}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
-	h.record(Reserved, float64(amount), nil)
+	h.record(Reserved, float64(amount))
 	dec.Hold = h
 	return dec, nil
 }
 
-func (l *Limiter) recordSkipped(skipped []bool, label string) {
-	for _, s := range skipped {
-		if s {
-			l.rec.Skipped(label)
+// recordSkipped counts the buckets a full map admitted without charge, under seed
+// 000's labels and by dimension and kind.
+func (l *Limiter) recordSkipped(charges []Charge, skipped []bool) {
+	for i, s := range skipped {
+		if !s {
+			continue
 		}
+		k := charges[i].Key
+		switch k.Kind {
+		case Requests:
+			l.rec.Skipped("request_rate")
+		case TokensDay:
+			l.rec.Skipped("token_budget_day")
+		default:
+			l.rec.Skipped("token_budget")
+		}
+		l.rec.BucketMapFull(k.Dim, k.Kind)
 	}
 }
 
@@ -304,11 +315,13 @@ func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Char
 	return r
 }
 
+// status reports a bucket for the headers. A bucket in debt has nothing remaining,
+// and is whole again only once it has repaid the debt and refilled. Every number
+// saturates rather than wraps.
 func status(c Charge, level float64, now time.Time) Status {
-	level = max(level, 0)
-	s := Status{Present: true, Limit: int64(c.Capacity), Remaining: int64(math.Floor(level)), Reset: now}
+	s := Status{Present: true, Limit: saturatedInt(c.Capacity), Remaining: saturatedInt(math.Floor(level)), Reset: now}
 	if c.Rate > 0 && level < c.Capacity {
-		s.Reset = now.Add(time.Duration((c.Capacity - level) / c.Rate * float64(time.Second)))
+		s.Reset = now.Add(Seconds((c.Capacity - level) / c.Rate))
 	}
 	return s
 }
@@ -321,25 +334,29 @@ type Hold struct {
 	charges []Charge
 	amount  int64
 	key     string
+	// overage is the rule in force when the hold was taken.
+	overage Overage
 	done    atomic.Bool
 }
 
 // Settle replaces the reservation with the usage the backend reported: the unused
-// part is refunded to every bucket; an overage is charged to each bucket that can
-// cover it and consumes nothing from one that cannot.
+// part is refunded to every bucket; an overage is charged to every bucket, and one
+// that cannot cover it goes into debt (at most one capacity below zero) or, under
+// overage: forgive, gives nothing.
 func (h *Hold) Settle(used int64) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
 	h.run(func() {
-		delta := float64(h.amount - used)
+		// In floats: a usage the backend reported can be anything an int64 holds.
+		delta := float64(h.amount) - float64(used)
 		switch {
 		case delta > 0:
 			h.store.Refund(context.Background(), h.charges, delta)
-			h.record(Refunded, delta, nil)
+			h.record(Refunded, delta)
 		case delta < 0:
-			applied := h.store.Charge(context.Background(), h.charges, -delta)
-			h.record(Charged, -delta, applied)
+			taken := h.store.Charge(context.Background(), h.charges, -delta, h.overage)
+			h.recordTaken(Charged, taken)
 		}
 	})
 	return true
@@ -353,7 +370,7 @@ func (h *Hold) Release() bool {
 	}
 	h.run(func() {
 		h.store.Refund(context.Background(), h.charges, float64(h.amount))
-		h.record(Refunded, float64(h.amount), nil)
+		h.record(Refunded, float64(h.amount))
 	})
 	return true
 }
@@ -366,24 +383,42 @@ func (h *Hold) run(fn func()) {
 	fn()
 }
 
-// record counts n tokens of outcome per period bucket and once per dimension; applied,
-// when set, limits it to the buckets that took the change.
-func (h *Hold) record(o Outcome, n float64, applied []bool) {
-	var seen [NumDimensions]bool
-	any := false
+// record counts n tokens of outcome on every bucket of the hold.
+func (h *Hold) record(o Outcome, n float64) {
+	var buf [NumDimensions * 2]float64
+	each := buf[:0]
+	if len(h.charges) > len(buf) {
+		each = make([]float64, 0, len(h.charges))
+	}
+	each = each[:len(h.charges)]
+	for i := range each {
+		each[i] = n
+	}
+	h.recordTaken(o, each)
+}
+
+// recordTaken counts what each bucket took: per period bucket, once per dimension (the
+// most any of its periods took), and once for the key (the most any bucket took). A
+// bucket that took nothing is not counted.
+func (h *Hold) recordTaken(o Outcome, taken []float64) {
+	var perDim [NumDimensions]float64
+	most := 0.0
 	for i, c := range h.charges {
-		if applied != nil && !applied[i] {
+		n := taken[i]
+		if !(n > 0) {
 			continue
 		}
-		any = true
 		h.l.rec.PeriodTokens(c.Key.Dim, c.Key.Kind, o, n)
-		if !seen[c.Key.Dim] {
-			seen[c.Key.Dim] = true
-			h.l.rec.DimensionTokens(c.Key.Dim, o, n)
+		perDim[c.Key.Dim] = max(perDim[c.Key.Dim], n)
+		most = max(most, n)
+	}
+	for d, n := range perDim {
+		if n > 0 {
+			h.l.rec.DimensionTokens(Dimension(d), o, n)
 		}
 	}
-	if h.key != "" && any {
-		h.l.rec.KeyTokens(h.key, o, n)
+	if h.key != "" && most > 0 {
+		h.l.rec.KeyTokens(h.key, o, most)
 	}
 }
 
@@ -404,6 +439,9 @@ func (NopRecorder) RequestRefusal(Dimension) {}
 
 // Skipped implements Recorder.
 func (NopRecorder) Skipped(string) {}
+
+// BucketMapFull implements Recorder.
+func (NopRecorder) BucketMapFull(Dimension, Kind) {}
 
 // KeyTokens implements Recorder.
 func (NopRecorder) KeyTokens(string, Outcome, float64) {}

@@ -14,13 +14,16 @@ import (
 
 const memoryShards = 64
 
-// Memory keeps buckets in this process, in sharded maps with one entry bound per bucket
-// kind. An absent bucket is a full one, so Sweep may drop any bucket that refilled.
+// Memory keeps buckets in this process, in sharded maps with one entry bound per
+// dimension and bucket kind: a flood of new identities on one dimension (every IPv6
+// client address is one) fills only that dimension's map, and never makes another
+// dimension's buckets fail open. An absent bucket is a full one, so Sweep may drop any
+// bucket that refilled, and never drops one in debt.
 type Memory struct {
 	clock      Clock
 	seed       maphash.Seed
 	maxBuckets atomic.Int64
-	counts     [NumKinds]atomic.Int64
+	counts     [NumDimensions][NumKinds]atomic.Int64
 	shards     [memoryShards]memShard
 }
 
@@ -37,7 +40,8 @@ type bucket struct {
 	last     time.Time
 }
 
-// NewMemory returns an empty store whose maps hold at most maxBuckets buckets per kind.
+// NewMemory returns an empty store whose maps hold at most maxBuckets buckets per
+// dimension and kind.
 func NewMemory(clock Clock, maxBuckets int64) *Memory {
 	m := &Memory{clock: clock, seed: maphash.MakeSeed()}
 	m.SetMaxBuckets(maxBuckets)
@@ -47,7 +51,7 @@ func NewMemory(clock Clock, maxBuckets int64) *Memory {
 	return m
 }
 
-// SetMaxBuckets changes the per-kind bound; existing buckets stay.
+// SetMaxBuckets changes the per-dimension-and-kind bound; existing buckets stay.
 func (m *Memory) SetMaxBuckets(n int64) {
 	if n <= 0 {
 		n = 1<<63 - 1
@@ -55,8 +59,20 @@ func (m *Memory) SetMaxBuckets(n int64) {
 	m.maxBuckets.Store(n)
 }
 
-// Len is the number of buckets of a kind.
-func (m *Memory) Len(k Kind) int64 { return m.counts[k].Load() }
+// Len is the number of buckets of a kind, over every dimension.
+func (m *Memory) Len(k Kind) int64 {
+	var n int64
+	for d := range m.counts {
+		n += m.counts[d][k].Load()
+	}
+	return n
+}
+
+// LenOf is the number of buckets of one dimension and kind: what max_buckets bounds.
+func (m *Memory) LenOf(d Dimension, k Kind) int64 { return m.counts[d][k].Load() }
+
+// count is the counter of a key's map.
+func (m *Memory) count(k Key) *atomic.Int64 { return &m.counts[k.Dim%NumDimensions][k.Kind%NumKinds] }
 
 func (m *Memory) shardOf(k Key) int {
 	return int(maphash.Comparable(m.seed, k) % memoryShards)
@@ -85,7 +101,8 @@ func (m *Memory) lockAll(groups ...[]Charge) func() {
 }
 
 // get returns the bucket for c brought up to now under c's parameters, creating it
-// full when absent. It returns nil when the kind's map is full. The shard is locked.
+// full when absent. It returns nil when the map of the key's dimension and kind is
+// full. The shard is locked.
 func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
 	sh := &m.shards[m.shardOf(c.Key)]
 	b := sh.m[c.Key]
@@ -93,8 +110,8 @@ func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
 		if !create {
 			return nil
 		}
-		if m.counts[c.Key.Kind].Add(1) > m.maxBuckets.Load() {
-			m.counts[c.Key.Kind].Add(-1)
+		if n := m.count(c.Key); n.Add(1) > m.maxBuckets.Load() {
+			n.Add(-1)
 			return nil
 		}
 		b = &bucket{level: c.Capacity, capacity: c.Capacity, rate: c.Rate, last: now}
@@ -108,6 +125,7 @@ func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
 	return b
 }
 
+// refill brings the bucket up to now at its rate, from below zero when it is in debt.
 func (b *bucket) refill(now time.Time) {
 	if dt := now.Sub(b.last).Seconds(); dt > 0 {
 		b.level = min(b.capacity, b.level+dt*b.rate)
@@ -116,7 +134,8 @@ func (b *bucket) refill(now time.Time) {
 }
 
 // rebuild moves the bucket to new parameters keeping the fraction already drawn down,
-// so a reload never grants budget. A bucket that had no capacity starts full.
+// so a reload never grants budget: a bucket in debt keeps its (negative) fraction. A
+// bucket that had no capacity starts full.
 func (b *bucket) rebuild(c Charge) {
 	frac := 1.0
 	if b.capacity > 0 {
@@ -211,9 +230,9 @@ func (m *Memory) Refund(_ context.Context, charges []Charge, amount float64) {
 }
 
 // Charge implements Store.
-func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64) []bool {
+func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64, overage Overage) []float64 {
 	now := m.clock.Now()
-	applied := make([]bool, len(charges))
+	taken := make([]float64, len(charges))
 	unlock := m.lockAll(charges)
 	defer unlock()
 	for i, c := range charges {
@@ -225,12 +244,26 @@ func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64) []b
 		if b == nil {
 			continue
 		}
-		if a := scaled(amount, c, b); b.level >= a {
-			b.level -= a
-			applied[i] = true
+		a := scaled(amount, c, b)
+		level := b.level
+		switch {
+		case level >= a:
+			b.level = level - a
+		case overage == Debt && level > -b.capacity:
+			b.level = max(level-a, -b.capacity)
 		}
+		taken[i] = unscaled(max(0, level-b.level), c, b)
 	}
-	return applied
+	return taken
+}
+
+// unscaled converts an amount in the bucket's current parameters back to the ones
+// recorded on the charge: the inverse of scaled.
+func unscaled(amount float64, c Charge, b *bucket) float64 {
+	if c.Capacity > 0 && b.capacity != c.Capacity && b.capacity > 0 {
+		return amount * c.Capacity / b.capacity
+	}
+	return amount
 }
 
 // getForSettle returns an existing bucket brought up to now under its own current
@@ -262,7 +295,8 @@ func (m *Memory) Prune(keep func(Key) bool) {
 }
 
 // Sweep drops every bucket that has refilled to capacity: an absent bucket is a full
-// one, so this frees memory without changing any decision.
+// one, so this frees memory without changing any decision. A bucket in debt, or only
+// partly refilled, stays.
 func (m *Memory) Sweep() {
 	now := m.clock.Now()
 	m.deleteIf(func(_ Key, b *bucket) bool {
@@ -278,7 +312,7 @@ func (m *Memory) deleteIf(drop func(Key, *bucket) bool) {
 		for k, b := range sh.m {
 			if drop(k, b) {
 				delete(sh.m, k)
-				m.counts[k.Kind].Add(-1)
+				m.count(k).Add(-1)
 			}
 		}
 		sh.mu.Unlock()

@@ -5,6 +5,7 @@ package budget_test
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"testing"
@@ -46,5 +47,51 @@ var _ = Describe("memory sweep", func() {
 		Expect(ok).To(BeTrue())
 		Expect(l).To(BeNumerically("~", 86400-600+61, 0.01))
 		Expect(m.Len(budget.TokensMinute)).To(BeZero())
+	})
+
+	It("never drops a bucket in debt, which would forgive it", func() {
+		clock := storetest.NewClock()
+		m := budget.NewMemory(clock, 100)
+		owed := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "k"}, Capacity: 600, Rate: 10}
+		res, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{owed}, Amount: 600})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Admitted).To(BeTrue())
+		m.Charge(context.Background(), []budget.Charge{owed}, 600, budget.Debt)
+		m.Sweep()
+		l, ok := m.Level(owed.Key)
+		Expect(ok).To(BeTrue())
+		Expect(l).To(BeNumerically("~", -600, 1e-9))
+		clock.Advance(61 * time.Second) // debt repaid, 10 tokens refilled
+		m.Sweep()
+		l, ok = m.Level(owed.Key)
+		Expect(ok).To(BeTrue())
+		Expect(l).To(BeNumerically("~", 10, 1e-9))
+		clock.Advance(60 * time.Second)
+		m.Sweep()
+		_, ok = m.Level(owed.Key)
+		Expect(ok).To(BeFalse(), "whole again: an absent bucket is a full one")
+	})
+})
+
+var _ = Describe("memory bucket maps", func() {
+	It("bound each dimension and kind on its own, and count them apart", func() {
+		m := budget.NewMemory(storetest.NewClock(), 3)
+		ctx := context.Background()
+		for i := range 10 {
+			c := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Client, ID: fmt.Sprint("2001:db8::", i)}, Capacity: 600, Rate: 10}
+			_, err := m.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{c}, Amount: 1})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		for _, d := range []budget.Dimension{budget.APIKey, budget.User, budget.Team, budget.Model, budget.Global} {
+			for _, k := range []budget.Kind{budget.Requests, budget.TokensMinute, budget.TokensDay} {
+				c := budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: "x"}, Capacity: 600, Rate: 10}
+				res, err := m.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{c}, Amount: 1})
+				Expect(err).NotTo(HaveOccurred())
+				Expect(res.TokenSkipped).To(Equal([]bool{false}), "%v/%v has a map of its own", d, k)
+			}
+		}
+		Expect(m.LenOf(budget.Client, budget.TokensMinute)).To(Equal(int64(3)))
+		Expect(m.LenOf(budget.APIKey, budget.TokensMinute)).To(Equal(int64(1)))
+		Expect(m.Len(budget.TokensMinute)).To(Equal(int64(3 + 5)))
 	})
 })

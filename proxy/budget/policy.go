@@ -16,6 +16,8 @@ import (
 type Policy struct {
 	// Divisor is the budget division in force.
 	Divisor int64
+	// overage is what settlement does with an overage a bucket cannot cover.
+	overage Overage
 	dims    [Model]dimPolicy
 	models  map[string]*dimPolicy
 	keys    map[string]*KeyPolicy // by name
@@ -79,6 +81,9 @@ func NewPolicy(c *config.Config) *Policy {
 	div := c.Divisor()
 	l := &c.RateLimiting.Limits
 	p := &Policy{Divisor: div, models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}}
+	if c.RateLimiting.Overage == config.OverageForgive {
+		p.overage = Forgive
+	}
 	p.dims[Global] = newDimPolicy(l.Global, div)
 	p.dims[Client] = newDimPolicy(l.PerClient, div)
 	p.dims[APIKey] = newDimPolicy(l.PerAPIKey, div)
@@ -116,6 +121,9 @@ func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	kp.reqRate, kp.reqBurst = requestBucket(rps, burst)
 	return kp
 }
+
+// Overage is the rule for an overage a bucket cannot cover.
+func (p *Policy) Overage() Overage { return p.overage }
 
 // Key returns the policy of the key with this name.
 func (p *Policy) Key(name string) *KeyPolicy { return p.keys[name] }

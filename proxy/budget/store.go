@@ -35,7 +35,7 @@ type Result struct {
 	RequestLevels []float64
 	TokenLevels   []float64
 	// RequestSkipped and TokenSkipped mark buckets that could not be created because
-	// their map was full; they were admitted without charge (fail open).
+	// their dimension's map was full; they were admitted without charge (fail open).
 	RequestSkipped []bool
 	TokenSkipped   []bool
 	// Backend is the store that holds the reservation; settlement goes back to it.
@@ -53,9 +53,11 @@ type Store interface {
 	Reserve(ctx context.Context, r *Reservation) (Result, error)
 	// Refund returns amount to each bucket, never above its capacity.
 	Refund(ctx context.Context, charges []Charge, amount float64)
-	// Charge takes amount from each bucket that holds it, and nothing from one that
-	// does not. It reports which buckets were charged.
-	Charge(ctx context.Context, charges []Charge, amount float64) []bool
+	// Charge takes an overage of amount from each bucket. A bucket that holds it gives
+	// it; one that does not gives what overage says: with Debt it goes below zero, at
+	// most to minus its capacity, and with Forgive it gives nothing. It reports what
+	// each bucket gave, in the charges' units (0 for a bucket that gave nothing).
+	Charge(ctx context.Context, charges []Charge, amount float64, overage Overage) []float64
 	// Prune drops the buckets that keep reports false (a dimension or key gone).
 	Prune(keep func(Key) bool)
 	// Close releases the store's resources.

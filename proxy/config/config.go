@@ -119,12 +119,32 @@ type RateLimiting struct {
 	BudgetDivision BudgetDivision `json:"budget_division,omitempty"`
 	// Whitelist are client CIDRs exempt from every limit.
 	Whitelist []string `json:"whitelist,omitempty"`
-	// MaxBuckets bounds each bucket map; a full map admits without charging and counts
-	// it. Default 100000.
+	// MaxBuckets bounds each bucket map, one per dimension and kind (request count,
+	// minute, day): a full map admits without charging on that dimension only, and
+	// counts it. Default 100000.
 	MaxBuckets int64 `json:"max_buckets,omitempty"`
+	// Overage is what settlement does with usage beyond the reservation that a bucket
+	// cannot cover: debt (default) drives the bucket below zero, at most one capacity,
+	// and the tenant repays it by waiting; forgive consumes nothing from that bucket
+	// (seed 000's rule).
+	Overage Overage `json:"overage,omitempty"`
+	// ClientIPv6Prefix groups IPv6 clients for per_client budgets: every address in
+	// one prefix of this length is one client. Default 64; 1 to 128. IPv4 clients (and
+	// IPv4-mapped IPv6 addresses) are one client per address.
+	ClientIPv6Prefix int `json:"client_ipv6_prefix,omitempty"`
 	// Limits are the budgets per dimension.
 	Limits Limits `json:"limits,omitempty"`
 }
+
+// Overage selects what happens to an overage a bucket cannot cover.
+type Overage string
+
+const (
+	// OverageDebt drives the bucket below zero, bounded at minus its capacity.
+	OverageDebt Overage = "debt"
+	// OverageForgive consumes nothing from a bucket that cannot cover the overage.
+	OverageForgive Overage = "forgive"
+)
 
 // Redis configures the shared store.
 type Redis struct {
@@ -193,6 +213,7 @@ const (
 	DefaultAdminListen        = "127.0.0.1:9090"
 	DefaultMaxBodyBytes       = 16 << 20
 	DefaultMaxBuckets         = 100000
+	DefaultClientIPv6Prefix   = 64
 	DefaultUpstreamTimeout    = 300
 	DefaultRedisDialTimeoutMs = 100
 	DefaultRedisIOTimeoutMs   = 50
@@ -257,6 +278,12 @@ func (c *Config) Default() {
 	}
 	if rl.MaxBuckets == 0 {
 		rl.MaxBuckets = DefaultMaxBuckets
+	}
+	if rl.Overage == "" {
+		rl.Overage = OverageDebt
+	}
+	if rl.ClientIPv6Prefix == 0 {
+		rl.ClientIPv6Prefix = DefaultClientIPv6Prefix
 	}
 	if rl.Redis.FallbackToMemory == nil {
 		t := true

@@ -36,6 +36,8 @@ var _ = Describe("Parse", func() {
 		Expect(c.RateLimiting.Storage).To(Equal(config.StorageMemory))
 		Expect(c.RateLimiting.MaxBuckets).To(Equal(int64(100000)))
 		Expect(*c.RateLimiting.Redis.FallbackToMemory).To(BeTrue())
+		Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt), "an uncovered overage goes into debt unless forgiven")
+		Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(64))
 		Expect(c.Divisor()).To(Equal(int64(1)))
 	})
 
@@ -84,6 +86,25 @@ rate_limiting:
 		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster"),
 		Entry("a negative division", minimal+"rate_limiting: {budget_division: {replicas: -2}}", "rate_limiting.budget_division.replicas: must not be negative"),
 		Entry("a bad whitelist entry", minimal+"rate_limiting: {whitelist: [nope]}", `rate_limiting.whitelist[0]: not an address or CIDR: "nope"`),
+		Entry("an unknown overage rule", minimal+"rate_limiting: {overage: refund}", `rate_limiting.overage: must be "debt" or "forgive", got "refund"`),
+		Entry("an IPv6 prefix longer than an address", minimal+"rate_limiting: {client_ipv6_prefix: 129}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got 129"),
+		Entry("a negative IPv6 prefix", minimal+"rate_limiting: {client_ipv6_prefix: -1}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got -1"),
+	)
+
+	DescribeTable("accepts every documented value of the second round's fields",
+		func(doc string, check func(*config.Config)) {
+			c, err := config.Parse([]byte(minimal + doc))
+			Expect(err).NotTo(HaveOccurred())
+			check(c)
+		},
+		Entry("overage: forgive restores seed 000's rule", "rate_limiting: {overage: forgive}",
+			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageForgive)) }),
+		Entry("overage: debt", "rate_limiting: {overage: debt}",
+			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt)) }),
+		Entry("every IPv6 client its own identity", "rate_limiting: {client_ipv6_prefix: 128}",
+			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(128)) }),
+		Entry("the shortest prefix", "rate_limiting: {client_ipv6_prefix: 1}",
+			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(1)) }),
 	)
 
 	It("reports every invalid field at once", func() {
@@ -135,5 +156,32 @@ rate_limiting:
 			"bypass exempts the key from every limit"),
 		Entry("a burst with no rate", "rate_limiting: {limits: {global: {burst_capacity: 5}}}",
 			"burst_capacity: has no effect without requests_per_second"),
+	)
+})
+
+var _ = Describe("RestartRequired", func() {
+	parse := func(doc string) *config.Config {
+		c, err := config.Parse([]byte(minimal + doc))
+		Expect(err).NotTo(HaveOccurred())
+		return c
+	}
+	const redis = "rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0'}}\n"
+
+	DescribeTable("names each changed field that only a restart applies",
+		func(started, next string, fields []string) {
+			Expect(config.RestartRequired(parse(started), parse(next))).To(Equal(fields))
+		},
+		Entry("nothing changed", redis, redis, []string{}),
+		Entry("the listen addresses", "", "listen: 127.0.0.1:1\nadmin_listen: 127.0.0.1:2\n", []string{"listen", "admin_listen"}),
+		Entry("the storage", "", redis, []string{"rate_limiting.storage", "rate_limiting.redis.url"}),
+		Entry("the Redis URL", redis, "rate_limiting: {storage: redis, redis: {url: 'redis://b:6379/0'}}\n", []string{"rate_limiting.redis.url"}),
+		Entry("how the store reaches Redis", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', password_env: P, key_prefix: k, dial_timeout_ms: 1, read_timeout_ms: 2, write_timeout_ms: 3}}\n",
+			[]string{"rate_limiting.redis.password_env", "rate_limiting.redis.key_prefix", "rate_limiting.redis.dial_timeout_ms",
+				"rate_limiting.redis.read_timeout_ms", "rate_limiting.redis.write_timeout_ms"}),
+		Entry("redis settings while no document uses Redis", "", "rate_limiting: {redis: {url: 'redis://b:6379/0'}}\n", []string{}),
+		Entry("what a reload applies at once", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', fallback_to_memory: false}, max_buckets: 5, overage: forgive, client_ipv6_prefix: 56, budget_division: {replicas: 3}}\nmax_body_bytes: 10\n",
+			[]string{}),
 	)
 })

@@ -179,6 +179,14 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if rl.MaxBuckets < 0 {
 		errs.add("rate_limiting.max_buckets", "must be positive, got %d", rl.MaxBuckets)
 	}
+	switch rl.Overage {
+	case OverageDebt, OverageForgive:
+	default:
+		errs.add("rate_limiting.overage", "must be %q or %q, got %q", OverageDebt, OverageForgive, rl.Overage)
+	}
+	if rl.ClientIPv6Prefix < 1 || rl.ClientIPv6Prefix > 128 {
+		errs.add("rate_limiting.client_ipv6_prefix", "must be a prefix length from 1 to 128, got %d", rl.ClientIPv6Prefix)
+	}
 	rl.Limits.Each(func(field string, d DimensionLimits) {
 		nonNegative(errs, field+".requests_per_second", d.RequestsPerSecond)
 		nonNegative(errs, field+".burst_capacity", d.BurstCapacity)

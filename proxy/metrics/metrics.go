@@ -48,8 +48,10 @@ type Metrics struct {
 	ConfigGeneration prometheus.Gauge       // tokenwarden_config_generation
 	ConfigInfo       *prometheus.GaugeVec   // tokenwarden_config_info{digest}
 	ConfigLastReload prometheus.Gauge       // tokenwarden_config_last_reload_success_timestamp_seconds
+	RestartRequired  prometheus.Gauge       // tokenwarden_config_restart_required
 
-	BucketsInUse *prometheus.GaugeVec // tokenwarden_buckets{kind}
+	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
+	BucketMapFullVec *prometheus.CounterVec // tokenwarden_bucket_map_full_total{dimension,kind}
 
 	// Pre-resolved children for the hot path.
 	dimTokens    [budget.NumDimensions][budget.NumOutcomes]prometheus.Counter
@@ -57,6 +59,7 @@ type Metrics struct {
 	refusals     [budget.NumDimensions]prometheus.Counter
 	periodRefuse [budget.NumDimensions][budget.NumKinds]prometheus.Counter
 	reqRefusals  [budget.NumDimensions]prometheus.Counter
+	mapFull      [budget.NumDimensions][budget.NumKinds]prometheus.Counter
 	redisOps     [3]prometheus.Counter // reserve, refund, charge
 	exceededTok  prometheus.Counter
 	exceededReq  prometheus.Counter
@@ -173,15 +176,23 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last config applied.",
 		}),
+		RestartRequired: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_restart_required",
+			Help: "1 while the config in force changed a setting that takes effect only at the next restart (listed in /admin/effective restart_required), else 0.",
+		}),
 		BucketsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_buckets",
-			Help: "Buckets held in this replica's memory, by kind (requests, minute, day).",
-		}, []string{"kind"}),
+			Help: "Buckets held in this replica's memory, by dimension and kind (requests, minute, day); max_buckets bounds each.",
+		}, []string{"dimension", "kind"}),
+		BucketMapFullVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_bucket_map_full_total",
+			Help: "Buckets not created because the map of their dimension and kind was at max_buckets: the request was admitted on that bucket without charge (also counted in rate_limit_skipped_total).",
+		}, []string{"dimension", "kind"}),
 	}
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
-		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.BucketsInUse)
+		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -190,6 +201,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
 				m.periodTokens[d][k][o] = m.TokenBudgetPeriodTokens.WithLabelValues(ds, k.String(), o.String())
 			}
+		}
+		for k := budget.Kind(0); k < budget.NumKinds; k++ {
+			m.mapFull[d][k] = m.BucketMapFullVec.WithLabelValues(ds, k.String())
 		}
 		m.refusals[d] = m.TokenBudgetRefusals.WithLabelValues(ds)
 		m.reqRefusals[d] = m.RequestRefusals.WithLabelValues(ds)
@@ -236,6 +250,13 @@ func (m *Metrics) RequestRefusal(d budget.Dimension) {
 
 // Skipped implements budget.Recorder.
 func (m *Metrics) Skipped(label string) { m.SkippedVec.WithLabelValues(label).Inc() }
+
+// BucketMapFull implements budget.Recorder.
+func (m *Metrics) BucketMapFull(d budget.Dimension, k budget.Kind) {
+	if d < budget.NumDimensions && k < budget.NumKinds {
+		m.mapFull[d][k].Inc()
+	}
+}
 
 // KeyTokens implements budget.Recorder.
 func (m *Metrics) KeyTokens(key string, o budget.Outcome, n float64) {

@@ -27,6 +27,10 @@ type Effective struct {
 	APIKeys    []EffectiveKey     `json:"api_keys"`
 	Limits     []budget.Effective `json:"limits"`
 	Warnings   []string           `json:"warnings"`
+	// RestartRequired names the fields of this config that differ from the ones the
+	// process started with and take effect only at its next restart (listen
+	// addresses, storage, how the store reaches Redis); empty when none.
+	RestartRequired []string `json:"restart_required"`
 }
 
 // EffectiveUpstrm is one upstream in /admin/effective.
@@ -56,6 +60,7 @@ func (s *Server) Effective() (Effective, bool) {
 		Storage: string(c.RateLimiting.Storage), Divisor: rt.policy.Divisor, AuthMode: string(c.Auth.Mode),
 		Limits: rt.policy.Effective(), Warnings: c.Warnings(),
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
+		RestartRequired: append([]string{}, rt.restartRequired...),
 	}
 	for _, u := range c.Upstreams {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})

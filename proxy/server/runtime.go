@@ -30,14 +30,20 @@ type runtime struct {
 	authMode  config.AuthMode
 	trusted   []netip.Prefix
 	whitelist []netip.Prefix
-	maxBody   int64
-	upstreams []*upstream
-	byModel   map[string]*upstream
-	catchAll  *upstream
+	// clientIPv6Prefix is the prefix length that makes one per_client identity of IPv6
+	// addresses.
+	clientIPv6Prefix int
+	maxBody          int64
+	upstreams        []*upstream
+	byModel          map[string]*upstream
+	catchAll         *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
-	loadedAt    time.Time
-	generation  int64
+	// restartRequired are the fields this config changed that take effect only at the
+	// next restart (never nil).
+	restartRequired []string
+	loadedAt        time.Time
+	generation      int64
 }
 
 type upstream struct {
@@ -79,16 +85,17 @@ func (t *transports) get(u config.Upstream) *http.Transport {
 // cannot see (an environment variable named by auth_header_env that is not set).
 func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 	rt := &runtime{
-		cfg:         cfg,
-		digest:      digest,
-		policy:      budget.NewPolicy(cfg),
-		keys:        make(map[[sha256.Size]byte]*budget.KeyPolicy, len(cfg.APIKeys)),
-		authMode:    cfg.Auth.Mode,
-		maxBody:     cfg.MaxBodyBytes,
-		byModel:     map[string]*upstream{},
-		knownModels: map[string]bool{},
-		loadedAt:    s.clock.Now(),
-		generation:  cfg.Generation,
+		cfg:              cfg,
+		digest:           digest,
+		policy:           budget.NewPolicy(cfg),
+		keys:             make(map[[sha256.Size]byte]*budget.KeyPolicy, len(cfg.APIKeys)),
+		authMode:         cfg.Auth.Mode,
+		clientIPv6Prefix: cfg.RateLimiting.ClientIPv6Prefix,
+		maxBody:          cfg.MaxBodyBytes,
+		byModel:          map[string]*upstream{},
+		knownModels:      map[string]bool{},
+		loadedAt:         s.clock.Now(),
+		generation:       cfg.Generation,
 	}
 	for _, k := range cfg.APIKeys {
 		var h [sha256.Size]byte
@@ -131,7 +138,79 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 	for m := range cfg.RateLimiting.Limits.PerModel {
 		rt.knownModels[m] = true
 	}
+	rt.restartRequired = s.restart.required(cfg)
 	return rt, nil
+}
+
+// restartState is what the server knows of the settings it cannot change while it runs.
+// It is used under Server.applyMu.
+type restartState struct {
+	// started is the config the process built its listeners and store from (the first
+	// one applied, unless Options.Started says otherwise).
+	started *config.Config
+	// overridden are fields a command-line flag sets, which no document changes.
+	overridden map[string]bool
+	// pending is the list in force, for the log.
+	pending []string
+}
+
+func newRestartState(o Options) restartState {
+	r := restartState{started: o.Started, overridden: map[string]bool{}}
+	for _, f := range o.Overridden {
+		r.overridden[f] = true
+	}
+	return r
+}
+
+// required lists the fields cfg changed that only a restart applies.
+func (r *restartState) required(cfg *config.Config) []string {
+	if r.started == nil {
+		return []string{}
+	}
+	out := []string{}
+	for _, f := range config.RestartRequired(r.started, cfg) {
+		if !r.overridden[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// applyLive applies what a running process can of a config just swapped in: the bucket
+// bound, and whether a shared store falls back to the replica's memory (Options.Memory)
+// while Redis is unreachable; and says, in the log and the
+// tokenwarden_config_restart_required gauge, what waits for a restart.
+func (s *Server) applyLive(rt *runtime, origin string) {
+	cfg := rt.cfg
+	if s.memory != nil {
+		s.memory.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
+	}
+	if f, ok := s.store.(interface{ SetFallback(*budget.Memory) }); ok && s.memory != nil {
+		if fb := cfg.RateLimiting.Redis.FallbackToMemory; fb == nil || *fb {
+			f.SetFallback(s.memory)
+		} else {
+			f.SetFallback(nil)
+		}
+	}
+	r := &s.restart
+	if r.started == nil {
+		r.started = cfg
+	}
+	switch {
+	case len(rt.restartRequired) > 0:
+		s.log.Warn("Config changes that take effect only at the next restart: restart the proxy to apply them; the rest of the config is in force",
+			"origin", origin, "restart_required", rt.restartRequired)
+	case len(r.pending) > 0:
+		s.log.Info("No config change waits for a restart any more", "origin", origin)
+	}
+	r.pending = rt.restartRequired
+	if s.metrics != nil {
+		v := 0.0
+		if len(rt.restartRequired) > 0 {
+			v = 1
+		}
+		s.metrics.RestartRequired.Set(v)
+	}
 }
 
 // route picks the upstream of a model: the one that lists it, else the catch-all. With
@@ -176,6 +255,30 @@ func (rt *runtime) clientAddr(r *http.Request) netip.Addr {
 		}
 	}
 	return addr
+}
+
+// clientIdentity is a client address's per_client identity: an IPv4 address (an
+// IPv4-mapped IPv6 one included) is its own, and an IPv6 address is its prefix of
+// rate_limiting.client_ipv6_prefix bits ("2001:db8:1:2::/64"), so that a client
+// holding a whole /64 is one client, not 2^64 of them. Empty for an invalid address.
+// The whitelist still matches the full address.
+func (rt *runtime) clientIdentity(addr netip.Addr) string {
+	if !addr.IsValid() {
+		return ""
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr.String()
+	}
+	bits := rt.clientIPv6Prefix
+	if bits < 1 || bits > 128 {
+		bits = config.DefaultClientIPv6Prefix
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return addr.String()
+	}
+	return p.String()
 }
 
 func contains(ps []netip.Prefix, a netip.Addr) bool {

@@ -80,6 +80,11 @@ type Options struct {
 	Logger  *slog.Logger
 	// AsyncSettle settles on a detached goroutine, for stores that make a network call.
 	AsyncSettle bool
+	// Started is the config the process built its listeners and store from (default:
+	// the first one applied); Overridden are fields a flag sets. A reload that changes
+	// another of those fields is reported as restart_required.
+	Started    *config.Config
+	Overridden []string
 }
 
 // Server is the data plane. It is safe for concurrent use; Apply swaps its config.
@@ -93,6 +98,7 @@ type Server struct {
 	log        *slog.Logger
 	transports transports
 	applyMu    sync.Mutex
+	restart    restartState
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -110,6 +116,7 @@ func New(o Options) *Server {
 		clock:   o.Clock,
 		log:     o.Logger,
 		limiter: budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
+		restart: newRestartState(o),
 	}
 	return s
 }
@@ -137,9 +144,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		return nil, err
 	}
 	prev := s.rt.Swap(rt)
-	if s.memory != nil {
-		s.memory.SetMaxBuckets(cfg.RateLimiting.MaxBuckets)
-	}
+	s.applyLive(rt, origin)
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
@@ -236,9 +241,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Admission.
 	client := rt.clientAddr(r)
 	id := budget.Identity{Key: key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
-	if client.IsValid() {
-		id.Client = client.String()
-	}
+	id.Client = rt.clientIdentity(client)
 	var amount int64
 	if rtInfo.charged {
 		amount = ex.est.Total()

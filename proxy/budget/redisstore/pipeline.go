@@ -44,6 +44,7 @@ type call struct {
 	reservation *budget.Reservation
 	charges     []budget.Charge
 	amount      float64
+	overage     budget.Overage
 	refunds     *refunds
 	done        chan reply
 }
@@ -206,7 +207,6 @@ func (s *Store) pipeline() {
 // send sends one batch, with the refunds gathering, and answers each of its calls.
 func (s *Store) send(batch []call) {
 	ctx := context.Background()
-	now := s.nowMillis()
 	var gathered []*refunds
 	if r := s.takeRefunds(); r != nil {
 		gathered = append(gathered, r)
@@ -235,13 +235,13 @@ func (s *Store) send(batch []call) {
 	// last apply call carries the rest and the reservations.
 	refund := mergeRefunds(gathered)
 	for len(refund) > maxApplyRefunds {
-		k, a := s.apply(refund[:maxApplyRefunds], nil, now, 0)
+		k, a := s.apply(refund[:maxApplyRefunds], nil, 0)
 		calls = append(calls, sent{script: applyScript, keys: k, args: a})
 		refund = refund[maxApplyRefunds:]
 	}
 	decisions := -1
 	if len(refund) > 0 || reserves > 0 {
-		k, a := s.apply(refund, batch, now, reserves)
+		k, a := s.apply(refund, batch, reserves)
 		decisions = len(calls)
 		calls = append(calls, sent{script: applyScript, keys: k, args: a})
 	}
@@ -250,7 +250,7 @@ func (s *Store) send(batch []call) {
 		for _, ch := range c.charges {
 			p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, c.amount)
 		}
-		calls = append(calls, sent{script: chargeScript, keys: p.keys, args: []any{now, p.buf}})
+		calls = append(calls, sent{script: chargeScript, keys: p.keys, args: []any{p.buf, c.overage.String()}})
 	}
 
 	pipe := s.c.Pipeline()
@@ -345,7 +345,7 @@ func mergeRefunds(gathered []*refunds) []refundEntry {
 
 // apply lays out one apply script call: refunds, then the batch's reservations (none
 // when reserves is 0).
-func (s *Store) apply(refund []refundEntry, batch []call, now int64, reserves int) ([]string, []any) {
+func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]string, []any) {
 	buckets := len(refund)
 	if reserves > 0 {
 		for _, c := range batch {
@@ -360,8 +360,7 @@ func (s *Store) apply(refund []refundEntry, batch []call, now int64, reserves in
 	}
 	ends := make([]int, 1, 1+reserves)
 	ends[0] = len(p.buf)
-	args := make([]any, 2, 2+3*reserves)
-	args[0] = now
+	args := make([]any, 1, 1+3*reserves)
 	for _, c := range batch {
 		if reserves == 0 {
 			break
@@ -379,9 +378,9 @@ func (s *Store) apply(refund []refundEntry, batch []call, now int64, reserves in
 		args = append(args, len(r.Requests), r.Amount, nil)
 	}
 	// The spec buffer grew while it was filled: slice it once it is complete.
-	args[1] = p.buf[:ends[0]]
+	args[0] = p.buf[:ends[0]]
 	for i := 1; i < len(ends); i++ {
-		args[1+3*i] = p.buf[ends[i-1]:ends[i]]
+		args[3*i] = p.buf[ends[i-1]:ends[i]]
 	}
 	return p.keys, args
 }

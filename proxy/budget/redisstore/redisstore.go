@@ -46,7 +46,11 @@ type Options struct {
 	// RefundLinger is how long refunds gather for a pipeline to take them before they
 	// go on their own. Default 1ms.
 	RefundLinger time.Duration
-	Clock        budget.Clock
+	// Clock is this replica's clock. It times only the replica's own decisions (how
+	// long admission skips Redis after a failure). It never enters a shared bucket:
+	// the scripts read the Redis server's clock (TIME), so replicas whose clocks
+	// disagree never credit the difference as refill. The fallback has its own clock.
+	Clock budget.Clock
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -54,16 +58,18 @@ type Options struct {
 
 // Store is the Redis store. It implements budget.Store.
 type Store struct {
-	c        *redis.Client
-	prefix   string
-	fallback *budget.Memory
+	c      *redis.Client
+	prefix string
+	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
+	// closed. A reload may change it (rate_limiting.redis.fallback_to_memory).
+	fallback atomic.Pointer[budget.Memory]
 	backoff  time.Duration
 	linger   time.Duration
 	clock    budget.Clock
 	rec      budget.Recorder
 	log      *slog.Logger
-	// downUntil is the wall-clock time (Unix nanoseconds) until which admission skips
-	// Redis after a failure.
+	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
+	// admission skips Redis after a failure.
 	downUntil atomic.Int64
 	// calls queue script calls for the workers that send them in pipelines: under
 	// load many reservations and settlements share one round trip and one syscall.
@@ -113,10 +119,11 @@ func New(o Options) (*Store, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Store{
-		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", fallback: o.Fallback, backoff: o.Backoff, linger: o.RefundLinger,
+		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", backoff: o.Backoff, linger: o.RefundLinger,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
 		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	s.fallback.Store(o.Fallback)
 	s.workers.Add(pipelineWorkers)
 	for range pipelineWorkers {
 		go s.pipeline()
@@ -141,17 +148,22 @@ func (s *Store) Key(k budget.Key) string {
 	return b.String()
 }
 
-func (s *Store) nowMillis() int64 { return s.clock.Now().UnixMilli() }
+// SetFallback changes what admission does while Redis is unreachable: admit on fallback
+// (the replica-local buckets at the divided share), or fail closed when it is nil. A
+// reload applies rate_limiting.redis.fallback_to_memory through it; holds taken on the
+// fallback before still settle there.
+func (s *Store) SetFallback(fallback *budget.Memory) { s.fallback.Store(fallback) }
 
-func (s *Store) down() bool { return time.Now().UnixNano() < s.downUntil.Load() }
+func (s *Store) down() bool { return s.clock.Now().UnixNano() < s.downUntil.Load() }
 
 func (s *Store) markDown(err error) {
-	until := time.Now().Add(s.backoff).UnixNano()
-	if prev := s.downUntil.Swap(until); time.Now().UnixNano() < prev {
+	now := s.clock.Now()
+	until := now.Add(s.backoff).UnixNano()
+	if prev := s.downUntil.Swap(until); now.UnixNano() < prev {
 		return // already down: said once
 	}
 	action := "admitting on this replica's share of each budget"
-	if s.fallback == nil {
+	if s.fallback.Load() == nil {
 		action = "refusing requests with 503"
 	}
 	msg := "Redis is unreachable; " + action + " until it answers"
@@ -212,7 +224,7 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 		if out[2].(int64) == 1 {
 			res.RefusedBy = r.Tokens[res.Refused].Key.Kind
 		}
-		res.RetryAfter = time.Duration(out[3].(int64)) * time.Millisecond
+		res.RetryAfter = millis(out[3].(int64))
 	}
 	for i := 0; i < n; i++ {
 		l := math.Float64frombits(binary.LittleEndian.Uint64([]byte(levels[8*i : 8*i+8])))
@@ -228,8 +240,9 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 // unavailable answers an admission Redis could not take: on the replica-local
 // fallback at the divided share, or fail-closed.
 func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err error) (budget.Result, error) {
+	fallback := s.fallback.Load()
 	action := "fail_closed"
-	if s.fallback != nil {
+	if fallback != nil {
 		action = "fallback_memory"
 	}
 	var seen [budget.NumDimensions]bool
@@ -241,10 +254,10 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 			}
 		}
 	}
-	if s.fallback == nil {
+	if fallback == nil {
 		return budget.Result{}, &budget.UnavailableError{Err: err}
 	}
-	return s.fallback.Reserve(ctx, r)
+	return fallback.Reserve(ctx, r)
 }
 
 // Refund implements budget.Store. Refunds gather for up to a millisecond, merged
@@ -269,31 +282,38 @@ func (s *Store) Refund(_ context.Context, charges []budget.Charge, amount float6
 	}
 }
 
+// millis converts the scripts' milliseconds to a Duration, saturating rather than
+// wrapping.
+func millis(ms int64) time.Duration {
+	if ms > int64(budget.MaxDuration/time.Millisecond) {
+		return budget.MaxDuration
+	}
+	return time.Duration(max(ms, 0)) * time.Millisecond
+}
+
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
-func (s *Store) Charge(_ context.Context, charges []budget.Charge, amount float64) []bool {
-	applied := make([]bool, len(charges))
+func (s *Store) Charge(_ context.Context, charges []budget.Charge, amount float64, overage budget.Overage) []float64 {
+	taken := make([]float64, len(charges))
 	if len(charges) == 0 {
-		return applied
+		return taken
 	}
-	rep := s.run(call{kind: chargeCall, charges: charges, amount: amount})
-	out, ok := rep.val.([]any)
-	if rep.err != nil || !ok {
+	rep := s.run(call{kind: chargeCall, charges: charges, amount: amount, overage: overage})
+	out, ok := rep.val.(string)
+	if rep.err != nil || !ok || len(out) != 8*len(charges) {
 		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)
-		return applied
+		return taken
 	}
-	for i, v := range out {
-		if i < len(applied) {
-			applied[i] = v == int64(1)
-		}
+	for i := range taken {
+		taken[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
 	}
-	return applied
+	return taken
 }
 
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on
 // their own; the replica-local fallback buckets are pruned now.
 func (s *Store) Prune(keep func(budget.Key) bool) {
-	if s.fallback != nil {
-		s.fallback.Prune(keep)
+	if fallback := s.fallback.Load(); fallback != nil {
+		fallback.Prune(keep)
 	}
 }
 
@@ -313,9 +333,16 @@ func (s *Store) Close() error {
 	return err
 }
 
-// Level reads a bucket's level now, and whether it exists (tests and diagnostics).
+// Level reads a bucket's level now, on the Redis server's clock, and whether it exists
+// (tests and diagnostics).
 func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) {
-	v, err := s.c.Get(ctx, s.Key(k)).Bytes()
+	pipe := s.c.Pipeline()
+	now := pipe.Time(ctx)
+	get := pipe.Get(ctx, s.Key(k))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, false, err
+	}
+	v, err := get.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
@@ -330,7 +357,8 @@ func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) 
 	if capacity < 0 {
 		return 0, false, nil
 	}
-	if dt := float64(s.nowMillis()-int64(last)) / 1000; dt > 0 {
+	nowMs := float64(now.Val().UnixMicro()) / 1000
+	if dt := (nowMs - last) / 1000; dt > 0 {
 		level = min(capacity, level+dt*rate)
 	}
 	return level, true, nil

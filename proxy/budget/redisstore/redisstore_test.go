@@ -45,6 +45,14 @@ var _ = BeforeSuite(func() {
 
 var prefixes atomic.Int64
 
+// still is a refill rate (a thousandth of a unit per second) for tests about something
+// other than refill: the shared buckets keep the Redis server's clock, which a test
+// cannot stop, and at this rate it moves a level by next to nothing while a test runs.
+const still = 1e-3
+
+// slack is what real time since start can have refilled on a bucket of rate.
+func slack(rate float64, start time.Time) float64 { return 1e-6 + rate*time.Since(start).Seconds() }
+
 // newStore is a store on the suite's redis-server, with its own key prefix.
 func newStore(clock budget.Clock, fallback *budget.Memory, rec budget.Recorder) *redisstore.Store {
 	s, err := redisstore.New(redisstore.Options{
@@ -63,6 +71,7 @@ var _ = storetest.DescribeStore("redis", storetest.Factory{
 		Expect(err).NotTo(HaveOccurred())
 		return l, ok
 	},
+	OwnClock: true,
 })
 
 // ownStore is a store on a redis-server of its own, which the test may pause, with
@@ -178,7 +187,7 @@ var _ = Describe("The Redis store", func() {
 		}
 		s.Refund(ctx, everyDimension(0).Tokens, 5)
 		s.Refund(ctx, everyDimension(0).Tokens, 5)
-		s.Charge(ctx, everyDimension(0).Tokens, 5)
+		s.Charge(ctx, everyDimension(0).Tokens, 5, budget.Debt)
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("reserve"))).To(Equal(3.0))
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("refund"))).To(Equal(2.0))
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("charge"))).To(Equal(1.0))
@@ -189,13 +198,14 @@ var _ = Describe("The Redis store", func() {
 	})
 
 	It("keeps an id's buckets in one key under the fleet's hash tag, expiring when its slowest bucket is full again", func() {
-		clock := storetest.NewClock()
-		s := newStore(clock, nil, nil)
+		s := newStore(storetest.NewClock(), nil, nil)
 		DeferCleanup(s.Close)
+		// The minute bucket refills 300 tokens in 30 ms; the day bucket needs 300 s.
 		req := budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 10, SharedRate: 10.0 / 60}
-		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 600, SharedRate: 10}
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 600, SharedRate: 10000}
 		d := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 86400, SharedRate: 1}
 		t := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 600, SharedRate: 10}
+		start := time.Now()
 		_, err := s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{req}, Tokens: []budget.Charge{m, d, t}, Amount: 300})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(s.Key(m.Key)).To(MatchRegexp(`^\{t\d+\}:api_key:alice$`))
@@ -210,20 +220,24 @@ var _ = Describe("The Redis store", func() {
 		Expect(s.Client().PTTL(ctx, s.Key(t.Key)).Val()).To(BeNumerically("~", 31*time.Second, time.Second), "300 tokens at 10 per second, plus a second")
 		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 301*time.Second, time.Second), "as long as the day bucket's refill needs")
 
-		// Forty seconds on, the minute bucket is full again; a refund on it alone never
-		// shortens the life the day bucket needs.
-		clock.Advance(40 * time.Second)
+		// Once the minute bucket is full again, a refund on it alone never shortens the
+		// life the day bucket needs.
+		Eventually(func() float64 {
+			l, _, err := s.Level(ctx, m.Key)
+			Expect(err).NotTo(HaveOccurred())
+			return l
+		}).Should(BeNumerically("~", 600, 1e-9))
 		s.Refund(ctx, []budget.Charge{m}, 100)
-		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 261*time.Second, time.Second))
+		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 301*time.Second, time.Second))
 		for _, c := range []budget.Charge{req, m, d} {
 			_, ok, err := s.Level(ctx, c.Key)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(ok).To(BeTrue(), "%v kept in the key", c.Key)
 		}
 		l, _, _ := s.Level(ctx, d.Key)
-		Expect(l).To(BeNumerically("~", 86400-300+40, 0.01))
+		Expect(l).To(BeNumerically("~", 86400-300, time.Since(start).Seconds()), "the day bucket refills at 1 a second")
 		l, _, _ = s.Level(ctx, req.Key)
-		Expect(l).To(BeNumerically("~", 10, 0.01), "refilled in 40 seconds at 10 per minute")
+		Expect(l).To(BeNumerically("~", 9, time.Since(start).Seconds()/6), "the request bucket refills at 10 a minute")
 		_, ok, err := s.Level(ctx, budget.Key{Kind: budget.Requests, Dim: budget.Team, ID: "research"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeFalse(), "a slot never written is absent")
@@ -232,10 +246,11 @@ var _ = Describe("The Redis store", func() {
 	It("decides the reservations waiting together in one call, each all or nothing, never over-admitting", func() {
 		own, s := ownStore()
 		// A team minute bucket that holds 50 reservations of 1,000 tokens, and a request
-		// limit of 80 on each of two keys.
-		team := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 50500, SharedRate: 50500.0 / 60}
+		// limit of 80 on each of two keys; neither refills while the test runs.
+		start := time.Now()
+		team := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 50500, SharedRate: still}
 		reqs := func(key string) budget.Charge {
-			return budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: key}, SharedCapacity: 80, SharedRate: 80.0 / 60}
+			return budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: key}, SharedCapacity: 80, SharedRate: still}
 		}
 		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{team}, Amount: 0})).To(HaveField("Admitted", true)) // loads the script
 		before, _ := commandstat(s, "evalsha")
@@ -267,7 +282,7 @@ var _ = Describe("The Redis store", func() {
 				Expect(r.TokenLevels[0]).To(BeNumerically(">=", 500))
 			case r.RefusedBy == budget.Requests:
 				byRequests++
-				Expect(r.RetryAfter).To(BeNumerically("~", 750*time.Millisecond, time.Millisecond), "one request at 80 a minute")
+				Expect(r.RetryAfter).To(BeNumerically("~", 1000*time.Second, time.Since(start)+time.Millisecond), "one request at a thousandth a second")
 			default:
 				byTokens++
 				Expect(r.RefusedBy).To(Equal(budget.TokensMinute))
@@ -279,11 +294,11 @@ var _ = Describe("The Redis store", func() {
 		Expect(byTokens).To(Equal(110))
 		l, _, err := s.Level(ctx, team.Key)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(l).To(BeNumerically("~", 500, 1e-6))
+		Expect(l).To(BeNumerically("~", 500, slack(still, start)))
 		for _, k := range []string{"a", "b"} {
 			l, _, err := s.Level(ctx, reqs(k).Key)
 			Expect(err).NotTo(HaveOccurred())
-			Expect(l).To(BeNumerically("~", 0, 1e-6), "a token refusal still takes the request")
+			Expect(l).To(BeNumerically("~", 0, slack(still, start)), "a token refusal still takes the request")
 		}
 	})
 
@@ -293,10 +308,11 @@ var _ = Describe("The Redis store", func() {
 		charges := func(i int) []budget.Charge {
 			var cs []budget.Charge
 			for _, d := range []budget.Dimension{budget.Client, budget.User, budget.APIKey} {
-				cs = append(cs, budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: d, ID: strconv.Itoa(i)}, SharedCapacity: 1000, SharedRate: 1000.0 / 60})
+				cs = append(cs, budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: d, ID: strconv.Itoa(i)}, SharedCapacity: 1000, SharedRate: still})
 			}
 			return cs
 		}
+		start := time.Now()
 		var wg sync.WaitGroup
 		for w := 0; w < 64; w++ {
 			wg.Add(1)
@@ -326,7 +342,7 @@ var _ = Describe("The Redis store", func() {
 			for _, c := range charges(i) {
 				l, _, err := s.Level(ctx, c.Key)
 				Expect(err).NotTo(HaveOccurred())
-				Expect(l).To(BeNumerically("~", 400, 1e-6), "%v refunded", c.Key)
+				Expect(l).To(BeNumerically("~", 400, slack(still, start)), "%v refunded", c.Key)
 			}
 		}
 	})
@@ -337,7 +353,8 @@ var _ = Describe("The Redis store", func() {
 			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: clock,
 			RefundLinger: time.Hour}) // the refund goes only with a reservation
 		Expect(err).NotTo(HaveOccurred())
-		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 1000, SharedRate: 1000.0 / 60}
+		start := time.Now()
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 1000, SharedRate: still}
 		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 1000})).To(HaveField("Admitted", true))
 		before, _ := commandstat(s, "evalsha")
 
@@ -350,7 +367,7 @@ var _ = Describe("The Redis store", func() {
 		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 500})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Admitted).To(BeTrue(), "the reservation sees the refund")
-		Expect(res.TokenLevels[0]).To(BeNumerically("~", 100, 1e-6))
+		Expect(res.TokenLevels[0]).To(BeNumerically("~", 100, slack(still, start)))
 		Eventually(refunded).Should(BeClosed())
 		after, _ := commandstat(s, "evalsha")
 		Expect(after-before).To(Equal(int64(1)), "one call for both")
@@ -368,10 +385,11 @@ var _ = Describe("The Redis store", func() {
 
 	It("merges the refunds waiting together into one call, bucket by bucket, losing none", func() {
 		own, s := ownStore()
+		start := time.Now()
 		team := func(id string) budget.Charge {
-			return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: id}, SharedCapacity: 1e6, SharedRate: 1e6 / 60}
+			return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: id}, SharedCapacity: 1e6, SharedRate: still}
 		}
-		global := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Global}, SharedCapacity: 1e7, SharedRate: 1e7 / 86400}
+		global := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Global}, SharedCapacity: 1e7, SharedRate: still}
 		// 100 holds of 5,000 tokens, on the global day bucket and one of two teams.
 		for i := 0; i < 100; i++ {
 			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{global, team([]string{"a", "b"}[i%2])}, Amount: 5000})
@@ -404,9 +422,9 @@ var _ = Describe("The Redis store", func() {
 			return l
 		}
 		// Refunded: 1000+i for each i, 104,950 in all, split by parity between the teams.
-		Expect(level(global)).To(BeNumerically("~", 1e7-500000+104950, 1e-6))
-		Expect(level(team("a"))).To(BeNumerically("~", 1e6-250000+52450, 1e-6))
-		Expect(level(team("b"))).To(BeNumerically("~", 1e6-250000+52500, 1e-6))
+		Expect(level(global)).To(BeNumerically("~", 1e7-500000+104950, slack(still, start)))
+		Expect(level(team("a"))).To(BeNumerically("~", 1e6-250000+52450, slack(still, start)))
+		Expect(level(team("b"))).To(BeNumerically("~", 1e6-250000+52500, slack(still, start)))
 	})
 
 	It("overwrites a key it cannot read rather than failing every request on it", func() {
@@ -436,8 +454,9 @@ var _ = Describe("The Redis store", func() {
 
 	It("sends again, after its scripts were flushed, only the calls that found no script", func() {
 		own, s := ownStore()
-		x := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "x"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
-		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: 10000.0 / 60}
+		start := time.Now()
+		x := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "x"}, SharedCapacity: 10000, SharedRate: still}
+		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: still}
 		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})).To(HaveField("Admitted", true))
 
 		// Only the charge script survives; the next pipeline holds an overage charge,
@@ -448,11 +467,11 @@ var _ = Describe("The Redis store", func() {
 		var wg sync.WaitGroup
 		for i := 0; i < 2; i++ { // occupy both workers
 			wg.Add(1)
-			go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{y}, 1) }()
+			go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{y}, 1, budget.Debt) }()
 		}
 		time.Sleep(50 * time.Millisecond)
 		wg.Add(2)
-		go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{x}, 400) }()
+		go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{x}, 400, budget.Debt) }()
 		var res budget.Result
 		go func() {
 			defer wg.Done()
@@ -466,7 +485,7 @@ var _ = Describe("The Redis store", func() {
 		Expect(res.Shared).To(BeTrue())
 		l, _, err := s.Level(ctx, x.Key)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(l).To(BeNumerically("~", 10000-1000-400-1000, 1e-6), "the charge once, the reservation once")
+		Expect(l).To(BeNumerically("~", 10000-1000-400-1000, slack(still, start)), "the charge once, the reservation once")
 	})
 
 	It("answers every call made while or after it closes, without waiting", func() {
@@ -520,32 +539,34 @@ var _ = Describe("The Redis store", func() {
 			mem := budget.NewMemory(clock, 1000)
 			u := &unavailable{counts: map[string]int{}}
 			s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: time.Second, ReadTimeout: time.Second,
-				WriteTimeout: time.Second, Fallback: mem, Backoff: 100 * time.Millisecond, Clock: clock, Recorder: recorder{u: u}})
+				WriteTimeout: time.Second, Fallback: mem, Backoff: 100 * time.Millisecond, Recorder: recorder{u: u}})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(s.Close)
+			start := time.Now()
 			res, err := s.Reserve(ctx, everyDimension(1000))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared).To(BeTrue())
+			dayBucket := everyDimension(0).Tokens[1] // the global day bucket: 11.6 tokens a second
 			level := func() float64 {
-				l, _, err := s.Level(ctx, everyDimension(0).Tokens[0].Key)
+				l, _, err := s.Level(ctx, dayBucket.Key)
 				Expect(err).NotTo(HaveOccurred())
 				return l
 			}
-			Expect(level()).To(BeNumerically("~", 999000, 1e-6))
+			Expect(level()).To(BeNumerically("~", 999000, slack(dayBucket.SharedRate, start)))
 
 			Expect(s.Client().ConfigSet(ctx, "maxmemory", "1").Err()).To(Succeed())
 			res, err = s.Reserve(ctx, everyDimension(1000))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared).To(BeFalse(), "admitted on the fallback")
 			Expect(u.counts["global/fallback_memory"]).To(Equal(1))
-			Expect(level()).To(BeNumerically("~", 999000, 1e-6), "nothing taken in Redis")
+			Expect(level()).To(BeNumerically("~", 999000, slack(dayBucket.SharedRate, start)), "nothing taken in Redis")
 
 			Expect(s.Client().ConfigSet(ctx, "maxmemory", "0").Err()).To(Succeed())
 			Eventually(func() bool {
 				res, err := s.Reserve(ctx, everyDimension(1000))
 				return err == nil && res.Shared
 			}, 3*time.Second, 20*time.Millisecond).Should(BeTrue())
-			Expect(level()).To(BeNumerically("~", 998000, 1e-6))
+			Expect(level()).To(BeNumerically("~", 998000, slack(dayBucket.SharedRate, start)))
 		})
 
 		It("says so when Redis answers but refuses the scripts, apart from being unreachable", func() {
@@ -566,24 +587,68 @@ var _ = Describe("The Redis store", func() {
 			Expect(logs.String()).To(ContainSubstring("NOPERM"))
 
 			// The least a fleet's user needs (docs/redis.md): the scripts, and in them
-			// MGET and PSETEX, on the keys under its prefix.
-			Expect(admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "~{fleet-a}:*", "+evalsha", "+script|load", "+mget", "+psetex").Err()).To(Succeed())
+			// TIME, and MGET and PSETEX on the keys under its prefix.
+			Expect(admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "~{fleet-a}:*", "+evalsha", "+script|load", "+time", "+mget", "+psetex").Err()).To(Succeed())
 			fleet, err := redisstore.New(redisstore.Options{URL: "redis://fleet:pw@" + own.Addr() + "/0", Prefix: "fleet-a",
 				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: storetest.NewClock()})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(fleet.Close)
+			start := time.Now()
 			res, err := fleet.Reserve(ctx, everyDimension(1000))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared && res.Admitted).To(BeTrue())
 			fleet.Refund(ctx, everyDimension(0).Tokens, 500)
-			fleet.Charge(ctx, everyDimension(0).Tokens, 100)
+			fleet.Charge(ctx, everyDimension(0).Tokens, 100, budget.Debt)
 			reader, err := redisstore.New(redisstore.Options{URL: own.URL(), Prefix: "fleet-a", Clock: storetest.NewClock()}) // the default user may GET
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reader.Close)
-			l, ok, err := reader.Level(ctx, everyDimension(0).Tokens[0].Key)
+			dayBucket := everyDimension(0).Tokens[1] // the global day bucket: 11.6 tokens a second
+			l, ok, err := reader.Level(ctx, dayBucket.Key)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(ok).To(BeTrue())
-			Expect(l).To(BeNumerically("~", 1000000-1000+500-100, 1e-6), "reserved, refunded and charged")
+			Expect(l).To(BeNumerically("~", 1000000-1000+500-100, slack(dayBucket.SharedRate, start)), "reserved, refunded and charged")
+		})
+
+		It("bounds the fallback's bucket maps per dimension: a flood of clients never opens a key's budget", func() {
+			clock := storetest.NewClock()
+			mem := budget.NewMemory(clock, 2)
+			local, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Clock: clock})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(local.Close)
+			bucket := func(d budget.Dimension, id string) budget.Charge {
+				return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: d, ID: id}, Capacity: 600, Rate: 10, SharedCapacity: 1200, SharedRate: 20}
+			}
+			alice := bucket(budget.APIKey, "alice")
+			for i := range 5 {
+				res, err := local.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{bucket(budget.Client, fmt.Sprint("2001:db8:", i, "::/64")), alice}, Amount: 100})
+				Expect(err).NotTo(HaveOccurred())
+				Expect(res.Shared).To(BeFalse())
+				Expect(res.Admitted).To(BeTrue())
+				Expect(res.TokenSkipped).To(Equal([]bool{i >= 2, false}), "client %d", i)
+			}
+			res, err := local.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{alice}, Amount: 101})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeFalse(), "alice's share of 600 is down to 100")
+		})
+
+		It("follows a reload of fallback_to_memory", func() {
+			mem := budget.NewMemory(storetest.NewClock(), 1000)
+			local, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(local.Close)
+			res, err := local.Reserve(ctx, everyDimension(1))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Backend).To(BeIdenticalTo(mem))
+			local.SetFallback(nil)
+			_, err = local.Reserve(ctx, everyDimension(1))
+			var ue *budget.UnavailableError
+			Expect(err).To(BeAssignableToTypeOf(ue), "fallback_to_memory: false fails closed")
+			local.SetFallback(mem)
+			res, err = local.Reserve(ctx, everyDimension(1))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Backend).To(BeIdenticalTo(mem))
 		})
 
 		It("fails closed when there is no fallback", func() {
@@ -603,7 +668,7 @@ var _ = Describe("The Redis store", func() {
 			clock := storetest.NewClock()
 			mem := budget.NewMemory(clock, 1000)
 			s, err := redisstore.New(redisstore.Options{URL: own.URL(), DialTimeout: 100 * time.Millisecond,
-				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Backoff: 200 * time.Millisecond, Clock: clock})
+				ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Backoff: 200 * time.Millisecond})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(s.Close)
 			res, err := s.Reserve(ctx, everyDimension(1))
@@ -633,5 +698,46 @@ var _ = Describe("The Redis store", func() {
 				return err == nil && res.Shared
 			}, 3*time.Second, 50*time.Millisecond).Should(BeTrue(), "back on a restarted, empty Redis (the script is loaded again)")
 		})
+	})
+})
+
+// skewed is a replica's clock that runs off the real time by a fixed offset.
+type skewed time.Duration
+
+func (s skewed) Now() time.Time { return time.Now().Add(time.Duration(s)) }
+
+var _ = Describe("Shared buckets and replica clocks", func() {
+	ctx := context.Background()
+
+	It("never credits two replicas' clock skew as refill", func() {
+		prefix := fmt.Sprintf("skew%d", prefixes.Add(1))
+		replica := func(offset time.Duration) *redisstore.Store {
+			s, err := redisstore.New(redisstore.Options{URL: srv.URL(), Prefix: prefix,
+				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: skewed(offset)})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(s.Close)
+			return s
+		}
+		ahead, behind := replica(30*time.Second), replica(-30*time.Second)
+		// 600 tokens a minute: 10 a second. The two clocks are a minute apart, so a
+		// bucket that took each replica's clock in turn would refill whole at every turn.
+		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 600, SharedRate: 10}
+		start := time.Now()
+		admitted := 0
+		for i := 0; i < 20; i++ {
+			s := []*redisstore.Store{ahead, behind}[i%2]
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Shared).To(BeTrue())
+			if res.Admitted {
+				admitted += 100
+			}
+		}
+		refilled := 10 * time.Since(start).Seconds()
+		Expect(float64(admitted)).To(BeNumerically("<=", 600+refilled), "the bucket's 600 and what the real time refilled, no more")
+		l, ok, err := ahead.Level(ctx, m.Key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue())
+		Expect(l).To(BeNumerically("<=", 600-float64(admitted)+10*time.Since(start).Seconds()))
 	})
 })

@@ -8,12 +8,19 @@ import "github.com/redis/go-redis/v9"
 // Storage. One key per dimension and id holds that id's three buckets (request count,
 // minute and day) as one 96-byte string, struct.pack("<dddddddddddd"): four numbers
 // per slot in budget.Kind order, level, last_ms, capacity and rate (units per second).
-// A slot whose capacity is -1 is absent, and an absent slot or key is a full bucket, so
-// every write sets a TTL of the time the key's slowest bucket needs to refill, and an
-// idle key disappears. Six dimensions on both periods plus request limits are at most
-// six keys, so a reservation is one MGET and at most six SET ... PX in one round trip.
+// A level below zero is a debt (an overage the bucket could not cover), at most one
+// capacity. A slot whose capacity is -1 is absent, and an absent slot or key is a full
+// bucket, so every write sets a TTL of the time the key's slowest bucket needs to
+// refill, debt included, and an idle key disappears. Six dimensions on both periods
+// plus request limits are at most six keys, so a reservation is one MGET and at most
+// six SET ... PX in one round trip.
 //
-// Calls. ARGV[1] is now_ms. Buckets are given in a spec, 27 bytes per bucket,
+// Time. The scripts read the Redis server's clock (TIME) for every refill and TTL:
+// last_ms is always Redis time, so replicas whose clocks disagree never credit their
+// skew as refill. Redis 7 replicates a script's effects, not the script, so a script
+// may read TIME and still write.
+//
+// Calls. Buckets are given in a spec, 27 bytes per bucket,
 // struct.pack("<HBddd"): the index of the bucket's key in KEYS (1-based), its slot,
 // and three numbers that depend on the script. A binary spec keeps a call to a few
 // arguments: Redis parses, and Lua converts, one value instead of five per bucket.
@@ -29,7 +36,11 @@ const specSize = 27
 const bucketLib = `#!lua
 local call, pack, unpackb, ceil = redis.call, struct.pack, struct.unpack, math.ceil
 local FMT = '<dddddddddddd'
-local now = tonumber(ARGV[1])
+local now
+do
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
 local stored = {}
 do
   local vals = call('MGET', unpack(KEYS))
@@ -60,7 +71,7 @@ local function flush()
       -- A value this script did not write must not make the TTL invalid (not a
       -- number, or too large to print as an integer).
       if not (ttl < 1e13) then ttl = 1e13 end
-      call('PSETEX', KEYS[k], ttl, pack(FMT, unpack(s, 1, 12)))
+      call('PSETEX', KEYS[k], ceil(ttl), pack(FMT, unpack(s, 1, 12)))
     end
   end
 end
@@ -76,19 +87,20 @@ end
 // bucket's current ones is scaled to them, so a hold taken before a reload settles on
 // what it recorded.
 //
-// ARGV: now_ms; the refunds' spec, with the capacity and rate recorded on the hold and
-// the amount for every bucket (empty when there are none); then three values per
+// ARGV: the refunds' spec, with the capacity and rate recorded on the hold and the
+// amount for every bucket (empty when there are none); then three values per
 // reservation: nreq (its first nreq buckets are request-count buckets, taking 1),
 // amount (what each of its token buckets takes), and its spec with each bucket's
 // capacity, rate and period_ms (the wait reported for a zero allowance, which never
 // refills).
 // Returns one decision per reservation: {admitted (1/0), refused index (1-based
 // within its kind, 0 when admitted), refused kind (0 requests, 1 tokens),
-// retry_after_ms, levels} where levels packs each bucket's level after the decision as
-// a little-endian double.
+// retry_after_ms (at most 2^53), levels} where levels packs each bucket's level after
+// the decision as a little-endian double. A bucket in debt repays it before it holds
+// anything: its wait includes the debt.
 var applyScript = redis.NewScript(bucketLib + `
 do
-  local spec = ARGV[2]
+  local spec = ARGV[1]
   local pos = 1
   for i = 1, #spec / 27 do
     local k, slot, hc, hr, x
@@ -121,7 +133,10 @@ local function check(first, last, need)
       if refused == 0 then refused = i - first + 1 end
       local w
       if r <= 0 then w = period[i]
-      elseif need > c then w = need / r * 1000
+      elseif need > c then
+        local debt = 0
+        if l < 0 then debt = -l end
+        w = (need + debt) / r * 1000
       else w = (need - l) / r * 1000 end
       if w > retry then retry = w end
     end
@@ -174,26 +189,32 @@ local function decide(nreq, amount, spec)
       admitted, kind = 1, 0
     end
   end
+  -- A wait too long for an integer reply saturates (the store saturates it again to
+  -- the longest Duration).
+  if not (retry < 9007199254740992) then retry = 9007199254740992 end
   return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n))}
 end
 
 local out = {}
-for a = 3, #ARGV, 3 do
+for a = 2, #ARGV, 3 do
   out[#out + 1] = decide(tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2])
 end
 flush()
 return out
 `)
 
-// The charge script takes an overage: each bucket's amount if it holds it, and nothing
-// from one that does not (an absent bucket is full). An amount recorded under other
-// parameters than the bucket's current ones is scaled to them.
+// The charge script takes an overage: each bucket's amount if it holds it (an absent
+// bucket is full). One that does not hold it goes into debt, down to minus its
+// capacity, when ARGV[2] is "debt", and gives nothing otherwise (forgive). An amount
+// recorded under other parameters than the bucket's current ones is scaled to them,
+// and what the bucket gave is scaled back.
 //
-// ARGV: now_ms, spec with the capacity and rate recorded on the hold and the amount,
-// for every bucket.
-// Returns: one 1/0 per bucket, whether it was charged.
+// ARGV: spec with the capacity and rate recorded on the hold and the amount, for every
+// bucket; the overage rule ("debt" or "forgive").
+// Returns what each bucket gave, in the hold's units, packed as little-endian doubles.
 var chargeScript = redis.NewScript(bucketLib + `
-local spec = ARGV[2]
+local spec = ARGV[1]
+local debt = ARGV[2] == 'debt'
 local n = #spec / 27
 local out = {}
 local pos = 1
@@ -213,15 +234,21 @@ for i = 1, n do
   else
     l, c, r = hc, hc, hr
   end
+  local scale = 1
+  if hc > 0 and c ~= hc and c > 0 then scale = c / hc end
   if hc > 0 and c ~= hc then x = x * c / hc end
-  if l >= x then
-    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l - x, now, c, r
+  local after = l
+  if l >= x then after = l - x
+  elseif debt and l > -c then
+    after = l - x
+    if after < -c then after = -c end
+  end
+  out[i] = (l - after) / scale
+  if after ~= l then
+    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = after, now, c, r
     dirty[k] = true
-    out[i] = 1
-  else
-    out[i] = 0
   end
 end
 flush()
-return out
+return pack('<' .. string.rep('d', n), unpack(out, 1, n))
 `)

@@ -151,18 +151,27 @@ func run(args []string) error {
 		return err
 	}
 	defer func() { _ = store.Close() }()
+	// The listeners and the store are built once, from the first document and the
+	// flags; a reload that changes them is reported as restart_required.
+	listenAddr, adminAddr := first.Listen, first.AdminListen
+	var overridden []string
+	if *listen != "" {
+		listenAddr = *listen
+		overridden = append(overridden, "listen")
+	}
+	if *adminListen != "" {
+		adminAddr = *adminListen
+		overridden = append(overridden, "admin_listen")
+	}
 	// A store that makes a network call settles off the request's goroutine.
-	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem)})
+	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
+		Started: first, Overridden: overridden})
 	if _, err := srv.Apply(data, src.String()); err != nil {
 		return err
 	}
 
-	docListen, docAdmin := first.Listen, first.AdminListen
 	apply := func(data []byte, origin string) error {
-		cfg, err := srv.Apply(data, origin)
-		if err == nil && (cfg.Listen != docListen || cfg.AdminListen != docAdmin || cfg.RateLimiting.Storage != first.RateLimiting.Storage) {
-			log.Warn("listen, admin_listen and rate_limiting.storage take effect at the next restart", "origin", origin)
-		}
+		_, err := srv.Apply(data, origin)
 		return err
 	}
 	go func() {
@@ -172,19 +181,13 @@ func run(args []string) error {
 	}()
 	go sweep(ctx, mem, m)
 
-	if *listen != "" {
-		first.Listen = *listen
-	}
-	if *adminListen != "" {
-		first.AdminListen = *adminListen
-	}
 	data1 := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	admin := &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
-	lnData, err := net.Listen("tcp", first.Listen)
+	lnData, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	lnAdmin, err := net.Listen("tcp", first.AdminListen)
+	lnAdmin, err := net.Listen("tcp", adminAddr)
 	if err != nil {
 		return fmt.Errorf("admin_listen: %w", err)
 	}
@@ -222,8 +225,10 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// newStore builds the store the config selects. The store is chosen at start; a
-// reload that changes rate_limiting.storage takes effect at the next restart.
+// newStore builds the store the config selects. The store is built at start; a reload
+// that changes rate_limiting.storage or how it reaches Redis takes effect at the next
+// restart (the server reports it as restart_required), and one that changes
+// fallback_to_memory at once.
 func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *slog.Logger) (budget.Store, *budget.Memory, error) {
 	rl := &c.RateLimiting
 	mem := budget.NewMemory(clock, rl.MaxBuckets)
@@ -262,8 +267,10 @@ func sweep(ctx context.Context, mem *budget.Memory, m *metrics.Metrics) {
 			return
 		case <-t.C:
 			mem.Sweep()
-			for k := budget.Kind(0); k < budget.NumKinds; k++ {
-				m.BucketsInUse.WithLabelValues(k.String()).Set(float64(mem.Len(k)))
+			for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
+				for k := budget.Kind(0); k < budget.NumKinds; k++ {
+					m.BucketsInUse.WithLabelValues(d.String(), k.String()).Set(float64(mem.LenOf(d, k)))
+				}
 			}
 		}
 	}

@@ -1,0 +1,32 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+// RestartRequired lists the fields of next that differ from started, the document a
+// process started with, and that the process applies only when it starts: the
+// addresses it listens on and the budget store it built (which store, and how it
+// reaches Redis). Every other field, rate_limiting.redis.fallback_to_memory included,
+// a reload applies at once. The redis fields count only when either document stores
+// budgets in Redis.
+func RestartRequired(started, next *Config) []string {
+	out := []string{}
+	diff := func(field string, changed bool) {
+		if changed {
+			out = append(out, field)
+		}
+	}
+	diff("listen", started.Listen != next.Listen)
+	diff("admin_listen", started.AdminListen != next.AdminListen)
+	a, b := &started.RateLimiting, &next.RateLimiting
+	diff("rate_limiting.storage", a.Storage != b.Storage)
+	if a.Storage == StorageRedis || b.Storage == StorageRedis {
+		diff("rate_limiting.redis.url", a.Redis.URL != b.Redis.URL)
+		diff("rate_limiting.redis.password_env", a.Redis.PasswordEnv != b.Redis.PasswordEnv)
+		diff("rate_limiting.redis.key_prefix", a.Redis.KeyPrefix != b.Redis.KeyPrefix)
+		diff("rate_limiting.redis.dial_timeout_ms", a.Redis.DialTimeoutMillis != b.Redis.DialTimeoutMillis)
+		diff("rate_limiting.redis.read_timeout_ms", a.Redis.ReadTimeoutMillis != b.Redis.ReadTimeoutMillis)
+		diff("rate_limiting.redis.write_timeout_ms", a.Redis.WriteTimeoutMillis != b.Redis.WriteTimeoutMillis)
+	}
+	return out
+}
