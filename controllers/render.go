@@ -76,6 +76,13 @@ func render(f *fleet) *config.Config {
 	rl.Storage = config.StorageMemory
 	rl.BudgetDivision.Replicas = f.divisor
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
+	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
+	switch p.Spec.Overage {
+	case twv1alpha1.OverageForgive:
+		rl.Overage = config.OverageForgive
+	case twv1alpha1.OverageDebt:
+		rl.Overage = config.OverageDebt
+	}
 	if p.Spec.Storage.Type == twv1alpha1.StorageRedis && p.Spec.Storage.Redis != nil {
 		r := p.Spec.Storage.Redis
 		rl.Storage = config.StorageRedis

@@ -100,6 +100,18 @@ func condition(conds []metav1.Condition, typ string) metav1.Condition {
 }
 
 var _ = Describe("The fleet reconciler", func() {
+	It("renders the fleet's overage rule and IPv6 client prefix", func() {
+		ns := newNamespace("overage")
+		tp := fleetProxy(ns, 1)
+		tp.Spec.Overage, tp.Spec.ClientIPv6PrefixLength = twv1alpha1.OverageForgive, 48
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := rendered(g, ns)
+			g.Expect(c.RateLimiting.Overage).To(Equal(config.OverageForgive))
+			g.Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(48))
+		}).Should(Succeed())
+	})
+
 	It("renders budgets and keys into the ConfigMap the proxies load, with key hashes only", func() {
 		ns := newNamespace("render")
 		for _, o := range []client.Object{

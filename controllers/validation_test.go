@@ -100,6 +100,12 @@ var _ = Describe("Validation by the API server", func() {
 		Entry("an unknown auth mode",
 			func(s *twv1alpha1.TokenProxySpec) { s.Auth.Mode = "Sometimes" },
 			`spec.auth.mode: Unsupported value: "Sometimes"`),
+		Entry("an unknown overage rule",
+			func(s *twv1alpha1.TokenProxySpec) { s.Overage = "Waive" },
+			`spec.overage: Unsupported value: "Waive"`),
+		Entry("an IPv6 prefix longer than an address",
+			func(s *twv1alpha1.TokenProxySpec) { s.ClientIPv6PrefixLength = 129 },
+			"spec.clientIPv6PrefixLength: Invalid value: 129: spec.clientIPv6PrefixLength in body should be less than or equal to 128"),
 		Entry("negative replicas",
 			func(s *twv1alpha1.TokenProxySpec) { s.Replicas = ptr.To(int32(-1)) },
 			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
@@ -117,6 +123,7 @@ var _ = Describe("Validation by the API server", func() {
 		Expect(*p.Spec.Replicas).To(Equal(int32(1)))
 		Expect(p.Spec.Auth.Mode).To(Equal(twv1alpha1.AuthRequired))
 		Expect(p.Spec.Storage.Type).To(Equal(twv1alpha1.StorageMemory))
+		Expect(p.Spec.Overage).To(Equal(twv1alpha1.OverageDebt), "an undercounted request is never partly free by default")
 
 		b := budget(func(s *twv1alpha1.TokenBudgetSpec) {
 			s.Dimension, s.Model = twv1alpha1.DimensionPerModel, "gpt-4o"

@@ -28,6 +28,21 @@ const (
 	StorageRedis  StorageType = "Redis"
 )
 
+// Overage is what settlement does with usage beyond a reservation that a bucket
+// cannot cover.
+// +kubebuilder:validation:Enum=Debt;Forgive
+type Overage string
+
+// Overage rules.
+const (
+	// OverageDebt drives the bucket below zero, at most one capacity: the tenant repays
+	// it by waiting.
+	OverageDebt Overage = "Debt"
+	// OverageForgive consumes nothing from a bucket that cannot cover the overage
+	// (seed 000's rule).
+	OverageForgive Overage = "Forgive"
+)
+
 // Upstream is one OpenAI- or Anthropic-compatible backend.
 type Upstream struct {
 	// Name identifies the upstream in metrics and logs.
@@ -140,6 +155,20 @@ type TokenProxySpec struct {
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) || isIP(self)",message="must be a CIDR or an IP address"
 	Whitelist []string `json:"whitelist,omitempty"`
+	// Overage is what settlement does with usage beyond a reservation that a bucket
+	// cannot cover: Debt (the bucket goes below zero, at most one capacity, and the
+	// tenant repays it by waiting) or Forgive (it consumes nothing, as seed 000 says; an
+	// undercounted request is then partly free). Default Debt.
+	// +optional
+	// +kubebuilder:default=Debt
+	Overage Overage `json:"overage,omitempty"`
+	// ClientIPv6PrefixLength groups IPv6 clients for PerClient budgets: every address in
+	// one prefix of this length is one client, so a client cannot take a fresh budget
+	// from each address of its /64. IPv4 clients are one per address. Default 64.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=128
+	ClientIPv6PrefixLength int32 `json:"clientIPv6PrefixLength,omitempty"`
 	// MaxBodyBytes is the largest request body accepted; larger get 413. Default 16 MiB.
 	// +optional
 	// +kubebuilder:validation:Minimum=1024
