@@ -283,3 +283,39 @@ func BenchmarkHandler(b *testing.B) {
 		}
 	})
 }
+
+// streamBackend answers every request with a 50-delta chat completion stream that
+// reports its usage.
+func streamBackend() *httptest.Server {
+	var sb strings.Builder
+	for i := 0; i < 50; i++ {
+		sb.WriteString(`data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n")
+	}
+	sb.WriteString(`data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":50}}` + "\n\ndata: [DONE]\n\n")
+	body := []byte(sb.String())
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(body)
+	}))
+}
+
+// BenchmarkHandlerStream is BenchmarkHandler with a streamed answer of 50 deltas.
+func BenchmarkHandlerStream(b *testing.B) {
+	backend := streamBackend()
+	defer backend.Close()
+	srv := newBenchServer(b, backend.URL)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
+			req.Header.Set("Authorization", "Bearer sk-alice")
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
