@@ -17,10 +17,6 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
-// maxJSONUsageBody bounds how much of a non-streamed response is kept to read its
-// usage; a larger body passes through and releases its hold.
-const maxJSONUsageBody = 8 << 20
-
 func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -31,6 +27,8 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 			}
 			pr.SetURL(up.target)
 			pr.SetXForwarded()
+			// Only encodings the usage reader can decode are offered upstream.
+			offerEncodings(pr.Out.Header)
 			// The client's credential is tokenwarden's; it never reaches the backend.
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
@@ -52,8 +50,8 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 }
 
 // onResponse runs when the upstream's headers arrive: it reports this proxy's rate
-// limit headers, releases the hold of a failed answer, and wraps a successful body so
-// that it settles on the usage the body reports.
+// limit headers, releases the hold of a failed answer, and wraps a
+// successful body so that it settles on what the body reports.
 func onResponse(resp *http.Response) error {
 	ex, _ := resp.Request.Context().Value(holdKey{}).(*exchange)
 	if ex == nil {
@@ -62,8 +60,9 @@ func onResponse(resp *http.Response) error {
 	s := ex.s
 	ex.status = resp.StatusCode
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
+	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now())
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if !success {
 		ex.release()
 		return nil
 	}
@@ -71,11 +70,29 @@ func onResponse(resp *http.Response) error {
 		return nil
 	}
 	st := &settler{ReadCloser: resp.Body, ex: ex}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		st.stream = &usage.Stream{}
+	if isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream) {
+		st.reader = &usage.Stream{}
+	} else {
+		st.reader = &usage.Body{}
+	}
+	switch codings, ok := contentCodings(resp.Header); {
+	case !ok:
+		st.undecodable = true
+	case len(codings) > 0:
+		st.dec = startDecoder(codings, st.reader)
 	}
 	resp.Body = st
 	return nil
+}
+
+// isEventStream reports whether a response is a server-sent-events stream: by its
+// Content-Type, or, when it names none, by the request asking for a stream.
+func isEventStream(contentType string, asked bool) bool {
+	const sse = "text/event-stream"
+	if contentType == "" {
+		return asked
+	}
+	return len(contentType) >= len(sse) && strings.EqualFold(contentType[:len(sse)], sse)
 }
 
 // onError answers a request the upstream did not: the hold is released and the client
@@ -101,30 +118,40 @@ func onError(w http.ResponseWriter, r *http.Request, err error) {
 	ex.fail(w, http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
 }
 
-// settler passes a successful response through and settles its hold when the body is
-// closed: on the reported usage if the body reached its end, or by release otherwise
-// (a cut stream, a client that went away, a body with no usage).
+// usageReader reads a response body's usage as it passes through.
+type usageReader interface {
+	io.Writer
+	Settlement(inputEstimate int64, end usage.End) (usage.Usage, usage.Verdict)
+}
+
+// settler passes a successful response through unchanged and, when the body is
+// closed, ends its hold as docs/proxy.md "Settlement" says: on the usage the body
+// reported, on the input estimate plus the output counted in the body, at the whole
+// reservation when the body cannot be read, and released only when the upstream
+// produced no output.
 type settler struct {
 	io.ReadCloser
 	ex     *exchange
-	stream *usage.Stream
-	buf    []byte
-	over   bool
-	eof    bool
-	once   sync.Once
+	reader usageReader
+	// dec decodes a compressed body for the reader; the client gets the bytes as sent.
+	dec *decoder
+	// undecodable: the body's encoding is one the proxy cannot decode.
+	undecodable bool
+	// n counts the body's bytes; eof is true once the upstream ended the body.
+	n    int64
+	eof  bool
+	once sync.Once
 }
 
 func (st *settler) Read(p []byte) (int, error) {
 	n, err := st.ReadCloser.Read(p)
 	if n > 0 {
-		if st.stream != nil {
-			_, _ = st.stream.Write(p[:n])
-		} else if !st.over {
-			if len(st.buf)+n > maxJSONUsageBody {
-				st.over, st.buf = true, nil
-			} else {
-				st.buf = append(st.buf, p[:n]...)
-			}
+		st.n += int64(n)
+		switch {
+		case st.dec != nil:
+			st.dec.write(p[:n])
+		case !st.undecodable:
+			_, _ = st.reader.Write(p[:n])
 		}
 	}
 	if err == io.EOF {
@@ -141,22 +168,32 @@ func (st *settler) Close() error {
 
 func (st *settler) finish() {
 	ex := st.ex
+	end := usage.Complete
+	if !st.eof {
+		end = usage.Cut
+	}
+	if st.dec != nil && st.dec.close(st.eof) != nil && st.eof {
+		end = usage.Unreadable
+	}
 	var u usage.Usage
+	verdict := usage.Reserve
 	switch {
-	case !st.eof:
-		// The body did not reach its end: the client went away or the upstream cut it.
-	case st.stream != nil:
-		if st.stream.Ended() {
-			u = st.stream.Final(ex.est.Input)
+	case st.undecodable:
+		if st.n == 0 {
+			verdict = usage.Release
 		}
-	case !st.over:
-		u = usage.FromJSON(st.buf)
+	default:
+		u, verdict = st.reader.Settlement(ex.est.Input, end)
 	}
-	if !u.Found {
+	switch verdict {
+	case usage.Settle:
+		ex.settle(u)
+	case usage.Reserve:
+		// The reservation stands: the request is charged what it reserved.
+		ex.settle(usage.Usage{Input: ex.est.Input, Output: ex.est.Output})
+	default:
 		ex.release()
-		return
 	}
-	ex.settle(u)
 }
 
 func (ex *exchange) settle(u usage.Usage) {
