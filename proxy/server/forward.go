@@ -21,9 +21,13 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			ex, _ := pr.In.Context().Value(holdKey{}).(*exchange)
-			if ex != nil && ex.route.stripPrefix != "" {
-				pr.Out.URL.Path = strings.TrimPrefix(pr.Out.URL.Path, ex.route.stripPrefix)
-				pr.Out.URL.RawPath = ""
+			if ex != nil {
+				// The path forwarded is the one classified.
+				p := ex.route.path
+				if ex.route.stripPrefix != "" {
+					p = strings.TrimPrefix(p, ex.route.stripPrefix)
+				}
+				setEscapedPath(pr.Out.URL, p)
 			}
 			pr.SetURL(up.target)
 			pr.SetXForwarded()
