@@ -53,8 +53,8 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 	}
 }
 
-// onResponse runs when the upstream's headers arrive: it reports this proxy's rate
-// limit headers, releases the hold of a failed answer, and wraps a
+// onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
+// limit headers with this proxy's, releases the hold of a failed answer, and wraps a
 // successful body so that it settles on what the body reports.
 func onResponse(resp *http.Response) error {
 	ex, _ := resp.Request.Context().Value(holdKey{}).(*exchange)
@@ -65,6 +65,7 @@ func onResponse(resp *http.Response) error {
 	ex.status = resp.StatusCode
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
+	stripUpstreamLimits(resp.Header, success)
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now())
 	if !success {
 		ex.release()
@@ -231,3 +232,22 @@ var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 3
 
 func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
 func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+
+// stripUpstreamLimits removes the upstream's rate limit headers (x-ratelimit-*,
+// anthropic-ratelimit-*, the IETF RateLimit fields): they describe the provider
+// account, not the tenant, and only this proxy's own headers describe budgets. A
+// successful answer loses Retry-After and retry-after-ms too; a failed one (an upstream
+// 429 or 503) keeps them, because they tell the client when the upstream will take the
+// request again.
+func stripUpstreamLimits(h http.Header, success bool) {
+	for k := range h {
+		if hasPrefixFold(k, "x-ratelimit") || hasPrefixFold(k, "anthropic-ratelimit") || hasPrefixFold(k, "ratelimit") ||
+			success && (strings.EqualFold(k, "retry-after") || strings.EqualFold(k, "retry-after-ms")) {
+			delete(h, k)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
