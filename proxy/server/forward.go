@@ -75,18 +75,22 @@ func onResponse(resp *http.Response) error {
 		return nil
 	}
 	st := &settler{ReadCloser: resp.Body, ex: ex}
-	if isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream) {
-		st.reader = &usage.Stream{}
-	} else {
-		st.reader = &usage.Body{}
-	}
-	switch codings, ok := contentCodings(resp.Header); {
-	case !ok:
+	resp.Body = st
+	codings, ok := contentCodings(resp.Header)
+	if !ok {
 		st.undecodable = true
-	case len(codings) > 0:
+		return nil
+	}
+	if isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream) {
+		st.stream = streamReaders.Get().(*usage.Stream)
+		st.reader = st.stream
+	} else {
+		st.body = bodyReaders.Get().(*usage.Body)
+		st.reader = st.body
+	}
+	if len(codings) > 0 {
 		st.dec = startDecoder(codings, st.reader)
 	}
-	resp.Body = st
 	return nil
 }
 
@@ -123,6 +127,28 @@ func onError(w http.ResponseWriter, r *http.Request, err error) {
 	ex.fail(w, http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
 }
 
+// The usage readers are lent to each response and given back when it settles: a
+// reader holds about a kilobyte, on every charged answer.
+var (
+	bodyReaders   = sync.Pool{New: func() any { return new(usage.Body) }}
+	streamReaders = sync.Pool{New: func() any { return new(usage.Stream) }}
+)
+
+// giveBack returns the reader to its pool; the settler reads nothing more.
+func (st *settler) giveBack() {
+	st.reader = nil
+	if st.body != nil {
+		st.body.Reset()
+		bodyReaders.Put(st.body)
+		st.body = nil
+	}
+	if st.stream != nil {
+		st.stream.Reset()
+		streamReaders.Put(st.stream)
+		st.stream = nil
+	}
+}
+
 // usageReader reads a response body's usage as it passes through.
 type usageReader interface {
 	io.Writer
@@ -138,6 +164,9 @@ type settler struct {
 	io.ReadCloser
 	ex     *exchange
 	reader usageReader
+	// body or stream is the reader, lent by a pool.
+	body   *usage.Body
+	stream *usage.Stream
 	// dec decodes a compressed body for the reader; the client gets the bytes as sent.
 	dec *decoder
 	// undecodable: the body's encoding is one the proxy cannot decode.
@@ -155,7 +184,7 @@ func (st *settler) Read(p []byte) (int, error) {
 		switch {
 		case st.dec != nil:
 			st.dec.write(p[:n])
-		case !st.undecodable:
+		case st.reader != nil:
 			_, _ = st.reader.Write(p[:n])
 		}
 	}
@@ -190,6 +219,7 @@ func (st *settler) finish() {
 	default:
 		u, verdict = st.reader.Settlement(ex.est.Input, end)
 	}
+	st.giveBack()
 	switch verdict {
 	case usage.Settle:
 		ex.settle(u)

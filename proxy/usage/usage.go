@@ -67,6 +67,9 @@ type Body struct {
 	valid  bool
 }
 
+// Reset makes b ready for a new body, so that a reader can be reused.
+func (b *Body) Reset() { *b = Body{sc: scanner{kindsX: b.sc.kindsX[:0]}} }
+
 // Write feeds bytes of the body; it never fails.
 func (b *Body) Write(p []byte) (int, error) {
 	if !b.init {
@@ -157,6 +160,9 @@ const (
 	lnData               // in the value
 	lnSkip               // in a line that is not data
 )
+
+// Reset makes s ready for a new stream, so that a reader can be reused.
+func (s *Stream) Reset() { *s = Stream{sc: scanner{kindsX: s.sc.kindsX[:0]}} }
 
 // Write feeds bytes of the stream; it never fails.
 func (s *Stream) Write(p []byte) (int, error) {
