@@ -134,6 +134,9 @@ var _ = Describe("Hostile clients", func() {
 		Entry("an answer in an encoding the proxy cannot decode is charged its whole reservation",
 			attack{llm: with(usage100and20, func(b *fakellm.Behaviour) { b.Encoding = "br" }), header: []string{"Accept-Encoding", "br"},
 				charged: chargedExactly(108)}),
+		Entry("an answer labelled gzip that is not gzip is charged its whole reservation",
+			attack{llm: with(usage100and20, func(b *fakellm.Behaviour) { b.Header = map[string]string{"Content-Encoding": "gzip"} }),
+				header: []string{"Accept-Encoding", "gzip"}, charged: chargedExactly(108)}),
 
 		// Huge answers.
 		Entry("an answer over 8 MiB is charged its usage",
