@@ -4,6 +4,7 @@
 package server_test
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"log/slog"
@@ -311,6 +312,38 @@ func BenchmarkHandlerStream(b *testing.B) {
 		for pb.Next() {
 			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
 			req.Header.Set("Authorization", "Bearer sk-alice")
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
+
+// BenchmarkHandlerGzip is BenchmarkHandler with a gzip answer, as a client that
+// accepts gzip gets from many providers: the answer is decoded beside the copy.
+func BenchmarkHandlerGzip(b *testing.B) {
+	var zb strings.Builder
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}],"usage":{"prompt_tokens":20,"completion_tokens":5}}`))
+	_ = zw.Close()
+	body := []byte(zb.String())
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(body)
+	}))
+	defer backend.Close()
+	srv := newBenchServer(b, backend.URL)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
+			req.Header.Set("Authorization", "Bearer sk-alice")
+			req.Header.Set("Accept-Encoding", "gzip, deflate")
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, req)
 			if w.Code != 200 {

@@ -5,6 +5,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // A compressed response reaches the client as the upstream sent it; a decoder beside
@@ -95,68 +97,64 @@ var errCut = errors.New("the response body was cut")
 // errDecoded tells a late write that the decoder has finished.
 var errDecoded = errors.New("the response body is decoded")
 
-// decoder decompresses a body on its own goroutine: the bytes the client gets are
-// written to a pipe, and the decompressed bytes go to the usage reader. A write
-// returns once the decoder has taken the bytes, so the decoder never holds more than
-// its window, and a decoder that has stopped (the end of its data, or an error) makes
-// every later write return at once.
+// decoder decompresses a compressed body for the usage reader; the client gets the
+// bytes as the upstream sent them. A body that fits one copy buffer (most answers
+// that are not streams) is held compressed and decoded when it ends, on the caller's
+// goroutine. A longer one is decoded as it passes, on a goroutine of its own fed by a
+// pipe: a write returns once the decoder has taken the bytes, so the decoder never
+// holds more than its window, and a decoder that has stopped (the end of its data,
+// or an error) makes every later write return at once.
 type decoder struct {
+	codings []string
+	dst     io.Writer
+	// held is the compressed body so far, in a buffer lent by copyBuffers, until it
+	// outgrows the buffer.
+	held []byte
 	pw   *io.PipeWriter
 	done chan struct{}
-	// err is the decoder's error, read after done is closed.
+	// err is the decoder goroutine's error, read after done is closed.
 	err error
 }
 
-func startDecoder(codings []string, dst io.Writer) *decoder {
-	pr, pw := io.Pipe()
-	d := &decoder{pw: pw, done: make(chan struct{})}
-	go d.run(pr, codings, dst)
-	return d
-}
-
-func (d *decoder) run(pr *io.PipeReader, codings []string, dst io.Writer) {
-	defer close(d.done)
-	var r io.Reader = pr
-	var err error
-	for i := len(codings) - 1; i >= 0 && err == nil; i-- {
-		r, err = decodingReader(codings[i], r)
-	}
-	if err == nil {
-		buf := copyBuffers.Get()
-		_, err = io.CopyBuffer(dst, r, buf)
-		copyBuffers.Put(buf)
-	}
-	if errors.Is(err, io.EOF) {
-		// An empty body: nothing to decode.
-		err = nil
-	}
-	d.err = err
-	pr.CloseWithError(errDecoded)
-}
-
-// decodingReader decodes one coding. HTTP's deflate is zlib (RFC 9110), but some
-// servers send raw deflate: the first two bytes tell which.
-func decodingReader(coding string, r io.Reader) (io.Reader, error) {
-	if coding == "gzip" {
-		return gzip.NewReader(r)
-	}
-	br := bufio.NewReader(r)
-	head, err := br.Peek(2)
-	if err != nil {
-		return nil, err
-	}
-	if head[0]&0x0f == 8 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 {
-		return zlib.NewReader(br)
-	}
-	return flate.NewReader(br), nil
+func newDecoder(codings []string, dst io.Writer) *decoder {
+	return &decoder{codings: codings, dst: dst, held: copyBuffers.Get()[:0]}
 }
 
 // write passes the next bytes of the body to the decoder.
-func (d *decoder) write(p []byte) { _, _ = d.pw.Write(p) }
+func (d *decoder) write(p []byte) {
+	if d.pw == nil {
+		if len(d.held)+len(p) <= cap(d.held) {
+			d.held = append(d.held, p...)
+			return
+		}
+		pr, pw := io.Pipe()
+		d.pw, d.done = pw, make(chan struct{})
+		go func() {
+			defer close(d.done)
+			d.err = decode(pr, d.codings, d.dst)
+			pr.CloseWithError(errDecoded)
+		}()
+		_, _ = d.pw.Write(d.held)
+		d.giveBack()
+	}
+	_, _ = d.pw.Write(p)
+}
 
-// close ends the decoder's input (at the body's end, or cut) and waits for it to
-// finish; it returns the decoder's error, if any.
+func (d *decoder) giveBack() {
+	if d.held != nil {
+		copyBuffers.Put(d.held[:cap(d.held)])
+		d.held = nil
+	}
+}
+
+// close ends the decoder's input (at the body's end, or cut) and returns once every
+// byte it got is decoded, with the decoder's error, if any.
 func (d *decoder) close(eof bool) error {
+	if d.pw == nil {
+		err := decode(bytes.NewReader(d.held), d.codings, d.dst)
+		d.giveBack()
+		return err
+	}
 	if eof {
 		_ = d.pw.Close()
 	} else {
@@ -164,4 +162,88 @@ func (d *decoder) close(eof bool) error {
 	}
 	<-d.done
 	return d.err
+}
+
+// decode decodes r, compressed with codings in that order, into dst. An empty body
+// decodes to nothing.
+func decode(r io.Reader, codings []string, dst io.Writer) error {
+	var err error
+	var used []pooled
+	for i := len(codings) - 1; i >= 0 && err == nil; i-- {
+		var p pooled
+		if p, err = decodingReader(codings[i], r); p.r != nil {
+			r = p.r
+			used = append(used, p)
+		}
+	}
+	if err == nil {
+		buf := copyBuffers.Get()
+		_, err = io.CopyBuffer(dst, r, buf)
+		copyBuffers.Put(buf)
+	}
+	for _, p := range used {
+		p.pool.Put(p.r)
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// Decompressors hold tens of kilobytes of state: they are reused.
+var (
+	gzipReaders  sync.Pool
+	zlibReaders  sync.Pool
+	flateReaders sync.Pool
+)
+
+// pooled is a decompressor and the pool it goes back to.
+type pooled struct {
+	r    io.Reader
+	pool *sync.Pool
+}
+
+// decodingReader decodes one coding. HTTP's deflate is zlib (RFC 9110), but some
+// servers send raw deflate: the first two bytes tell which.
+func decodingReader(coding string, r io.Reader) (pooled, error) {
+	if coding == "gzip" {
+		if zr, ok := gzipReaders.Get().(*gzip.Reader); ok {
+			if err := zr.Reset(r); err != nil {
+				gzipReaders.Put(zr)
+				return pooled{}, err
+			}
+			return pooled{zr, &gzipReaders}, nil
+		}
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return pooled{}, err
+		}
+		return pooled{zr, &gzipReaders}, nil
+	}
+	br := bufio.NewReader(r)
+	head, err := br.Peek(2)
+	if err != nil {
+		return pooled{}, err
+	}
+	if head[0]&0x0f == 8 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 {
+		if zr, ok := zlibReaders.Get().(io.Reader); ok {
+			if err := zr.(zlib.Resetter).Reset(br, nil); err != nil {
+				zlibReaders.Put(zr)
+				return pooled{}, err
+			}
+			return pooled{zr, &zlibReaders}, nil
+		}
+		zr, err := zlib.NewReader(br)
+		if err != nil {
+			return pooled{}, err
+		}
+		return pooled{zr, &zlibReaders}, nil
+	}
+	if fr, ok := flateReaders.Get().(io.Reader); ok {
+		if err := fr.(flate.Resetter).Reset(br, nil); err != nil {
+			return pooled{}, err
+		}
+		return pooled{fr, &flateReaders}, nil
+	}
+	return pooled{flate.NewReader(br), &flateReaders}, nil
 }

@@ -89,7 +89,7 @@ func onResponse(resp *http.Response) error {
 		st.reader = st.body
 	}
 	if len(codings) > 0 {
-		st.dec = startDecoder(codings, st.reader)
+		st.dec = newDecoder(codings, st.reader)
 	}
 	return nil
 }

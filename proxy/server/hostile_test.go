@@ -141,6 +141,9 @@ var _ = Describe("Hostile clients", func() {
 		// Huge answers.
 		Entry("an answer over 8 MiB is charged its usage",
 			attack{llm: with(usage100and20, func(b *fakellm.Behaviour) { b.PadBytes = 9 << 20 }), charged: chargedExactly(120)}),
+		Entry("a gzip answer that decompresses to 64 MiB is charged its usage",
+			attack{llm: with(usage100and20, func(b *fakellm.Behaviour) { b.Encoding, b.PadBytes = "gzip", 64<<20 }),
+				header: []string{"Accept-Encoding", "gzip"}, charged: chargedExactly(120)}),
 		Entry("a Responses stream whose response.completed line is over 1 MiB is charged its usage",
 			attack{llm: with(usage100and20, func(b *fakellm.Behaviour) { b.PadBytes = 2 << 20 }), path: "/v1/responses",
 				body: `{"model":"m","stream":true,"max_output_tokens":1000,"input":"hello there"}`, charged: chargedExactly(120)}),
