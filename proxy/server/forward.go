@@ -206,8 +206,11 @@ func (st *settler) finish() {
 	if !st.eof {
 		end = usage.Cut
 	}
-	if st.dec != nil && st.dec.close(st.eof) != nil && st.eof {
-		end = usage.Unreadable
+	if st.dec != nil {
+		if st.dec.close(st.eof) != nil && st.eof {
+			end = usage.Unreadable
+		}
+		st.dec = nil
 	}
 	var u usage.Usage
 	verdict := usage.Reserve
