@@ -329,7 +329,7 @@ func (s *scanner) write(p []byte) {
 			}
 		case stArrFirst:
 			if c == ']' {
-				s.close(false)
+				s.close()
 			} else if !isSpace(c) {
 				s.value(c)
 			}
@@ -339,7 +339,7 @@ func (s *scanner) write(p []byte) {
 			case c == '"':
 				s.startKey()
 			case c == '}' && s.state == stObjFirst:
-				s.close(true)
+				s.close()
 			default:
 				s.bad = true
 			}
@@ -362,7 +362,7 @@ func (s *scanner) write(p []byte) {
 					s.state, s.cur = stValue, elem(s.top())
 				}
 			case c == '}' && object, c == ']' && !object:
-				s.close(object)
+				s.close()
 			default:
 				s.bad = true
 			}
@@ -469,7 +469,7 @@ func (s *scanner) open(object bool) {
 	}
 }
 
-func (s *scanner) close(object bool) {
+func (s *scanner) close() {
 	if s.depth == s.usageDepth {
 		if s.rep.has != 0 && s.nreports < maxReports {
 			s.reports[s.nreports] = s.rep
@@ -480,7 +480,6 @@ func (s *scanner) close(object bool) {
 	if s.depth == s.allText {
 		s.allText = 0
 	}
-	_ = object
 	s.depth--
 	s.valueDone()
 }
