@@ -57,15 +57,16 @@ var _ = Describe("Admission and settlement", func() {
 		Expect(r.header.Get("X-Ratelimit-Tokens-Remaining")).To(Equal(strconv.Itoa(5000 - 16 - 4096)))
 	})
 
-	It("releases the whole hold when the backend reports no usage", func() {
+	It("settles an answer without usage on the input estimate plus the output it carries", func() {
 		h := newHarness(keysDoc + `
   limits:
     per_api_key: {tokens_per_minute: 6000}
 `)
 		h.llm.Set(fakellm.Behaviour{OmitUsage: true, OutputTokens: 5})
 		Expect(h.chat("sk-alice", 100).code).To(Equal(200))
-		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 6000) }).Should(BeNumerically("~", 6000, 0.01))
-		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(1.0))
+		// The input estimate; "word word word word word" is 24 bytes, 6 tokens.
+		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 6000) }).Should(BeNumerically("~", 6000-chatInput-6, 0.01))
+		Expect(counter(h.m.Settlements.WithLabelValues("settled"))).To(Equal(1.0))
 	})
 
 	It("releases the hold of a failed answer and passes the backend's error through", func() {

@@ -4,6 +4,7 @@
 package server_test
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"log/slog"
@@ -275,6 +276,74 @@ func BenchmarkHandler(b *testing.B) {
 		for pb.Next() {
 			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
 			req.Header.Set("Authorization", "Bearer sk-alice")
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
+
+// streamBackend answers every request with a 50-delta chat completion stream that
+// reports its usage.
+func streamBackend() *httptest.Server {
+	var sb strings.Builder
+	for i := 0; i < 50; i++ {
+		sb.WriteString(`data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n")
+	}
+	sb.WriteString(`data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":1730000000,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":50}}` + "\n\ndata: [DONE]\n\n")
+	body := []byte(sb.String())
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(body)
+	}))
+}
+
+// BenchmarkHandlerStream is BenchmarkHandler with a streamed answer of 50 deltas.
+func BenchmarkHandlerStream(b *testing.B) {
+	backend := streamBackend()
+	defer backend.Close()
+	srv := newBenchServer(b, backend.URL)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
+			req.Header.Set("Authorization", "Bearer sk-alice")
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
+
+// BenchmarkHandlerGzip is BenchmarkHandler with a gzip answer, as a client that
+// accepts gzip gets from many providers: the answer is decoded beside the copy.
+func BenchmarkHandlerGzip(b *testing.B) {
+	var zb strings.Builder
+	zw := gzip.NewWriter(&zb)
+	_, _ = zw.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}],"usage":{"prompt_tokens":20,"completion_tokens":5}}`))
+	_ = zw.Close()
+	body := []byte(zb.String())
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(body)
+	}))
+	defer backend.Close()
+	srv := newBenchServer(b, backend.URL)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
+			req.Header.Set("Authorization", "Bearer sk-alice")
+			req.Header.Set("Accept-Encoding", "gzip, deflate")
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, req)
 			if w.Code != 200 {

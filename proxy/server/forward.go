@@ -17,20 +17,22 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
-// maxJSONUsageBody bounds how much of a non-streamed response is kept to read its
-// usage; a larger body passes through and releases its hold.
-const maxJSONUsageBody = 8 << 20
-
 func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			ex, _ := pr.In.Context().Value(holdKey{}).(*exchange)
-			if ex != nil && ex.route.stripPrefix != "" {
-				pr.Out.URL.Path = strings.TrimPrefix(pr.Out.URL.Path, ex.route.stripPrefix)
-				pr.Out.URL.RawPath = ""
+			if ex != nil {
+				// The path forwarded is the one classified.
+				p := ex.route.path
+				if ex.route.stripPrefix != "" {
+					p = strings.TrimPrefix(p, ex.route.stripPrefix)
+				}
+				setEscapedPath(pr.Out.URL, p)
 			}
 			pr.SetURL(up.target)
 			pr.SetXForwarded()
+			// Only encodings the usage reader can decode are offered upstream.
+			offerEncodings(pr.Out.Header)
 			// The client's credential is tokenwarden's; it never reaches the backend.
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
@@ -51,9 +53,9 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 	}
 }
 
-// onResponse runs when the upstream's headers arrive: it reports this proxy's rate
-// limit headers, releases the hold of a failed answer, and wraps a successful body so
-// that it settles on the usage the body reports.
+// onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
+// limit headers with this proxy's, releases the hold of a failed answer, and wraps a
+// successful body so that it settles on what the body reports.
 func onResponse(resp *http.Response) error {
 	ex, _ := resp.Request.Context().Value(holdKey{}).(*exchange)
 	if ex == nil {
@@ -62,8 +64,10 @@ func onResponse(resp *http.Response) error {
 	s := ex.s
 	ex.status = resp.StatusCode
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
+	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
+	stripUpstreamLimits(resp.Header, success)
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now())
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if !success {
 		ex.release()
 		return nil
 	}
@@ -71,11 +75,33 @@ func onResponse(resp *http.Response) error {
 		return nil
 	}
 	st := &settler{ReadCloser: resp.Body, ex: ex}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		st.stream = &usage.Stream{}
-	}
 	resp.Body = st
+	codings, ok := contentCodings(resp.Header)
+	if !ok {
+		st.undecodable = true
+		return nil
+	}
+	if isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream) {
+		st.stream = streamReaders.Get().(*usage.Stream)
+		st.reader = st.stream
+	} else {
+		st.body = bodyReaders.Get().(*usage.Body)
+		st.reader = st.body
+	}
+	if len(codings) > 0 {
+		st.dec = newDecoder(codings, st.reader)
+	}
 	return nil
+}
+
+// isEventStream reports whether a response is a server-sent-events stream: by its
+// Content-Type, or, when it names none, by the request asking for a stream.
+func isEventStream(contentType string, asked bool) bool {
+	const sse = "text/event-stream"
+	if contentType == "" {
+		return asked
+	}
+	return len(contentType) >= len(sse) && strings.EqualFold(contentType[:len(sse)], sse)
 }
 
 // onError answers a request the upstream did not: the hold is released and the client
@@ -101,30 +127,65 @@ func onError(w http.ResponseWriter, r *http.Request, err error) {
 	ex.fail(w, http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
 }
 
-// settler passes a successful response through and settles its hold when the body is
-// closed: on the reported usage if the body reached its end, or by release otherwise
-// (a cut stream, a client that went away, a body with no usage).
+// The usage readers are lent to each response and given back when it settles: a
+// reader holds about a kilobyte, on every charged answer.
+var (
+	bodyReaders   = sync.Pool{New: func() any { return new(usage.Body) }}
+	streamReaders = sync.Pool{New: func() any { return new(usage.Stream) }}
+)
+
+// giveBack returns the reader to its pool; the settler reads nothing more.
+func (st *settler) giveBack() {
+	st.reader = nil
+	if st.body != nil {
+		st.body.Reset()
+		bodyReaders.Put(st.body)
+		st.body = nil
+	}
+	if st.stream != nil {
+		st.stream.Reset()
+		streamReaders.Put(st.stream)
+		st.stream = nil
+	}
+}
+
+// usageReader reads a response body's usage as it passes through.
+type usageReader interface {
+	io.Writer
+	Settlement(inputEstimate int64, end usage.End) (usage.Usage, usage.Verdict)
+}
+
+// settler passes a successful response through unchanged and, when the body is
+// closed, ends its hold as docs/proxy.md "Settlement" says: on the usage the body
+// reported, on the input estimate plus the output counted in the body, at the whole
+// reservation when the body cannot be read, and released only when the upstream
+// produced no output.
 type settler struct {
 	io.ReadCloser
 	ex     *exchange
+	reader usageReader
+	// body or stream is the reader, lent by a pool.
+	body   *usage.Body
 	stream *usage.Stream
-	buf    []byte
-	over   bool
-	eof    bool
-	once   sync.Once
+	// dec decodes a compressed body for the reader; the client gets the bytes as sent.
+	dec *decoder
+	// undecodable: the body's encoding is one the proxy cannot decode.
+	undecodable bool
+	// n counts the body's bytes; eof is true once the upstream ended the body.
+	n    int64
+	eof  bool
+	once sync.Once
 }
 
 func (st *settler) Read(p []byte) (int, error) {
 	n, err := st.ReadCloser.Read(p)
 	if n > 0 {
-		if st.stream != nil {
-			_, _ = st.stream.Write(p[:n])
-		} else if !st.over {
-			if len(st.buf)+n > maxJSONUsageBody {
-				st.over, st.buf = true, nil
-			} else {
-				st.buf = append(st.buf, p[:n]...)
-			}
+		st.n += int64(n)
+		switch {
+		case st.dec != nil:
+			st.dec.write(p[:n])
+		case st.reader != nil:
+			_, _ = st.reader.Write(p[:n])
 		}
 	}
 	if err == io.EOF {
@@ -141,22 +202,36 @@ func (st *settler) Close() error {
 
 func (st *settler) finish() {
 	ex := st.ex
-	var u usage.Usage
-	switch {
-	case !st.eof:
-		// The body did not reach its end: the client went away or the upstream cut it.
-	case st.stream != nil:
-		if st.stream.Ended() {
-			u = st.stream.Final(ex.est.Input)
+	end := usage.Complete
+	if !st.eof {
+		end = usage.Cut
+	}
+	if st.dec != nil {
+		if st.dec.close(st.eof) != nil && st.eof {
+			end = usage.Unreadable
 		}
-	case !st.over:
-		u = usage.FromJSON(st.buf)
+		st.dec = nil
 	}
-	if !u.Found {
+	var u usage.Usage
+	verdict := usage.Reserve
+	switch {
+	case st.undecodable:
+		if st.n == 0 {
+			verdict = usage.Release
+		}
+	default:
+		u, verdict = st.reader.Settlement(ex.est.Input, end)
+	}
+	st.giveBack()
+	switch verdict {
+	case usage.Settle:
+		ex.settle(u)
+	case usage.Reserve:
+		// The reservation stands: the request is charged what it reserved.
+		ex.settle(usage.Usage{Input: ex.est.Input, Output: ex.est.Output})
+	default:
 		ex.release()
-		return
 	}
-	ex.settle(u)
 }
 
 func (ex *exchange) settle(u usage.Usage) {
@@ -190,3 +265,22 @@ var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 3
 
 func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
 func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+
+// stripUpstreamLimits removes the upstream's rate limit headers (x-ratelimit-*,
+// anthropic-ratelimit-*, the IETF RateLimit fields): they describe the provider
+// account, not the tenant, and only this proxy's own headers describe budgets. A
+// successful answer loses Retry-After and retry-after-ms too; a failed one (an upstream
+// 429 or 503) keeps them, because they tell the client when the upstream will take the
+// request again.
+func stripUpstreamLimits(h http.Header, success bool) {
+	for k := range h {
+		if hasPrefixFold(k, "x-ratelimit") || hasPrefixFold(k, "anthropic-ratelimit") || hasPrefixFold(k, "ratelimit") ||
+			success && (strings.EqualFold(k, "retry-after") || strings.EqualFold(k, "retry-after-ms")) {
+			delete(h, k)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}

@@ -105,7 +105,7 @@ var _ = Describe("A fleet on one Redis", func() {
 
 	It("keeps serving within the replica's share when Redis dies under load, and returns to Redis", func() {
 		h := newHarness(keysDoc)
-		h.llm.Set(fakellmNoUsage(20 * time.Millisecond))
+		h.llm.Set(fakellmZeroUsage(20 * time.Millisecond))
 		p := newRedisProxy(h, redis.URL(), fmt.Sprintf("fleet%d", redisPrefixes.Add(1)), true, redisDoc(redis.URL(), true, "100000"))
 		send := via(h, p.url)
 
@@ -142,7 +142,7 @@ var _ = Describe("A fleet on one Redis", func() {
 			return true
 		})
 		Expect(counterValue(p.m.RedisUnavailableVec.WithLabelValues("team", "fallback_memory"))).To(BeNumerically(">", 0))
-		// No hold leaked: every request released its hold, on the backend that took it.
+		// No hold leaked: every request's hold was refunded whole, on the backend that took it.
 		Eventually(func() float64 {
 			l, ok := p.mem.Level(budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"})
 			if !ok {

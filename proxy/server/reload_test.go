@@ -44,14 +44,14 @@ var _ = Describe("Hot reload", func() {
 		h.llm.Set(fakellm.Behaviour{InputTokens: 4500})
 		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
 		Expect(h.apply(teamDoc("12000"))).To(Succeed())
-		h.llm.Set(fakellm.Behaviour{OmitUsage: true})
-		Expect(h.chat("sk-bob", 1).code).To(Equal(200)) // its hold is released: only the rebuild shows
+		h.llm.Set(fakellm.Behaviour{Status: 500})
+		Expect(h.chat("sk-bob", 1).code).To(Equal(500)) // its hold is released: only the rebuild shows
 		Eventually(func() float64 { return teamLevel(h, 12000) }).Should(BeNumerically("~", 3000, 0.01))
 	})
 
 	It("settles a hold taken before the reload on the parameters it recorded", func() {
 		h := newHarness(teamDoc("6000"))
-		h.llm.Set(fakellm.Behaviour{OmitUsage: true, Latency: 200e6})
+		h.llm.Set(fakellm.Behaviour{Status: 500, Latency: 200e6}) // each hold is released
 		done := make(chan int)
 		go func() { done <- h.chat("sk-alice", 3000-chatInput).code }() // holds 3000 of 6000
 		Eventually(func() float64 { return teamLevel(h, 6000) }).Should(BeNumerically("~", 3000, 0.01))
@@ -59,8 +59,8 @@ var _ = Describe("Hot reload", func() {
 		doneB := make(chan int)
 		go func() { doneB <- h.chat("sk-bob", 1).code }() // rebuilds the bucket, holds chatEstimate(1)
 		Eventually(func() float64 { return teamLevel(h, 3000) }).Should(BeNumerically("~", 1500-chatEstimate(1), 0.01))
-		Eventually(done).Should(Receive(Equal(200)))
-		Eventually(doneB).Should(Receive(Equal(200)))
+		Eventually(done).Should(Receive(Equal(500)))
+		Eventually(doneB).Should(Receive(Equal(500)))
 		// The first release returns its 3000 of 6000, which is 1500 of 3000: whole again.
 		Expect(teamLevel(h, 3000)).To(BeNumerically("~", 3000, 0.01))
 	})

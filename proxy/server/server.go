@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ type route struct {
 	charged bool
 	// stripPrefix is removed from the path before forwarding (/anthropic).
 	stripPrefix string
+	// path is the canonical escaped path: the one classified, and forwarded.
+	path string
 }
 
 var chargedRoutes = map[string]route{
@@ -55,17 +58,27 @@ var chargedRoutes = map[string]route{
 	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: Anthropic, charged: true, stripPrefix: "/anthropic"},
 }
 
-func classify(path string) route {
-	if r, ok := chargedRoutes[strings.TrimSuffix(path, "/")]; ok {
+// classify reads a request path in its canonical form (paths.go): a charged route
+// under any spelling that reads as one is that route, forwarded as its own path.
+func classify(u *url.URL) route {
+	p := canonicalPath(u.EscapedPath())
+	if r, ok := chargedRoutes[p]; ok {
+		r.path = r.name
 		return r
 	}
-	switch {
-	case strings.HasPrefix(path, "/anthropic/"):
-		return route{name: "other", family: Anthropic, stripPrefix: "/anthropic"}
-	case strings.HasPrefix(path, "/v1/messages/"):
-		return route{name: "other", family: Anthropic}
+	if alt, ok := readThrough(p); ok {
+		if r, ok := chargedRoutes[alt]; ok {
+			r.path = r.name
+			return r
+		}
 	}
-	return route{name: "other", family: OpenAI}
+	switch {
+	case strings.HasPrefix(p, "/anthropic/"):
+		return route{name: "other", family: Anthropic, stripPrefix: "/anthropic", path: p}
+	case strings.HasPrefix(p, "/v1/messages/"):
+		return route{name: "other", family: Anthropic, path: p}
+	}
+	return route{name: "other", family: OpenAI, path: p}
 }
 
 // Options configure a Server.
@@ -182,7 +195,7 @@ type exchange struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.clock.Now()
 	rt := s.rt.Load()
-	rtInfo := classify(r.URL.Path)
+	rtInfo := classify(r.URL)
 	ex := &exchange{s: s, rt: rt, route: rtInfo, start: start}
 	defer func() {
 		// Every path that ends without settlement releases: an upstream error, a panic

@@ -129,6 +129,21 @@ func (h *harness) doAt(base, method, path, key string, body string, hdr ...strin
 	return r
 }
 
+// post sends a request to the proxy and returns the response unread.
+func (h *harness) post(path, key, body string, hdr ...string) *http.Response {
+	GinkgoHelper()
+	req, err := http.NewRequest("POST", h.front.URL+path, strings.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	return resp
+}
+
 func (h *harness) chat(key string, maxTokens int, extra ...string) reply {
 	GinkgoHelper()
 	return h.chatAt(h.front.URL, key, maxTokens, extra...)
@@ -170,6 +185,8 @@ func fakellmUsage(in, out int64) fakellm.Behaviour {
 	return fakellm.Behaviour{InputTokens: in, OutputTokens: out}
 }
 
-func fakellmNoUsage(latency time.Duration) fakellm.Behaviour {
-	return fakellm.Behaviour{OmitUsage: true, Latency: latency}
+// fakellmZeroUsage answers after latency reporting no tokens used: each hold is
+// refunded whole.
+func fakellmZeroUsage(latency time.Duration) fakellm.Behaviour {
+	return fakellm.Behaviour{Latency: latency}
 }

@@ -56,21 +56,34 @@ var _ = Describe("Streams", func() {
 		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000-(chatInput+2)-40, 0.01))
 	})
 
-	It("releases a stream the backend cuts before its end", func() {
+	It("settles a stream the backend cuts after some deltas on the input estimate plus the counted deltas", func() {
 		h := newHarness(streamDoc)
 		h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 50, CutAfter: 3})
+		resp := h.post("/v1/chat/completions", "sk-alice", `{"model":"m","stream":true,"max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`)
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// 20 input tokens estimated (keys, strings, the ceiling, the floor); 3 deltas of
+		// "word " are 2 tokens each.
+		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000-20-6, 0.01))
+		Expect(counter(h.m.Settlements.WithLabelValues("settled"))).To(Equal(1.0))
+	})
+
+	It("releases a stream the backend cuts before its first delta", func() {
+		h := newHarness(streamDoc)
+		h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 50, CutAtStart: true})
 		req, _ := http.NewRequest("POST", h.front.URL+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","stream":true,"max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer sk-alice")
-		resp, err := http.DefaultClient.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		_, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
+		// No byte reached the proxy's client: the proxy drops the connection too.
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
 		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000, 0.01))
 		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(1.0))
 	})
 
-	It("releases a stream the client abandons", func() {
+	It("settles a stream the client abandons on the input it reported plus the deltas it carried", func() {
 		h := newHarness(streamDoc)
 		h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 1000, ChunkDelay: 5 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
@@ -86,9 +99,11 @@ var _ = Describe("Streams", func() {
 		Expect(minuteLevel(h)()).To(BeNumerically("<", 60000-2000), "the hold is taken while the stream runs")
 		cancel()
 		resp.Body.Close()
-		Eventually(minuteLevel(h)).Should(BeNumerically("~", 60000, 0.01))
-		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(1.0))
-		Expect(counter(h.m.Settlements.WithLabelValues("settled"))).To(Equal(0.0))
+		Eventually(func() float64 { return counter(h.m.Settlements.WithLabelValues("settled")) }).Should(Equal(1.0))
+		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(0.0))
+		// message_start reported 100 input tokens; each delta the proxy passed is 2.
+		Expect(minuteLevel(h)()).To(BeNumerically("<=", 60000-100-2))
+		Expect(minuteLevel(h)()).To(BeNumerically(">", 60000-100-2*1000))
 	})
 })
 

@@ -1,21 +1,19 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package usage reads the token usage a backend reports: from a JSON response body,
-// and from a server-sent-events stream as it passes through, without buffering it.
-// It knows OpenAI chat and completions (usage.prompt_tokens, completion_tokens), the
-// Responses API (response.completed's usage.input_tokens, output_tokens) and Anthropic
-// messages (message_start usage plus message_delta usage, cache fields included).
+// Package usage reads the token usage a backend reports as the response passes
+// through, from a JSON body or a server-sent-events stream of any size, with bounded
+// memory. It knows OpenAI chat and completions (usage.prompt_tokens,
+// completion_tokens), the Responses API (usage.input_tokens, output_tokens, in the body
+// or in response.completed) and Anthropic messages (message_start usage plus
+// message_delta usage, cache fields included). It also counts the generated text it
+// sees, and says how a response's reservation ends: settled on the usage, released,
+// or kept whole.
 package usage
 
-import (
-	"bytes"
-	"encoding/json"
+import "bytes"
 
-	"github.com/tokenwarden/tokenwarden/proxy/estimate"
-)
-
-// Usage is what a backend reported for one request.
+// Usage is what a backend reported, or what was counted, for one request.
 type Usage struct {
 	// Input counts every input token the backend read, cached ones included.
 	Input int64
@@ -28,93 +26,126 @@ type Usage struct {
 // Total is the tokens the request consumed.
 func (u Usage) Total() int64 { return u.Input + u.Output }
 
-// raw is the union of the usage objects of the three API families.
-type raw struct {
-	PromptTokens     *int64 `json:"prompt_tokens"`
-	CompletionTokens *int64 `json:"completion_tokens"`
-	InputTokens      *int64 `json:"input_tokens"`
-	OutputTokens     *int64 `json:"output_tokens"`
-	// Anthropic reports cached input apart from input_tokens.
-	CacheCreation *int64 `json:"cache_creation_input_tokens"`
-	CacheRead     *int64 `json:"cache_read_input_tokens"`
-}
+// End is how a response body ended.
+type End uint8
 
-// merge applies the fields a report carries onto u; absent fields keep their value, so
-// Anthropic's message_delta (cumulative output, sometimes input) updates message_start.
-func (r *raw) merge(u *Usage, cache *[2]int64, input *int64) {
-	if r == nil {
-		return
-	}
-	touched := false
-	if r.PromptTokens != nil {
-		*input, cache[0], cache[1] = *r.PromptTokens, 0, 0
-		touched = true
-	}
-	if r.InputTokens != nil {
-		*input = *r.InputTokens
-		touched = true
-	}
-	if r.CacheCreation != nil {
-		cache[0] = *r.CacheCreation
-		touched = true
-	}
-	if r.CacheRead != nil {
-		cache[1] = *r.CacheRead
-		touched = true
-	}
-	if r.CompletionTokens != nil {
-		u.Output = *r.CompletionTokens
-		touched = true
-	}
-	if r.OutputTokens != nil {
-		u.Output = *r.OutputTokens
-		touched = true
-	}
-	if touched {
-		u.Found = true
-		u.Input = *input + cache[0] + cache[1]
-	}
-}
+const (
+	// Complete: the upstream sent the whole body and every byte was read.
+	Complete End = iota
+	// Cut: the body stopped early; the client went away or the upstream broke off.
+	Cut
+	// Unreadable: bytes of the body could not be decoded (a corrupt compressed body).
+	Unreadable
+)
 
-// FromJSON reads the usage of a non-streamed response body of any of the three
-// families. Only the usage objects are decoded; the rest of the body is skipped.
+// Verdict is how a response's reservation ends.
+type Verdict uint8
+
+const (
+	// Release returns the whole reservation: the upstream produced no output.
+	Release Verdict = iota
+	// Settle replaces the reservation with the Usage.
+	Settle
+	// Reserve keeps the whole reservation: the upstream produced output whose usage
+	// cannot be read.
+	Reserve
+)
+
+// FromJSON reads the usage a non-streamed response body reports.
 func FromJSON(body []byte) Usage {
+	var b Body
+	_, _ = b.Write(body)
+	return b.Usage()
+}
+
+// Body follows a non-streamed JSON response as it passes through Write, keeping only
+// the usage it reports and a count of the text it carries.
+type Body struct {
+	sc     scanner
+	init   bool
+	closed bool
+	valid  bool
+}
+
+// Reset makes b ready for a new body, so that a reader can be reused.
+func (b *Body) Reset() { *b = Body{sc: scanner{kindsX: b.sc.kindsX[:0]}} }
+
+// Write feeds bytes of the body; it never fails.
+func (b *Body) Write(p []byte) (int, error) {
+	if !b.init {
+		b.sc.reset(bodyTree)
+		b.init = true
+	}
+	b.sc.write(p)
+	return len(p), nil
+}
+
+// Usage is the usage the body reported, if any.
+func (b *Body) Usage() Usage {
 	var u Usage
 	var cache [2]int64
 	var input int64
-	_ = estimate.Fields(body, func(key, value []byte) {
-		switch string(key) {
-		case "usage":
-			var r *raw
-			if json.Unmarshal(value, &r) == nil {
-				r.merge(&u, &cache, &input)
-			}
-		case "response":
-			var doc struct {
-				Usage *raw `json:"usage"`
-			}
-			if json.Unmarshal(value, &doc) == nil {
-				doc.Usage.merge(&u, &cache, &input)
-			}
-		}
-	})
+	for i := 0; i < b.sc.nreports; i++ {
+		b.sc.reports[i].merge(&u, &cache, &input)
+	}
 	return u
 }
 
-// maxLine bounds one SSE line kept for parsing; a longer line passes through unparsed.
-const maxLine = 1 << 20
+// Settlement says how the reservation of a response with this body ends, given its
+// input estimate and how the body ended:
+//   - a whole JSON body settles on its usage, or, when it reports none, on the input
+//     estimate plus the text it carries;
+//   - a body cut after its usage settles on that usage; cut after some text and before
+//     its usage, on the input estimate plus that text; cut before any text, it is
+//     released;
+//   - a body that is not JSON, or cannot be decoded, keeps its whole reservation; an
+//     empty one is released.
+func (b *Body) Settlement(inputEstimate int64, end End) (Usage, Verdict) {
+	if !b.closed {
+		b.closed = true
+		b.valid = b.sc.finish()
+	}
+	u := b.Usage()
+	counted := Usage{Input: inputEstimate, Output: b.sc.tokens[clsText]}
+	switch {
+	case b.valid:
+		if u.Found {
+			return u, Settle
+		}
+		return counted, Settle
+	case u.Found:
+		return u, Settle
+	case end == Cut:
+		if b.sc.any[clsText] {
+			return counted, Settle
+		}
+		return Usage{}, Release
+	case end == Complete && !b.sc.started && !b.sc.bad:
+		return Usage{}, Release
+	}
+	return Usage{}, Reserve
+}
 
 // Stream follows a server-sent-events response as it passes through Write. It never
-// holds more than the current line.
+// holds a line: each data line is scanned as it arrives.
 type Stream struct {
-	line     []byte
-	overflow bool
+	sc   scanner
+	line uint8
+	// pos counts the bytes of "data:" matched at the start of a line.
+	pos int
+	// done counts the bytes of "[DONE]" matched in a data line; -1 when it is not.
+	done int
 
 	u     Usage
 	cache [2]int64
 	input int64
-	// deltas estimates the generated text seen, for a backend that reports no usage.
+	// final is true once a usage report other than message_start's arrived.
+	final bool
+	// deltas estimates the generated text seen.
 	deltas int64
+	// produced is true once the stream carried output: a delta, or a final report
+	// of output tokens.
+	produced bool
 	// ended is true once the stream's own end marker arrived: data: [DONE] (OpenAI),
 	// message_stop (Anthropic), response.completed or response.incomplete (Responses).
 	ended bool
@@ -122,127 +153,125 @@ type Stream struct {
 	failed bool
 }
 
+// Line states.
+const (
+	lnStart uint8 = iota // matching "data:"
+	lnLead               // after "data:", before the value
+	lnData               // in the value
+	lnSkip               // in a line that is not data
+)
+
+// Reset makes s ready for a new stream, so that a reader can be reused.
+func (s *Stream) Reset() { *s = Stream{sc: scanner{kindsX: s.sc.kindsX[:0]}} }
+
 // Write feeds bytes of the stream; it never fails.
 func (s *Stream) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			s.appendLine(p)
-			break
+		switch s.line {
+		case lnStart:
+			switch c := p[0]; {
+			case c == '\n':
+				s.pos = 0
+				p = p[1:]
+			case c == "data:"[s.pos]:
+				p = p[1:]
+				if s.pos++; s.pos == len("data:") {
+					s.line = lnLead
+				}
+			default:
+				s.line = lnSkip
+			}
+		case lnSkip:
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				return n, nil
+			}
+			p = p[i+1:]
+			s.line, s.pos = lnStart, 0
+		case lnLead:
+			switch p[0] {
+			case ' ', '\t':
+				p = p[1:]
+			case '\n':
+				p = p[1:]
+				s.line, s.pos = lnStart, 0
+			default:
+				s.line, s.done = lnData, 0
+				s.sc.reset(streamTree)
+			}
+		case lnData:
+			i := bytes.IndexByte(p, '\n')
+			chunk := p
+			if i >= 0 {
+				chunk = p[:i]
+			}
+			s.matchDone(chunk)
+			s.sc.write(chunk)
+			if i < 0 {
+				return n, nil
+			}
+			p = p[i+1:]
+			s.endEvent()
+			s.line, s.pos = lnStart, 0
 		}
-		s.appendLine(p[:i])
-		s.endLine()
-		p = p[i+1:]
 	}
 	return n, nil
 }
 
-func (s *Stream) appendLine(p []byte) {
-	if s.overflow {
-		return
-	}
-	if len(s.line)+len(p) > maxLine {
-		s.overflow = true
-		s.line = s.line[:0]
-		return
-	}
-	s.line = append(s.line, p...)
-}
-
-func (s *Stream) endLine() {
-	line := bytes.TrimSuffix(s.line, []byte{'\r'})
-	overflow := s.overflow
-	s.line, s.overflow = s.line[:0], false
-	if overflow {
-		return
-	}
-	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok {
-		return
-	}
-	s.event(bytes.TrimSpace(data))
-}
-
-// event is the union of the stream events the three families send.
-type event struct {
-	Type    string `json:"type"`
-	Usage   *raw   `json:"usage"`
-	Message *struct {
-		Usage *raw `json:"usage"`
-	} `json:"message"`
-	Response *struct {
-		Usage *raw `json:"usage"`
-	} `json:"response"`
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string `json:"content"`
-			ReasoningContent string `json:"reasoning_content"`
-			Refusal          string `json:"refusal"`
-			ToolCalls        []struct {
-				Function struct {
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-	} `json:"choices"`
-	// Delta is a string in the Responses API and an object in Anthropic's.
-	Delta json.RawMessage `json:"delta"`
-}
-
-func (s *Stream) event(data []byte) {
-	if len(data) == 0 {
-		return
-	}
-	if bytes.Equal(data, []byte("[DONE]")) {
-		s.ended = true
-		return
-	}
-	var ev event
-	if json.Unmarshal(data, &ev) != nil {
-		return
-	}
-	ev.Usage.merge(&s.u, &s.cache, &s.input)
-	if ev.Message != nil {
-		ev.Message.Usage.merge(&s.u, &s.cache, &s.input)
-	}
-	if ev.Response != nil {
-		ev.Response.Usage.merge(&s.u, &s.cache, &s.input)
-	}
-	for _, c := range ev.Choices {
-		text := c.Text + c.Delta.Content + c.Delta.ReasoningContent + c.Delta.Refusal
-		for _, tc := range c.Delta.ToolCalls {
-			text += tc.Function.Arguments
+// matchDone follows OpenAI's end marker, [DONE], through a data line.
+func (s *Stream) matchDone(p []byte) {
+	const marker = "[DONE]"
+	for _, c := range p {
+		switch {
+		case s.done < 0:
+			return
+		case s.done < len(marker) && c == marker[s.done]:
+			s.done++
+		case s.done == len(marker) && (c == ' ' || c == '\t' || c == '\r'):
+		default:
+			s.done = -1
 		}
-		s.countDelta(text)
 	}
-	switch ev.Type {
-	case "message_stop", "response.completed", "response.incomplete":
+}
+
+// endEvent applies a data line that held one whole JSON value; anything else is
+// ignored.
+func (s *Stream) endEvent() {
+	if s.done == len("[DONE]") {
 		s.ended = true
-	case "error", "response.failed":
+		return
+	}
+	sc := &s.sc
+	if !sc.finish() {
+		return
+	}
+	for i := 0; i < sc.nreports; i++ {
+		r := &sc.reports[i]
+		r.merge(&s.u, &s.cache, &s.input)
+		if !r.start {
+			s.final = true
+			if r.has&(1<<fCompletion|1<<fOutput) != 0 && s.u.Output > 0 {
+				s.produced = true
+			}
+		}
+	}
+	tokens, any := sc.tokens[clsText], sc.any[clsText]
+	// A delta string is text in the Responses API, except base64 audio.
+	if sc.any[clsDelta] && sc.typN <= maxType && bytes.HasSuffix(sc.typ[:sc.typN], []byte(".delta")) && !sc.typeIs("response.audio.delta") {
+		tokens, any = tokens+sc.tokens[clsDelta], true
+	}
+	if any {
+		// At least one token for each event that carried text.
+		s.deltas += max(tokens, 1)
+		s.produced = true
+	}
+	switch {
+	case sc.typeIs("message_stop"), sc.typeIs("response.completed"), sc.typeIs("response.incomplete"):
+		s.ended = true
+	case sc.typeIs("error"), sc.typeIs("response.failed"):
 		s.failed = true
-	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
-		var text string
-		_ = json.Unmarshal(ev.Delta, &text)
-		s.countDelta(text)
-	case "content_block_delta":
-		var d struct {
-			Text        string `json:"text"`
-			PartialJSON string `json:"partial_json"`
-			Thinking    string `json:"thinking"`
-		}
-		_ = json.Unmarshal(ev.Delta, &d)
-		s.countDelta(d.Text + d.PartialJSON + d.Thinking)
 	}
-}
-
-// countDelta counts a chunk of generated text, at least one token per non-empty chunk.
-func (s *Stream) countDelta(text string) {
-	if text == "" {
-		return
-	}
-	s.deltas += max(estimate.Text(text), 1)
 }
 
 // Ended reports whether the stream reached its own end marker without an error event.
@@ -252,10 +281,31 @@ func (s *Stream) Ended() bool { return s.ended && !s.failed }
 func (s *Stream) Usage() Usage { return s.u }
 
 // Final is what a normally ended stream settles on: the reported usage, or the input
-// estimate plus the counted deltas when the backend reported none.
+// estimate plus the counted deltas when the backend reported none. When the only
+// report is message_start's, its provisional output count is raised to the deltas.
 func (s *Stream) Final(inputEstimate int64) Usage {
-	if s.u.Found {
+	switch {
+	case s.u.Found && s.final:
 		return s.u
+	case s.u.Found:
+		return Usage{Input: s.u.Input, Output: max(s.u.Output, s.deltas), Found: true}
 	}
 	return Usage{Input: inputEstimate, Output: s.deltas, Found: true}
+}
+
+// Settlement says how the reservation of a streamed response ends, given its input
+// estimate and how the body ended:
+//   - a stream that reached its end marker, or that stopped early (cut, or an error
+//     event) after it carried output, settles on Final: what it reported, or what was
+//     counted;
+//   - one that stopped before any output is released, unless bytes of it could not be
+//     decoded: it then keeps its whole reservation.
+func (s *Stream) Settlement(inputEstimate int64, end End) (Usage, Verdict) {
+	switch {
+	case s.Ended(), s.produced:
+		return s.Final(inputEstimate), Settle
+	case end == Unreadable:
+		return Usage{}, Reserve
+	}
+	return Usage{}, Release
 }

@@ -9,9 +9,14 @@
 package fakellm
 
 import (
+	"bufio"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,14 +39,29 @@ type Behaviour struct {
 	// CutAfter, when positive, ends a stream abruptly after this many deltas (no usage,
 	// no end marker), as a crashing backend would.
 	CutAfter int
+	// CutAtStart ends a stream abruptly after its opening events, before any delta.
+	CutAtStart bool
+	// Encoding compresses every answer with this Content-Encoding whatever the request
+	// accepts: "gzip", "deflate" (zlib, as HTTP defines it), "deflate-raw" (raw
+	// deflate labelled deflate, as some servers send), or any other name, which labels
+	// the plain bytes with that encoding.
+	Encoding string
+	// PadBytes adds a "padding" string of this many bytes to a JSON answer, and to the
+	// object of a stream's closing usage event (before its usage), making one huge
+	// event line.
+	PadBytes int
+	// Header is added to every answer (provider rate limit headers, for instance).
+	Header map[string]string
 }
 
 // Request is one request the backend received.
 type Request struct {
 	Method string
-	Path   string
-	Header http.Header
-	Body   []byte
+	// Path is the decoded path; RawPath the path as it arrived on the wire.
+	Path    string
+	RawPath string
+	Header  http.Header
+	Body    []byte
 }
 
 // Server is the fake backend. It is an http.Handler.
@@ -92,7 +112,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	b := s.b
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: raw})
 	s.mu.Unlock()
 
 	var req body
@@ -106,6 +126,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	for k, v := range b.Header {
+		w.Header().Set(k, v)
+	}
+	if b.Encoding != "" {
+		ew := newEncoder(w, b.Encoding)
+		defer ew.close()
+		w = ew
 	}
 	anthropic := strings.HasSuffix(r.URL.Path, "/v1/messages")
 	if b.Status != 0 {
@@ -126,19 +154,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if req.Stream {
 			s.streamChat(w, r, b, req.Model, chat)
 		} else {
-			writeJSON(w, chatResponse(b, req.Model, chat))
+			writeJSON(w, pad(b, chatResponse(b, req.Model, chat)))
 		}
 	case strings.HasSuffix(r.URL.Path, "/v1/responses"), strings.HasSuffix(r.URL.Path, "/v1/responses/compact"):
 		if req.Stream {
 			s.streamResponses(w, r, b, req.Model)
 		} else {
-			writeJSON(w, responsesResponse(b, req.Model))
+			writeJSON(w, pad(b, responsesResponse(b, req.Model)))
 		}
 	case anthropic:
 		if req.Stream {
 			s.streamMessages(w, r, b, req.Model)
 		} else {
-			writeJSON(w, messagesResponse(b, req.Model))
+			writeJSON(w, pad(b, messagesResponse(b, req.Model)))
 		}
 	default:
 		w.Header().Set("Content-Type", "application/json")
@@ -150,6 +178,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// pad adds PadBytes of padding to an answer object; encoding/json writes its keys in
+// order, so "padding" comes before "usage".
+func pad(b Behaviour, v map[string]any) map[string]any {
+	if b.PadBytes > 0 {
+		v["padding"] = strings.Repeat("x", b.PadBytes)
+	}
+	return v
 }
 
 func text(b Behaviour) string {
@@ -240,6 +277,10 @@ func (e *sse) cut() {
 
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour, model string, chat bool) {
 	e := newSSE(w, r, b)
+	if b.CutAtStart {
+		e.cut()
+		return
+	}
 	for i := 0; i < int(b.OutputTokens); i++ {
 		if b.CutAfter > 0 && i == b.CutAfter {
 			e.cut()
@@ -261,11 +302,75 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour,
 		"choices": []map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}}
 	e.send("", final)
 	if !b.OmitUsage {
-		e.send("", map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
-			"choices": []any{}, "usage": map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}})
+		e.send("", pad(b, map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
+			"choices": []any{}, "usage": map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}}))
 	}
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 	w.(http.Flusher).Flush()
+}
+
+// encoder compresses an answer as it is written, flushing the compressor with the
+// stream's every flush, so a compressed stream still arrives event by event.
+type encoder struct {
+	http.ResponseWriter
+	name string
+	z    interface {
+		io.Writer
+		Flush() error
+		Close() error
+	}
+	started bool
+}
+
+func newEncoder(w http.ResponseWriter, name string) *encoder {
+	e := &encoder{ResponseWriter: w, name: name}
+	switch name {
+	case "gzip":
+		e.z = gzip.NewWriter(w)
+	case "deflate":
+		e.z = zlib.NewWriter(w)
+	case "deflate-raw":
+		e.z, _ = flate.NewWriter(w, flate.DefaultCompression)
+		e.name = "deflate"
+	}
+	return e
+}
+
+func (e *encoder) WriteHeader(code int) {
+	if !e.started {
+		e.started = true
+		e.Header().Set("Content-Encoding", e.name)
+		e.Header().Del("Content-Length")
+	}
+	e.ResponseWriter.WriteHeader(code)
+}
+
+func (e *encoder) Write(p []byte) (int, error) {
+	if !e.started {
+		e.WriteHeader(http.StatusOK)
+	}
+	if e.z == nil {
+		return e.ResponseWriter.Write(p)
+	}
+	return e.z.Write(p)
+}
+
+func (e *encoder) Flush() {
+	if e.z != nil {
+		_ = e.z.Flush()
+	}
+	e.ResponseWriter.(http.Flusher).Flush()
+}
+
+// Hijack lets a stream be cut through the encoder.
+func (e *encoder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(e.ResponseWriter).Hijack()
+}
+
+func (e *encoder) close() {
+	if e.z != nil {
+		_ = e.z.Close()
+	}
 }
 
 func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, b Behaviour, model string) {
@@ -276,6 +381,10 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, b Behav
 	base["status"] = "in_progress"
 	base["output"] = []any{}
 	e.send("response.created", map[string]any{"type": "response.created", "sequence_number": next(), "response": base})
+	if b.CutAtStart {
+		e.cut()
+		return
+	}
 	for i := 0; i < int(b.OutputTokens); i++ {
 		if b.CutAfter > 0 && i == b.CutAfter {
 			e.cut()
@@ -286,7 +395,7 @@ func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, b Behav
 			return
 		}
 	}
-	done := responsesResponse(b, model)
+	done := pad(b, responsesResponse(b, model))
 	e.send("response.completed", map[string]any{"type": "response.completed", "sequence_number": next(), "response": done})
 }
 
@@ -300,6 +409,10 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, b Behavi
 	}
 	e.send("message_start", map[string]any{"type": "message_start", "message": msg})
 	e.send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+	if b.CutAtStart {
+		e.cut()
+		return
+	}
 	for i := 0; i < int(b.OutputTokens); i++ {
 		if b.CutAfter > 0 && i == b.CutAfter {
 			e.cut()
@@ -310,7 +423,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, b Behavi
 		}
 	}
 	e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}}
+	delta := pad(b, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}})
 	if !b.OmitUsage {
 		delta["usage"] = map[string]any{"output_tokens": b.OutputTokens}
 	}
