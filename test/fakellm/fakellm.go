@@ -64,15 +64,61 @@ type Request struct {
 	Body    []byte
 }
 
+// Headers a client may send through the proxy to steer one request of the fake
+// backend, so that many kinds of traffic can share one backend (the soak does).
+const (
+	// HeaderBehaviour is a JSON Behaviour that replaces the backend's for this request.
+	HeaderBehaviour = "X-Fakellm-Behaviour"
+	// HeaderTenant names who the request is for: Served counts its tokens.
+	HeaderTenant = "X-Fakellm-Tenant"
+)
+
 // Server is the fake backend. It is an http.Handler.
 type Server struct {
 	mu       sync.Mutex
 	b        Behaviour
 	requests []Request
+	ignore   bool // record no requests
+	served   map[string]int64
 }
 
 // New returns a backend that reports 10 input and 20 output tokens.
-func New() *Server { return &Server{b: Behaviour{InputTokens: 10, OutputTokens: 20}} }
+func New() *Server {
+	return &Server{b: Behaviour{InputTokens: 10, OutputTokens: 20}, served: map[string]int64{}}
+}
+
+// StopRecording stops keeping the requests received, for a long run whose memory must
+// stay flat.
+func (s *Server) StopRecording() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ignore, s.requests = true, nil
+}
+
+// Served returns, per HeaderTenant, the tokens the backend has served: the input of
+// every answer it began, plus the output it generated (up to a cut).
+func (s *Server) Served() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.served))
+	for k, v := range s.served {
+		out[k] = v
+	}
+	return out
+}
+
+// generated is the output an answer under b carries.
+func (b Behaviour) generated(stream bool) int64 {
+	switch {
+	case !stream:
+		return b.OutputTokens
+	case b.CutAtStart:
+		return 0
+	case b.CutAfter > 0 && int64(b.CutAfter) < b.OutputTokens:
+		return int64(b.CutAfter)
+	}
+	return b.OutputTokens
+}
 
 // Set replaces the behaviour.
 func (s *Server) Set(b Behaviour) {
@@ -112,13 +158,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	b := s.b
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: raw})
+	if !s.ignore {
+		s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: raw})
+	}
 	s.mu.Unlock()
+	if h := r.Header.Get(HeaderBehaviour); h != "" {
+		if err := json.Unmarshal([]byte(h), &b); err != nil {
+			http.Error(w, "bad "+HeaderBehaviour+": "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 
 	var req body
 	_ = json.Unmarshal(raw, &req)
 	if req.Model == "" {
 		req.Model = "fake-model"
+	}
+	if tenant := r.Header.Get(HeaderTenant); tenant != "" && b.Status == 0 {
+		s.mu.Lock()
+		s.served[tenant] += b.InputTokens + b.generated(req.Stream)
+		s.mu.Unlock()
 	}
 	if b.Latency > 0 {
 		select {
