@@ -189,8 +189,7 @@ func scanBody(body []byte) (Estimate, error) {
 func Text(s string) int64 {
 	var ascii, other int64
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
+		if s[i] < utf8.RuneSelf {
 			ascii++
 			i++
 			continue
@@ -201,6 +200,9 @@ func Text(s string) int64 {
 	}
 	return (ascii+3)/4 + other
 }
+
+// TextBytes is Text of a byte slice, without copying it.
+func TextBytes(b []byte) int64 { return textRaw(b) }
 
 // Ceiling reads a stated token limit: a JSON integer, a float (32000.0) or a numeric
 // string ("32000"). Anything else, or a negative value, is no limit (0). A value too

@@ -4,6 +4,8 @@
 package server_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -70,6 +72,38 @@ var _ = Describe("Hostile request bodies", func() {
 		Entry("best_of multiplies the ceiling",
 			"/v1/completions", `{"model":"m","max_tokens":4000,"prompt":"a","best_of":3}`, 429, ""),
 	)
+
+	gz := func(s string) string {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_, _ = zw.Write([]byte(s))
+		_ = zw.Close()
+		return b.String()
+	}
+	DescribeTable("a compressed request body is estimated on what it decodes to",
+		func(encoding, body string, status int) {
+			r := h.do("POST", "/v1/chat/completions", "sk-alice", body, "Content-Encoding", encoding)
+			Expect(r.code).To(Equal(status), "%s", r.body)
+			Expect(h.llm.Requests()).To(BeEmpty(), "nothing reached the backend")
+			Expect(level()).To(BeNumerically("~", 10000, 0.01), "nothing was reserved")
+		},
+		Entry("a gzip body whose prompt is over the budget is refused, not charged its compressed size",
+			"gzip", gz(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"`+strings.Repeat("a", 200000)+`"}]}`), 429),
+		Entry("a gzip body that decodes past max_body_bytes is a 413",
+			"gzip", gz(`{"model":"m","messages":[{"role":"user","content":"`+strings.Repeat("a", 17<<20)+`"}]}`), 413),
+		Entry("a body in a coding the proxy cannot read is a 415", "br", `{"model":"m","max_tokens":10}`, 415),
+		Entry("a body labelled gzip that is not gzip is a 400", "gzip", `{"model":"m","max_tokens":10}`, 400),
+	)
+
+	It("forwards a compressed body it admitted as the client sent it", func() {
+		body := gz(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)
+		r := h.do("POST", "/v1/chat/completions", "sk-alice", body, "Content-Encoding", "gzip")
+		Expect(r.code).To(Equal(200))
+		reqs := h.llm.Requests()
+		Expect(reqs).To(HaveLen(1))
+		Expect(string(reqs[0].Body)).To(Equal(body))
+		Expect(reqs[0].Header.Get("Content-Encoding")).To(Equal("gzip"))
+	})
 
 	It(`reads duplicated keys as the upstream does: the last "max_tokens" and "n" win, on a drained budget`, func() {
 		h.llm.Set(fakellm.Behaviour{InputTokens: 9000, OutputTokens: 0})

@@ -247,3 +247,31 @@ func decodingReader(coding string, r io.Reader) (pooled, error) {
 	}
 	return pooled{flate.NewReader(br), &flateReaders}, nil
 }
+
+// errDecodedTooLarge is a compressed request body that decodes past max_body_bytes.
+var errDecodedTooLarge = errors.New("the request body decodes to more than max_body_bytes")
+
+// decodeRequest decodes a compressed request body so that admission estimates what
+// the upstream will read, not its compressed bytes; the upstream still gets the body as
+// the client sent it. The decoded body is bounded by maxBytes like any other body.
+func decodeRequest(body []byte, codings []string, maxBytes int64) ([]byte, error) {
+	w := &boundedBuffer{max: maxBytes}
+	if err := decode(bytes.NewReader(body), codings, w); err != nil {
+		return nil, err
+	}
+	return w.b, nil
+}
+
+// boundedBuffer collects at most max bytes and fails past them.
+type boundedBuffer struct {
+	b   []byte
+	max int64
+}
+
+func (w *boundedBuffer) Write(p []byte) (int, error) {
+	if int64(len(w.b)+len(p)) > w.max {
+		return 0, errDecodedTooLarge
+	}
+	w.b = append(w.b, p...)
+	return len(p), nil
+}

@@ -232,6 +232,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
+		if body, ok = ex.decodedBody(w, r, body, rt.maxBody); !ok {
+			return
+		}
 		if rtInfo.charged {
 			est, err := estimate.Body(body)
 			if err != nil {
@@ -292,6 +295,33 @@ func credential(r *http.Request) (string, bool) {
 		return strings.TrimSpace(k), true
 	}
 	return "", false
+}
+
+// decodedBody is the body as the upstream will read it: a gzip or deflate body is
+// decoded (bounded by max_body_bytes) for the estimate, so compression is no way
+// around it; one in a coding the proxy cannot read is refused with 415, as it could not
+// be estimated. It answers the refusal itself and reports false when the request must
+// stop.
+func (ex *exchange) decodedBody(w http.ResponseWriter, r *http.Request, body []byte, maxBytes int64) ([]byte, bool) {
+	codings, ok := contentCodings(r.Header)
+	if !ok {
+		ex.fail(w, http.StatusUnsupportedMediaType, "invalid_request",
+			"the request body's Content-Encoding is not one the proxy reads: send it plain, gzip or deflate", nil)
+		return nil, false
+	}
+	if len(codings) == 0 {
+		return body, true
+	}
+	decoded, err := decodeRequest(body, codings, maxBytes)
+	switch {
+	case errors.Is(err, errDecodedTooLarge):
+		ex.tooLarge(w, maxBytes)
+		return nil, false
+	case err != nil:
+		ex.fail(w, http.StatusBadRequest, "invalid_request", "the request body could not be decoded: "+err.Error(), nil)
+		return nil, false
+	}
+	return decoded, true
 }
 
 // readBody reads the whole body, at most max bytes, and replaces r.Body with a replay
