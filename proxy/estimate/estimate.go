@@ -12,6 +12,7 @@ package estimate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -58,10 +59,10 @@ func (e Estimate) Total() int64 { return satAdd(e.Input, e.Output) }
 // refuses it, as upstreams do.
 func Body(body []byte) (Estimate, error) {
 	e, err := scanBody(body)
-	switch err {
-	case nil:
+	switch {
+	case err == nil:
 		return e, nil
-	case ErrTooDeep:
+	case errors.Is(err, ErrTooDeep):
 		return Estimate{}, err
 	}
 	return Estimate{Input: int64(len(body)+2) / 3, Output: DefaultOutput}, nil

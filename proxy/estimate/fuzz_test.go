@@ -6,6 +6,7 @@ package estimate_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -66,11 +67,11 @@ func checkBody(t *testing.T, body []byte) {
 	case ok && rawDepth(body) > estimate.MaxDepth:
 		// Depth is the body's, not the decoded map's: a deep value later replaced by a
 		// duplicate key is still parsed, and refused, by the upstream.
-		if err != estimate.ErrTooDeep {
+		if !errors.Is(err, estimate.ErrTooDeep) {
 			t.Fatalf("a body %d deep was not refused: %v %+v", rawDepth(body), err, e)
 		}
 		return
-	case err == estimate.ErrTooDeep && !ok && rawDepth(body) > estimate.MaxDepth:
+	case errors.Is(err, estimate.ErrTooDeep) && !ok && rawDepth(body) > estimate.MaxDepth:
 		// Invalid and deep: refused at the depth before the scanner met the error.
 		return
 	case err != nil:

@@ -22,7 +22,7 @@ import (
 type action uint8
 
 const (
-	actNone action = iota
+	_ action = iota // nothing to do
 	// actText: a string here is generated text.
 	actText
 	// actAllText: every string beneath, keys included, is generated text (a tool
@@ -279,7 +279,8 @@ func (s *scanner) isObject(d int) bool {
 
 func (s *scanner) setKind(d int, object bool) {
 	d--
-	w, bit := &s.kinds[0], uint64(1)<<(d%64)
+	var w *uint64
+	bit := uint64(1) << (d % 64)
 	if d < 128 {
 		w = &s.kinds[d/64]
 	} else {

@@ -30,11 +30,11 @@ func (u Usage) Total() int64 { return u.Input + u.Output }
 type End uint8
 
 const (
-	// Complete: the upstream sent the whole body and every byte was read.
+	// Complete means the upstream sent the whole body and every byte was read.
 	Complete End = iota
-	// Cut: the body stopped early; the client went away or the upstream broke off.
+	// Cut means the body stopped early: the client went away or the upstream broke off.
 	Cut
-	// Unreadable: bytes of the body could not be decoded (a corrupt compressed body).
+	// Unreadable means bytes of the body could not be decoded (a corrupt compressed body).
 	Unreadable
 )
 
@@ -170,11 +170,11 @@ func (s *Stream) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		switch s.line {
 		case lnStart:
-			switch c := p[0]; {
-			case c == '\n':
+			switch p[0] {
+			case '\n':
 				s.pos = 0
 				p = p[1:]
-			case c == "data:"[s.pos]:
+			case "data:"[s.pos]:
 				p = p[1:]
 				if s.pos++; s.pos == len("data:") {
 					s.line = lnLead

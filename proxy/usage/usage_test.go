@@ -135,15 +135,15 @@ var _ = Describe("Stream", func() {
 		Entry("that ended without usage, on the input estimate plus the deltas",
 			"data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\ndata: [DONE]\n\n", usage.Complete,
 			usage.Usage{Input: 40, Output: 2, Found: true}, usage.Settle),
-		Entry("cut after deltas, on the input estimate plus the deltas it carried", openAIStream[:strings.Index(openAIStream, "data: {\"choices\":[],")],
+		Entry("cut after deltas, on the input estimate plus the deltas it carried", upTo(openAIStream, "data: {\"choices\":[],"),
 			usage.Cut, usage.Usage{Input: 40, Output: 2 + 2, Found: true}, usage.Settle),
-		Entry("cut after its usage and before [DONE], on its usage", openAIStream[:strings.Index(openAIStream, "data: [DONE]")],
+		Entry("cut after its usage and before [DONE], on its usage", upTo(openAIStream, "data: [DONE]"),
 			usage.Cut, usage.Usage{Input: 11, Output: 2, Found: true}, usage.Settle),
 		Entry("cut before any delta: released", "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n",
 			usage.Cut, usage.Usage{}, usage.Release),
-		Entry("of Anthropic cut after deltas, on message_start's input plus the deltas", anthropicStream[:strings.Index(anthropicStream, "event: message_delta")],
+		Entry("of Anthropic cut after deltas, on message_start's input plus the deltas", upTo(anthropicStream, "event: message_delta"),
 			usage.Cut, usage.Usage{Input: 30, Output: 2, Found: true}, usage.Settle),
-		Entry("of Anthropic cut after message_start, before any delta: released", anthropicStream[:strings.Index(anthropicStream, "event: content_block_delta")],
+		Entry("of Anthropic cut after message_start, before any delta: released", upTo(anthropicStream, "event: content_block_delta"),
 			usage.Cut, usage.Usage{}, usage.Release),
 		Entry("that reported an error after deltas, on what it carried",
 			"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"abcdefgh\"}}\n\ndata: {\"type\":\"error\",\"error\":{}}\n\n",
@@ -248,4 +248,13 @@ func allocatedBytes(fn func()) uint64 {
 	fn()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// upTo is s up to the first marker, which must be in it.
+func upTo(s, marker string) string {
+	i := strings.Index(s, marker)
+	if i < 0 {
+		panic("no " + marker + " in the stream")
+	}
+	return s[:i]
 }

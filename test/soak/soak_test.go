@@ -186,7 +186,7 @@ type panics struct{ n atomic.Int64 }
 func (p *panics) Write(b []byte) (int, error) {
 	if bytes.Contains(b, []byte("panic")) {
 		p.n.Add(1)
-		os.Stderr.Write(b)
+		_, _ = os.Stderr.Write(b)
 	}
 	return len(b), nil
 }
