@@ -99,10 +99,14 @@ var _ = Describe("Observed and Target", func() {
 			},
 			"ApiKey team/alice is not Ready: SecretNotFound: Not in the fleet's config: Secret alice-key not found"),
 		Entry("a Ready condition left from an earlier generation",
-			func(_ *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, _ *twv1alpha1.ApiKey) { b.Status.Conditions = ready(1) },
+			func(_ *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, _ *twv1alpha1.ApiKey) {
+				b.Status.Conditions = ready(1)
+			},
 			"the Ready condition of TokenBudget team/per-key is for generation 1, not 2"),
 		Entry("a budget created since the fleet's status was written",
-			func(tp *twv1alpha1.TokenProxy, _ *twv1alpha1.TokenBudget, _ *twv1alpha1.ApiKey) { tp.Status.Budgets = 0 },
+			func(tp *twv1alpha1.TokenProxy, _ *twv1alpha1.TokenBudget, _ *twv1alpha1.ApiKey) {
+				tp.Status.Budgets = 0
+			},
 			"the operator has not rendered the latest TokenBudgets and ApiKeys of TokenProxy team/fleet: its status counts 0 budgets and 1 keys in force, 1 and 1 reference it"),
 		Entry("a key deleted since the fleet's status was written",
 			func(tp *twv1alpha1.TokenProxy, _ *twv1alpha1.TokenBudget, _ *twv1alpha1.ApiKey) { tp.Status.Keys = 2 },
