@@ -271,7 +271,7 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("   proxy %d: %s (admin %s)\n", i, p.URL, p.AdminURL)
 	}
 	fmt.Printf("   try: curl -s %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' -d '{\"model\":\"demo\",\"max_tokens\":100}'\n", proxies[0].URL)
-	fmt.Printf("   after a kubectl apply, a proxy enforces it once the \"generation\" of its /admin/effective reaches the\n" +
+	fmt.Printf("   after a kubectl apply, a proxy enforces it once the \"generation\" of its /admin/effective reaches the\n"+
 		"   annotation tokenwarden.io/config-generation of ConfigMap %s/fleet-proxy\n", ns)
 	<-ctx.Done()
 	fmt.Println("\nStopping.")

@@ -206,7 +206,7 @@ func Wait(ctx context.Context, c client.Reader, namespace, name string, replicas
 		last = err
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return 0, fmt.Errorf("fleet %s/%s: %w (last: %v)", namespace, name, ctx.Err(), last)
+		return 0, fmt.Errorf("fleet %s/%s: %w (last: %w)", namespace, name, ctx.Err(), last)
 	}
 	return 0, fmt.Errorf("fleet %s/%s does not enforce its current config after %v: %w", namespace, name, timeout, last)
 }
