@@ -23,7 +23,7 @@ import (
 )
 
 // generationAnnotation on the ConfigMap records the rendered config's generation.
-const generationAnnotation = "tokenwarden.io/config-generation"
+const generationAnnotation = twv1alpha1.ConfigGenerationAnnotation
 
 func labels(tp *twv1alpha1.TokenProxy) map[string]string {
 	return map[string]string{

@@ -28,6 +28,15 @@ type SecretKeyReference struct {
 	Key string `json:"key,omitempty"`
 }
 
+// ConfigGenerationAnnotation on a fleet's ConfigMap (named after the TokenProxy, with
+// the suffix "-proxy") is the generation of the proxy config the ConfigMap holds: a
+// number that grows by one with every change of the rendered document. Each proxy
+// reports the generation it has applied at /admin/effective ("generation"). The
+// operator writes the ConfigMap before the statuses, so once the TokenProxy and every
+// TokenBudget and ApiKey of the fleet show their current generation observed, a proxy
+// whose generation has reached this one enforces them.
+const ConfigGenerationAnnotation = "tokenwarden.io/config-generation"
+
 // Condition types shared by the three resources.
 const (
 	// ConditionAccepted is True when the object is valid and in force: its references

@@ -193,7 +193,7 @@ rate_limiting:
 	admin := httptest.NewServer(srv.AdminHandler(reg))
 	defer admin.Close()
 	var scraped string
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // generous: the loop ends as soon as the series shows
 	for {
 		resp, err := http.Get(admin.URL + "/metrics")
 		if err != nil {

@@ -3,9 +3,10 @@
 
 // Command demo runs the whole system on this machine and tells its story: a local
 // control plane, the operator, the fake LLM backend, config/samples applied, and one
-// proxy process per replica of the TokenProxy. With DEMO_ONCE=1 it exits after the
-// story, with status 0 only if every step behaved as told; otherwise the stack stays
-// up until Ctrl-C.
+// proxy process per replica of the TokenProxy. Before each step that depends on a
+// change it has applied, it waits until every proxy has applied the config generation
+// that holds the change. With DEMO_ONCE=1 it exits after the story, with status 0 only
+// if every step behaved as told; otherwise the stack stays up until Ctrl-C.
 package main
 
 import (
@@ -27,6 +28,10 @@ import (
 )
 
 const ns = "demo"
+
+// enforceTimeout bounds each wait for the fleet to apply a change: generous, so that a
+// loaded machine is slow rather than wrong; the time taken is printed.
+const enforceTimeout = 2 * time.Minute
 
 type story struct {
 	failed []string
@@ -84,7 +89,10 @@ func errorMessage(a answer) string {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Getenv("DEMO_ONCE") == "1")
+	root, err := os.Getwd()
+	if err == nil {
+		err = run(ctx, options{Root: root, Once: os.Getenv("DEMO_ONCE") == "1"})
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
@@ -92,13 +100,25 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, once bool) error {
-	root, err := os.Getwd()
-	if err != nil {
-		return err
+// options configure one run of the demo.
+type options struct {
+	// Root is the repository root (config/samples, the CRDs, the tools in bin/).
+	Root string
+	// Once ends the run after the story, with an error if a step did not behave;
+	// otherwise the stack stays up until ctx is done.
+	Once bool
+	// ProxyBinary is the proxy to run; default bin/proxy.
+	ProxyBinary string
+	// LogPath receives the control plane's and the operator's logs; default
+	// tokenwarden-demo.log in the temporary directory.
+	LogPath string
+}
+
+func run(ctx context.Context, o options) error {
+	if o.LogPath == "" {
+		o.LogPath = filepath.Join(os.TempDir(), "tokenwarden-demo.log")
 	}
-	logPath := filepath.Join(os.TempDir(), "tokenwarden-demo.log")
-	logf, err := os.Create(logPath)
+	logf, err := os.Create(o.LogPath)
 	if err != nil {
 		return err
 	}
@@ -106,8 +126,8 @@ func run(ctx context.Context, once bool) error {
 
 	st := &story{}
 	fmt.Println("\033[1mtokenwarden demo\033[0m: a control plane, the operator, a fake LLM backend and a fleet of proxies, all on this machine.")
-	say("(control plane and operator logs: %s)", logPath)
-	s, err := stack.Start(ctx, stack.Options{Root: root, LLMAddr: "127.0.0.1:0", Log: logf,
+	say("(control plane and operator logs: %s)", o.LogPath)
+	s, err := stack.Start(ctx, stack.Options{Root: o.Root, LLMAddr: "127.0.0.1:0", Log: logf, ProxyBinary: o.ProxyBinary,
 		Behaviour: fakellm.Behaviour{InputTokens: 1200, OutputTokens: 300}})
 	if err != nil {
 		return err
@@ -129,12 +149,20 @@ func run(ctx context.Context, once bool) error {
 	if _, err := s.Kubectl("patch", "tp/fleet", "-n", ns, "--type=json", "-p", patch); err != nil {
 		return err
 	}
+	say("kubectl patch tp/fleet: its upstream is the fake backend.")
+	patched := time.Now()
 	proxies, err := s.SyncProxies(ctx, ns, "fleet")
 	if err != nil {
 		return err
 	}
 	say("Started %d proxy processes, one per replica, each watching ConfigMap %s/fleet-proxy as a pod would.", len(proxies), ns)
-	if err := stack.WaitDivisor(ctx, proxies, 3, 10*time.Second); err != nil {
+	generation, err := s.WaitEnforced(ctx, ns, "fleet", enforceTimeout)
+	if err != nil {
+		return err
+	}
+	say("Waited until every proxy applied config generation %d, the one with the fake backend and both keys (%.1fs after the patch).",
+		generation, time.Since(patched).Seconds())
+	if err := stack.CheckDivisor(ctx, proxies, 3); err != nil {
 		return err
 	}
 	p0 := proxies[0].URL
@@ -186,12 +214,17 @@ func run(ctx context.Context, once bool) error {
 	if _, err := s.Kubectl("scale", "tp/fleet", "-n", ns, "--replicas=4"); err != nil {
 		return err
 	}
-	start := time.Now()
+	scaled := time.Now()
 	if proxies, err = s.SyncProxies(ctx, ns, "fleet"); err != nil {
 		return err
 	}
-	err = stack.WaitDivisor(ctx, proxies, 4, 10*time.Second)
-	st.check(err == nil, fmt.Sprintf("all %d proxies enforce 1/4 of each budget, %.1fs after the scale", len(proxies), time.Since(start).Seconds()))
+	if generation, err = s.WaitEnforced(ctx, ns, "fleet", enforceTimeout); err != nil {
+		say("%v", err)
+	} else {
+		err = stack.CheckDivisor(ctx, proxies, 4)
+	}
+	st.check(err == nil, fmt.Sprintf("all %d proxies applied config generation %d and enforce 1/4 of each budget, %.1fs after the scale",
+		len(proxies), generation, time.Since(scaled).Seconds()))
 	out, err = s.Kubectl("get", "tokenbudgets", "-n", ns)
 	if err != nil {
 		return err
@@ -223,13 +256,14 @@ func run(ctx context.Context, once bool) error {
 	fmt.Println()
 	if len(st.failed) > 0 {
 		fmt.Printf("\033[31m%d step(s) did not behave as told:\033[0m %s\n", len(st.failed), strings.Join(st.failed, "; "))
-		if once {
+		if o.Once {
 			return fmt.Errorf("the demo failed")
 		}
 	} else {
 		fmt.Println("\033[32mEvery step behaved as told.\033[0m")
+		fmt.Printf("The fleet is on config generation %d on every proxy.\n", generation)
 	}
-	if once {
+	if o.Once {
 		return nil
 	}
 	fmt.Printf("\nThe stack stays up until Ctrl-C.\n   export KUBECONFIG=%s\n", s.Kubeconfig)
@@ -237,6 +271,8 @@ func run(ctx context.Context, once bool) error {
 		fmt.Printf("   proxy %d: %s (admin %s)\n", i, p.URL, p.AdminURL)
 	}
 	fmt.Printf("   try: curl -s %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' -d '{\"model\":\"demo\",\"max_tokens\":100}'\n", proxies[0].URL)
+	fmt.Printf("   after a kubectl apply, a proxy enforces it once the \"generation\" of its /admin/effective reaches the\n"+
+		"   annotation tokenwarden.io/config-generation of ConfigMap %s/fleet-proxy\n", ns)
 	<-ctx.Done()
 	fmt.Println("\nStopping.")
 	return nil

@@ -6,6 +6,11 @@
 // fake LLM backend, and one proxy process per replica of a TokenProxy, each watching
 // its rendered ConfigMap exactly as a pod would. The demo and the end-to-end suite
 // both run on it.
+//
+// An apply takes effect asynchronously: the operator renders it into the ConfigMap,
+// then each proxy applies the ConfigMap on its watch event. Before traffic that
+// depends on a change, call WaitEnforced: it returns once every proxy of the fleet
+// holds the generation of the config that holds the change.
 package stack
 
 import (
@@ -23,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +42,7 @@ import (
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/controllers"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/fleetwait"
 )
 
 // Options configure a Stack.
@@ -73,6 +80,8 @@ type Stack struct {
 
 // Proxy is one proxy process.
 type Proxy struct {
+	// Index is the proxy's place in its fleet, from 0.
+	Index    int
 	URL      string
 	AdminURL string
 	cmd      *exec.Cmd
@@ -190,9 +199,8 @@ func (s *Stack) SyncProxies(ctx context.Context, namespace, name string) ([]*Pro
 		want = int(*tp.Spec.Replicas)
 	}
 	// The ConfigMap must exist before a proxy can load it.
-	if err := poll(ctx, 30*time.Second, func() error {
-		_, err := s.Kubectl("get", "configmap", "-n", namespace, name+"-proxy")
-		return err
+	if err := poll(ctx, 60*time.Second, func() error {
+		return s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name + "-proxy"}, &corev1.ConfigMap{})
 	}); err != nil {
 		return nil, fmt.Errorf("the operator did not render %s/%s-proxy: %w", namespace, name, err)
 	}
@@ -228,6 +236,7 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 		return nil, err
 	}
 	p := &Proxy{
+		Index:    i,
 		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
 		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		LogPath:  filepath.Join(s.dir, fmt.Sprintf("%s-%s-proxy-%d.log", namespace, name, i)),
@@ -246,7 +255,7 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 		return nil, err
 	}
 	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.exited) }()
-	if err := poll(ctx, 20*time.Second, func() error {
+	if err := poll(ctx, 60*time.Second, func() error {
 		select {
 		case <-p.exited:
 			return errPermanent
@@ -276,30 +285,76 @@ type Effective struct {
 }
 
 // Effective reads the config in force of one proxy.
-func (p *Proxy) Effective() (Effective, error) {
+func (p *Proxy) Effective(ctx context.Context) (Effective, error) {
 	var e Effective
-	resp, err := http.Get(p.AdminURL + "/admin/effective")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.AdminURL+"/admin/effective", nil)
+	if err != nil {
+		return e, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return e, err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return e, fmt.Errorf("GET /admin/effective: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
 	return e, json.NewDecoder(resp.Body).Decode(&e)
 }
 
-// WaitDivisor waits until every proxy enforces the given division.
-func WaitDivisor(ctx context.Context, proxies []*Proxy, divisor int64, timeout time.Duration) error {
-	return poll(ctx, timeout, func() error {
-		for i, p := range proxies {
-			e, err := p.Effective()
-			if err != nil {
-				return err
-			}
-			if e.Divisor != divisor {
-				return fmt.Errorf("proxy %d enforces 1/%d", i, e.Divisor)
-			}
+// String names the proxy in messages: its index in the fleet and its admin URL.
+func (p *Proxy) String() string { return fmt.Sprintf("proxy %d (admin %s)", p.Index, p.AdminURL) }
+
+// replica is the proxy as fleetwait reads it.
+func (p *Proxy) replica() fleetwait.Replica {
+	return fleetwait.Replica{Name: p.String(), Generation: func(ctx context.Context) (int64, error) {
+		e, err := p.Effective(ctx)
+		return e.Generation, err
+	}}
+}
+
+// WaitEnforced waits until the fleet enforces its current state and returns the
+// generation of its config: the operator has observed the TokenProxy and every
+// TokenBudget and ApiKey that references it (fleetwait.Observed), and every proxy
+// process of the fleet has applied the generation of the fleet's ConfigMap or a later
+// one (/admin/effective). Call it after SyncProxies, and after every apply that the
+// next request depends on. On timeout the error names what lagged: the proxy, with
+// its admin URL and the generation it has, or the object the operator had not
+// observed.
+func (s *Stack) WaitEnforced(ctx context.Context, namespace, name string, timeout time.Duration) (int64, error) {
+	var tp twv1alpha1.TokenProxy
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &tp); err != nil {
+		return 0, err
+	}
+	want := 1
+	if tp.Spec.Replicas != nil {
+		want = int(*tp.Spec.Replicas)
+	}
+	proxies := s.Proxies(namespace, name)
+	if len(proxies) != want {
+		return 0, fmt.Errorf("TokenProxy %s/%s has %d replicas and %d proxy processes run: call SyncProxies first", namespace, name, want, len(proxies))
+	}
+	replicas := make([]fleetwait.Replica, len(proxies))
+	for i, p := range proxies {
+		replicas[i] = p.replica()
+	}
+	return fleetwait.Wait(ctx, s.Client, namespace, name, replicas, timeout)
+}
+
+// CheckDivisor returns nil when every proxy enforces 1/divisor of each budget, and
+// otherwise names the first that does not. It reads once: call it after WaitEnforced.
+func CheckDivisor(ctx context.Context, proxies []*Proxy, divisor int64) error {
+	for _, p := range proxies {
+		e, err := p.Effective(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
 		}
-		return nil
-	})
+		if e.Divisor != divisor {
+			return fmt.Errorf("%s enforces 1/%d of each budget, not 1/%d", p, e.Divisor, divisor)
+		}
+	}
+	return nil
 }
 
 func (p *Proxy) stop() {
