@@ -83,9 +83,29 @@ const (
 	numTextFields
 )
 
-var textFields = map[string]int{
-	"messages": fMessages, "input": fInput, "prompt": fPrompt, "instructions": fInstructions, "system": fSystem,
-	"tools": fTools, "functions": fFunctions, "response_format": fResponseFormat, "text": fText,
+// textField is the field a top-level key names, or -1.
+func textField(key []byte) int {
+	switch string(key) {
+	case "messages":
+		return fMessages
+	case "input":
+		return fInput
+	case "prompt":
+		return fPrompt
+	case "instructions":
+		return fInstructions
+	case "system":
+		return fSystem
+	case "tools":
+		return fTools
+	case "functions":
+		return fFunctions
+	case "response_format":
+		return fResponseFormat
+	case "text":
+		return fText
+	}
+	return -1
 }
 
 func scanBody(body []byte) (Estimate, error) {
@@ -102,7 +122,7 @@ func scanBody(body []byte) (Estimate, error) {
 		if needsDecoding(rawKey) {
 			key = []byte(decodeString(rawKey))
 		}
-		if f, ok := textFields[string(key)]; ok {
+		if f := textField(key); f >= 0 {
 			raw, w, err := s.span(1)
 			if err != nil {
 				return err

@@ -119,18 +119,19 @@ func (p *pendingMedia) price() int64 {
 // stringTokens is what a string value costs: text, or media when it is a real media
 // payload. A bare base64 payload is recorded on its object (parent) and costs nothing
 // until the object closes.
-func stringTokens(raw []byte, k keyKind, parent *frame) int64 {
+// text is textRaw(raw), already counted.
+func stringTokens(raw []byte, text int64, k keyKind, parent *frame) int64 {
 	switch k {
 	case keyURL, keyFileData:
 		if c, n, ok := dataURL(raw); ok {
 			if c == mediaNone {
-				return textRaw(raw)
+				return text
 			}
 			return mediaCost(c, n)
 		}
 	}
 	if parent == nil {
-		return textRaw(raw)
+		return text
 	}
 	m := &parent.media
 	switch k {
@@ -138,7 +139,7 @@ func stringTokens(raw []byte, k keyKind, parent *frame) int64 {
 		if n, ok := base64Len(raw); ok {
 			m.count++
 			m.bytes += n
-			m.text += textRaw(raw)
+			m.text += text
 			return 0
 		}
 	case keyMediaType:
@@ -148,7 +149,7 @@ func stringTokens(raw []byte, k keyKind, parent *frame) int64 {
 	case keyType:
 		m.typeBase64 = string(raw) == "base64"
 	}
-	return textRaw(raw)
+	return text
 }
 
 // classOf is the class of a media type; text/* is not media.

@@ -84,39 +84,55 @@ func (s *scanner) expect(c byte) error {
 
 // str scans a string and returns its raw contents (escapes left in place).
 func (s *scanner) str() ([]byte, error) {
+	raw, _, err := s.strText()
+	return raw, err
+}
+
+// strText scans a string and returns its raw contents (escapes left in place) and
+// textRaw of them, counted in the same pass.
+func (s *scanner) strText() ([]byte, int64, error) {
 	if s.peek() != '"' {
-		return nil, errSyntax
+		return nil, 0, errSyntax
 	}
 	s.i++
 	start := s.i
+	var ascii, other int64
 	for s.i < len(s.b) {
 		switch c := s.b[s.i]; {
 		case c == '"':
 			raw := s.b[start:s.i]
 			s.i++
-			return raw, nil
+			return raw, (ascii+3)/4 + other, nil
 		case c == '\\':
 			if s.i+1 >= len(s.b) {
-				return nil, errSyntax
+				return nil, 0, errSyntax
 			}
 			switch s.b[s.i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				s.i += 2
+				ascii += 2
 			case 'u':
 				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
-					return nil, errSyntax
+					return nil, 0, errSyntax
 				}
 				s.i += 6
+				ascii += 6
 			default:
-				return nil, errSyntax
+				return nil, 0, errSyntax
 			}
 		case c < 0x20:
-			return nil, errSyntax
-		default:
+			return nil, 0, errSyntax
+		case c < utf8.RuneSelf:
 			s.i++
+			ascii++
+		default:
+			// One token per character; a byte that is not valid UTF-8 is one too.
+			_, size := utf8.DecodeRune(s.b[s.i:])
+			s.i += size
+			other++
 		}
 	}
-	return nil, errSyntax
+	return nil, 0, errSyntax
 }
 
 func isHex4(b []byte) bool {
@@ -231,7 +247,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			continue
 		case '"':
-			raw, err := s.str()
+			raw, text, err := s.strText()
 			if err != nil {
 				return w, err
 			}
@@ -244,7 +260,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					k = parent.key
 				}
 			}
-			w.tokens = satAdd(w.tokens, stringTokens(raw, k, parent))
+			w.tokens = satAdd(w.tokens, stringTokens(raw, text, k, parent))
 			kind = '"'
 		default:
 			lit, err := s.literal()
@@ -312,14 +328,14 @@ type objectKey struct {
 
 // key reads an object key and the colon after it.
 func (s *scanner) key() (objectKey, error) {
-	raw, err := s.str()
+	raw, text, err := s.strText()
 	if err != nil {
 		return objectKey{}, err
 	}
 	if err := s.expect(':'); err != nil {
 		return objectKey{}, err
 	}
-	return objectKey{tokens: textRaw(raw), kind: classifyKey(raw)}, nil
+	return objectKey{tokens: text, kind: classifyKey(raw)}, nil
 }
 
 // span walks one value and returns its raw bytes.
