@@ -230,13 +230,9 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					kind = '{'
 					break
 				}
-				k, err := s.key()
-				if err != nil {
+				if err := s.key(top, &w); err != nil {
 					return w, err
 				}
-				w.tokens += k.tokens
-				top.key = k.kind
-				top.media.forget(k.kind)
 				continue
 			}
 			if s.peek() == ']' {
@@ -287,13 +283,9 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			case ',':
 				s.i++
 				if top.obj {
-					k, err := s.key()
-					if err != nil {
+					if err := s.key(top, &w); err != nil {
 						return w, err
 					}
-					w.tokens += k.tokens
-					top.key = k.kind
-					top.media.forget(k.kind)
 				}
 			case '}':
 				if !top.obj {
@@ -320,22 +312,20 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 	}
 }
 
-// objectKey is a key read from an object: its text cost and its media role.
-type objectKey struct {
-	tokens int64
-	kind   keyKind
-}
-
-// key reads an object key and the colon after it.
-func (s *scanner) key() (objectKey, error) {
+// key reads an object's next key and the colon after it: the key counts as text, and
+// it says what the value after it is for media (the last occurrence of a key counts).
+func (s *scanner) key(obj *frame, w *walked) error {
 	raw, text, err := s.strText()
 	if err != nil {
-		return objectKey{}, err
+		return err
 	}
 	if err := s.expect(':'); err != nil {
-		return objectKey{}, err
+		return err
 	}
-	return objectKey{tokens: text, kind: classifyKey(raw)}, nil
+	w.tokens += text
+	obj.key = classifyKey(raw)
+	obj.media.forget(obj.key)
+	return nil
 }
 
 // span walks one value and returns its raw bytes.
