@@ -110,8 +110,8 @@ fuzz: ## Run each fuzz target for $(FUZZTIME) (the estimator on any bytes and on
 
 SOAK_DURATION ?= 10m
 .PHONY: soak
-soak: ## Run a fleet of three proxies under mixed honest and hostile traffic for $(SOAK_DURATION) (make test runs 15 s of it).
-	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 60m -v -run '^TestSoak$$' ./test/soak/
+soak: ## Run a fleet of three proxies under mixed honest and hostile traffic, on memory and on Redis, $(SOAK_DURATION) each (make test runs 10 s each).
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/soak/
 
 .PHONY: test-e2e
 test-e2e: test-tools ## Run only the end-to-end suite: the whole system driven by the OpenAI and Anthropic SDKs and kubectl (part of make test).

@@ -3,8 +3,9 @@
 
 // Package soak runs a fleet of proxies under mixed honest and hostile traffic for a
 // while and checks what a platform team relies on: no tenant, hostile or not, is
-// served more than its budget; no proxy crashes; goroutines and heap stay flat.
-// `make soak` runs it for ten minutes (SOAK_DURATION); `make test` runs a short smoke.
+// served more than its budget; no proxy crashes; goroutines and heap stay flat. It runs
+// the fleet on memory storage and on a real redis-server (SOAK_STORES), each for
+// SOAK_DURATION: `make soak` ten minutes each, `make test` ten seconds each.
 package soak
 
 import (
@@ -32,9 +33,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
 const (
@@ -165,7 +168,7 @@ func duration(t *testing.T) time.Duration {
 		}
 		return d
 	}
-	return 15 * time.Second
+	return 10 * time.Second
 }
 
 // fleetDoc is the fleet's config: one per-key minute budget for every tenant, divided
@@ -198,7 +201,83 @@ func sample() (goroutines int, heap uint64) {
 	return runtime.NumGoroutine(), m.HeapAlloc
 }
 
+// stores are the storages the soak runs the fleet on, each for the whole duration:
+// SOAK_STORES, default both.
+func stores() []string {
+	if s := os.Getenv("SOAK_STORES"); s != "" {
+		return strings.Split(s, ",")
+	}
+	return []string{"memory", "redis"}
+}
+
 func TestSoak(t *testing.T) {
+	for _, storage := range stores() {
+		t.Run(storage, func(t *testing.T) { soak(t, storage) })
+	}
+}
+
+// fleet is the proxies under soak and how to read what a tenant still owes.
+type fleet struct {
+	fronts []*httptest.Server
+	// owed is the debt a tenant's key bucket still holds, over every bucket that
+	// enforces it (one per replica in memory, the shared one in Redis).
+	owed func(tenant string) float64
+}
+
+// newFleet starts the replicas on memory (each its share of the budget) or on one
+// real redis-server (the buckets shared). crashes receives net/http's error log.
+func newFleet(t *testing.T, storage, upstream string, ts []*tenant, crashes io.Writer) *fleet {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := &fleet{}
+	var levels []func(budget.Key) (float64, bool)
+	doc := fleetDoc(upstream, ts)
+	var redisURL string
+	if storage == "redis" {
+		redisURL = redisserver.Start(t).URL()
+		doc += fmt.Sprintf("  storage: redis\n  redis: {url: %q, key_prefix: soak}\n", redisURL)
+	}
+	for i := range replicas {
+		mem := budget.NewMemory(budget.SystemClock{}, 100000)
+		var store budget.Store = mem
+		levels = append(levels, mem.Level)
+		if storage == "redis" {
+			rs, err := redisstore.New(redisstore.Options{URL: redisURL, Prefix: "soak", Fallback: mem, Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rs.Close() })
+			store = rs
+			if i == 0 {
+				levels = []func(budget.Key) (float64, bool){func(k budget.Key) (float64, bool) {
+					l, ok, err := rs.Level(context.Background(), k)
+					return l, ok && err == nil
+				}}
+			}
+		}
+		srv := server.New(server.Options{Store: store, Memory: mem, Metrics: metrics.New(prometheus.NewRegistry()), Logger: logger,
+			AsyncSettle: storage == "redis"})
+		if _, err := srv.Apply([]byte(doc), "soak"); err != nil {
+			t.Fatal(err)
+		}
+		front := httptest.NewUnstartedServer(srv)
+		front.Config.ErrorLog = log.New(crashes, "", 0)
+		front.Start()
+		t.Cleanup(front.Close)
+		f.fronts = append(f.fronts, front)
+	}
+	f.owed = func(tenant string) float64 {
+		var owed float64
+		for _, level := range levels {
+			if l, ok := level(budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: tenant}); ok && l < 0 {
+				owed += -l
+			}
+		}
+		return owed
+	}
+	return f
+}
+
+func soak(t *testing.T, storage string) {
 	d := duration(t)
 	llm := fakellm.New()
 	llm.StopRecording()
@@ -206,22 +285,9 @@ func TestSoak(t *testing.T) {
 	defer backend.Close()
 
 	ts := tenants()
-	doc := fleetDoc(backend.URL, ts)
 	crashes := &panics{}
-	stores := make([]*budget.Memory, replicas)
-	fronts := make([]*httptest.Server, replicas)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for i := range replicas {
-		stores[i] = budget.NewMemory(budget.SystemClock{}, 100000)
-		srv := server.New(server.Options{Store: stores[i], Memory: stores[i], Metrics: metrics.New(prometheus.NewRegistry()), Logger: logger})
-		if _, err := srv.Apply([]byte(doc), "soak"); err != nil {
-			t.Fatal(err)
-		}
-		fronts[i] = httptest.NewUnstartedServer(srv)
-		fronts[i].Config.ErrorLog = log.New(crashes, "", 0)
-		fronts[i].Start()
-		defer fronts[i].Close()
-	}
+	fl := newFleet(t, storage, backend.URL, ts, crashes)
+	fronts := fl.fronts
 
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
@@ -277,12 +343,7 @@ func TestSoak(t *testing.T) {
 	// waiting after the run).
 	served := llm.Served()
 	for _, tn := range ts {
-		var owed float64
-		for _, s := range stores {
-			if l, ok := s.Level(budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: tn.name}); ok && l < 0 {
-				owed += -l
-			}
-		}
+		owed := fl.owed(tn.name)
 		allowed := float64(tpm)*(1+elapsed.Minutes())*1.01 + float64(tn.biggest) + owed
 		codes := map[int]int64{}
 		tn.codes.Range(func(k, v any) bool { codes[k.(int)] = v.(*atomic.Int64).Load(); return true })
