@@ -232,10 +232,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		if body, ok = ex.decodedBody(w, r, body, rt.maxBody); !ok {
-			return
-		}
 		if rtInfo.charged {
+			if body, ok = ex.decodedBody(w, r, body, rt.maxBody); !ok {
+				return
+			}
 			est, err := estimate.Body(body)
 			if err != nil {
 				// Nested deeper than any upstream reads: refused as upstreams refuse it.
@@ -297,10 +297,10 @@ func credential(r *http.Request) (string, bool) {
 	return "", false
 }
 
-// decodedBody is the body as the upstream will read it: a gzip or deflate body is
-// decoded (bounded by max_body_bytes) for the estimate, so compression is no way
-// around it; one in a coding the proxy cannot read is refused with 415, as it could not
-// be estimated. It answers the refusal itself and reports false when the request must
+// decodedBody is a charged request's body as the upstream will read it: a gzip or
+// deflate body is decoded (bounded by max_body_bytes) for the estimate, so compression
+// is no way around it; one in a coding the proxy cannot read is refused with 415, as it
+// could not be estimated. It answers the refusal itself and reports false when the request must
 // stop.
 func (ex *exchange) decodedBody(w http.ResponseWriter, r *http.Request, body []byte, maxBytes int64) ([]byte, bool) {
 	codings, ok := contentCodings(r.Header)
