@@ -82,10 +82,11 @@ spec: {proxyRef: {name: fleet}, secretRef: {name: carol-key}, user: carol, team:
 				InputTokens int
 				Headers     map[string]*string
 			}
+			Parse          struct{ Chat, Responses string }
 			MessagesStream struct{ Text string }
 			MessagesHelper struct {
-				Text, StreamedText string
-				OutputTokens       int
+				Text, StreamedText, FinalText string
+				OutputTokens                  int
 			}
 		}
 		runNode(dir, &out, "calls", "OPENAI_KEY=sk-e2e-alice", "ANTHROPIC_KEY=sk-e2e-bob", "TOKENWARDEN_URL="+p.URL)
@@ -110,6 +111,8 @@ spec: {proxyRef: {name: fleet}, secretRef: {name: carol-key}, user: carol, team:
 		Expect(out.ResponsesHelper.Text).To(Equal(out.ResponsesStream.Text), "responses.stream() needs the item events")
 		Expect(out.ResponsesHelper.OutputTokens).To(Equal(5))
 		Expect(out.ResponsesHelper.Deltas).To(Equal(5))
+		Expect(words(out.Parse.Chat)).To(Equal(5), "chat.completions.parse()")
+		Expect(words(out.Parse.Responses)).To(Equal(5), "responses.parse()")
 
 		Expect(out.Messages.InputTokens).To(Equal(10))
 		Expect(words(out.Messages.Text)).To(Equal(5))
@@ -122,6 +125,7 @@ spec: {proxyRef: {name: fleet}, secretRef: {name: carol-key}, user: carol, team:
 		Expect(reset).To(BeTemporally("~", time.Now(), 2*time.Minute))
 		Expect(words(out.MessagesStream.Text)).To(Equal(5))
 		Expect(out.MessagesHelper.Text).To(Equal(out.MessagesHelper.StreamedText))
+		Expect(out.MessagesHelper.FinalText).To(Equal(out.MessagesHelper.Text))
 		Expect(words(out.MessagesHelper.Text)).To(Equal(5))
 		Expect(out.MessagesHelper.OutputTokens).To(Equal(5))
 	})

@@ -36,8 +36,8 @@ function clients(maxRetries) {
 const chat = { model: 'demo', messages: [{ role: 'user', content: 'Summarise the catalogue.' }], max_tokens: 200 };
 const message = { model: 'claude-demo', max_tokens: 200, messages: [{ role: 'user', content: 'Summarise the catalogue.' }] };
 
-// calls: plain, streamed and helper calls on chat, Responses and Messages, and the
-// budget headers read with withResponse().
+// calls: plain, streamed and helper calls (stream, parse) on chat, Responses and
+// Messages, and the budget headers read with withResponse().
 async function calls() {
   const { openai, anthropic } = clients(0);
   const out = {};
@@ -79,6 +79,11 @@ async function calls() {
   const finalResponse = await rs.finalResponse();
   out.responsesHelper = { text: finalResponse.output_text, outputTokens: finalResponse.usage.output_tokens, deltas: rsDeltas };
 
+  // The parse helpers, with no schema: the text comes back as it is.
+  const parsedChat = await openai.chat.completions.parse(chat);
+  const parsedResponse = await openai.responses.parse({ model: 'demo', input: 'hi', max_output_tokens: 100 });
+  out.parse = { chat: parsedChat.choices[0].message.content, responses: parsedResponse.output_text };
+
   const { data: msg, response: msgResponse } = await anthropic.messages.create(message).withResponse();
   out.messages = {
     text: msg.content[0].text,
@@ -97,7 +102,12 @@ async function calls() {
   let msText = '';
   ms.on('text', (t) => (msText += t));
   const finalMessage = await ms.finalMessage();
-  out.messagesHelper = { text: finalMessage.content[0].text, streamedText: msText, outputTokens: finalMessage.usage.output_tokens };
+  out.messagesHelper = {
+    text: finalMessage.content[0].text,
+    streamedText: msText,
+    finalText: await ms.finalText(),
+    outputTokens: finalMessage.usage.output_tokens,
+  };
   return out;
 }
 
