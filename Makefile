@@ -98,6 +98,7 @@ FUZZTIME ?= 10s
 test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis (real redis-server) and end-to-end suites, and the fuzzers briefly.
 	@command -v redis-server >/dev/null || { echo "redis-server is not on PATH: install Debian's redis-server package (.ci/run does)"; exit 1; }
 	@command -v promtool >/dev/null || { echo "promtool is not on PATH: install Debian's prometheus package (.ci/run does)"; exit 1; }
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "node or npm is not on PATH: the end-to-end suite runs the official Node SDKs; install Debian's nodejs and npm packages (.ci/run does)"; exit 1; }
 	$(GO) test $(GO_TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/fakellm' -e '/test/redisserver')
 	$(MAKE) fuzz
@@ -114,7 +115,7 @@ soak: ## Run a fleet of three proxies under mixed honest and hostile traffic, on
 	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/soak/
 
 .PHONY: test-e2e
-test-e2e: test-tools ## Run only the end-to-end suite: the whole system driven by the OpenAI and Anthropic SDKs and kubectl (part of make test).
+test-e2e: test-tools ## Run only the end-to-end suite: the whole system driven by the OpenAI and Anthropic SDKs (Go and Node; npm ci installs the Node ones) and kubectl (part of make test).
 	$(GO) test $(GO_TEST_FLAGS) -v ./test/e2e/...
 
 .PHONY: bench

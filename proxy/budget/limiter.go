@@ -86,6 +86,10 @@ type Refusal struct {
 	// refusal names the period (details.token_budget).
 	BothPeriods bool
 	RetryAfter  time.Duration
+	// LargerThanBucket: the request is larger than the whole refusing bucket, so no
+	// wait lets it in (RetryAfter is then the time its own cost takes to refill). The
+	// refusal names that bucket's dimension and period.
+	LargerThanBucket bool
 	// Bucket is the refusing bucket's capacity and level, set only for the
 	// identity-scoped api_key dimension; a shared dimension never reveals its level.
 	Bucket Status
@@ -250,7 +254,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int6
 		l.recordSkipped(c.reqs, res.RequestSkipped)
 	}
 	if !res.Admitted {
-		dec.Refusal = l.refusal(&c, &res, now, view)
+		dec.Refusal = l.refusal(&c, &res, float64(amount), now, view)
 		return dec, nil
 	}
 	if c.keyMin >= 0 && !res.TokenSkipped[c.keyMin] {
@@ -298,7 +302,10 @@ func (l *Limiter) recordSkipped(charges []Charge, skipped []bool) {
 	}
 }
 
-func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Charge) Charge) *Refusal {
+// refusal describes a store's refusal. Of the token buckets, one smaller than the
+// whole request is named in preference to the first that refused: waiting cannot cure
+// it, and the caller should hear that rather than a time to wait.
+func (l *Limiter) refusal(c *charges, res *Result, amount float64, now time.Time, view func(Charge) Charge) *Refusal {
 	r := &Refusal{RetryAfter: res.RetryAfter}
 	if res.RefusedBy == Requests {
 		r.Requests = true
@@ -306,10 +313,17 @@ func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Char
 		l.rec.RequestRefusal(r.Dimension)
 		return r
 	}
-	ch := c.toks[res.Refused]
-	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[res.Refused]
+	i := res.Refused
+	for j, ch := range c.toks {
+		if !res.TokenSkipped[j] && amount > view(ch).Capacity {
+			i, r.LargerThanBucket = j, true
+			break
+		}
+	}
+	ch := c.toks[i]
+	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[i]
 	if r.Dimension == APIKey {
-		r.Bucket = status(view(ch), res.TokenLevels[res.Refused], now)
+		r.Bucket = status(view(ch), res.TokenLevels[i], now)
 	}
 	l.rec.TokenRefusal(r.Dimension, r.Period)
 	return r

@@ -104,6 +104,31 @@ var _ = Describe("The limiter", func() {
 		Entry("forgive", "forgive", 900.0, 0.0),
 	)
 
+	DescribeTable("names a bucket smaller than the whole request, which no wait can cure",
+		func(limits string, amount int64, larger bool, dim budget.Dimension, period budget.Kind) {
+			p := policy("  limits:\n" + limits)
+			clock := storetest.NewClock()
+			l := budget.NewLimiter(budget.NewMemory(clock, 100), newTally(), clock, false)
+			// 550 tokens are spent first, where they fit.
+			if dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, 550); err == nil && dec.Hold != nil {
+				dec.Hold.Settle(550)
+			}
+			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, amount)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(dec.Refusal).NotTo(BeNil())
+			Expect(dec.Refusal.LargerThanBucket).To(Equal(larger))
+			Expect(dec.Refusal.Dimension).To(Equal(dim))
+			Expect(dec.Refusal.Period).To(Equal(period))
+		},
+		Entry("a request that fits the bucket once it refills", "    per_api_key: {tokens_per_minute: 600}\n", int64(100), false, budget.APIKey, budget.TokensMinute),
+		Entry("a request larger than the key's whole minute budget", "    per_api_key: {tokens_per_minute: 600}\n", int64(601), true, budget.APIKey, budget.TokensMinute),
+		Entry("a request larger than the key's budget while a shared budget refused first",
+			"    global: {tokens_per_minute: 1000}\n    per_api_key: {tokens_per_minute: 600}\n", int64(601), true, budget.APIKey, budget.TokensMinute),
+		Entry("a request larger than a shared budget", "    global: {tokens_per_minute: 500}\n", int64(501), true, budget.Global, budget.TokensMinute),
+		Entry("a request larger than the day budget though the minute budget would hold it",
+			"    per_api_key: {tokens_per_minute: 6000, tokens_per_day: 700}\n", int64(701), true, budget.APIKey, budget.TokensDay),
+	)
+
 	It("reports a key bucket in debt with nothing remaining and its reset after the debt is repaid", func() {
 		p := policy(`
   limits:

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -132,6 +133,12 @@ type RateLimiting struct {
 	// one prefix of this length is one client. Default 64; 1 to 128. IPv4 clients (and
 	// IPv4-mapped IPv6 addresses) are one client per address.
 	ClientIPv6Prefix int `json:"client_ipv6_prefix,omitempty"`
+	// RetryPatienceSeconds is how long a client is expected to wait before a retry:
+	// a 429 whose Retry-After is longer, like one for a request larger than its whole
+	// budget, also carries x-should-retry: false, so that the SDKs fail at once
+	// instead of sleeping. 0 or absent is the default, 60 seconds (the longest wait
+	// openai-node honours); RetryPatience reads it.
+	RetryPatienceSeconds int64 `json:"retry_patience_seconds,omitempty"`
 	// Limits are the budgets per dimension.
 	Limits Limits `json:"limits,omitempty"`
 }
@@ -217,6 +224,7 @@ const (
 	DefaultUpstreamTimeout    = 300
 	DefaultRedisDialTimeoutMs = 100
 	DefaultRedisIOTimeoutMs   = 50
+	DefaultRetryPatience      = 60
 )
 
 // Parse decodes a YAML (or JSON) document strictly, applies the defaults and validates
@@ -301,6 +309,16 @@ func (c *Config) Default() {
 	if rl.Redis.WriteTimeoutMillis == 0 {
 		rl.Redis.WriteTimeoutMillis = DefaultRedisIOTimeoutMs
 	}
+}
+
+// RetryPatience is the rate_limiting.retry_patience_seconds in force: the longest
+// Retry-After a client is told to wait for. It is read here rather than written by
+// Default, so that a rendered document does not change with it.
+func (c *Config) RetryPatience() time.Duration {
+	if s := c.RateLimiting.RetryPatienceSeconds; s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return DefaultRetryPatience * time.Second
 }
 
 // Divisor is the budget division in force: budget_division.replicas, or 1 when unset.

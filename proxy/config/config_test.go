@@ -6,6 +6,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -38,6 +39,7 @@ var _ = Describe("Parse", func() {
 		Expect(*c.RateLimiting.Redis.FallbackToMemory).To(BeTrue())
 		Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt), "an uncovered overage goes into debt unless forgiven")
 		Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(64))
+		Expect(c.RetryPatience()).To(Equal(time.Minute), "the longest Retry-After an SDK is expected to sleep through")
 		Expect(c.Divisor()).To(Equal(int64(1)))
 	})
 
@@ -89,6 +91,7 @@ rate_limiting:
 		Entry("an unknown overage rule", minimal+"rate_limiting: {overage: refund}", `rate_limiting.overage: must be "debt" or "forgive", got "refund"`),
 		Entry("an IPv6 prefix longer than an address", minimal+"rate_limiting: {client_ipv6_prefix: 129}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got 129"),
 		Entry("a negative IPv6 prefix", minimal+"rate_limiting: {client_ipv6_prefix: -1}", "rate_limiting.client_ipv6_prefix: must be a prefix length from 1 to 128, got -1"),
+		Entry("a negative retry patience", minimal+"rate_limiting: {retry_patience_seconds: -5}", "rate_limiting.retry_patience_seconds: must be a number of seconds above 0, got -5"),
 	)
 
 	DescribeTable("accepts every documented value of the second round's fields",
@@ -105,6 +108,10 @@ rate_limiting:
 			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(128)) }),
 		Entry("the shortest prefix", "rate_limiting: {client_ipv6_prefix: 1}",
 			func(c *config.Config) { Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(1)) }),
+		Entry("a retry patience of ten minutes", "rate_limiting: {retry_patience_seconds: 600}",
+			func(c *config.Config) { Expect(c.RetryPatience()).To(Equal(10 * time.Minute)) }),
+		Entry("a retry patience of 0 keeps the default", "rate_limiting: {retry_patience_seconds: 0}",
+			func(c *config.Config) { Expect(c.RetryPatience()).To(Equal(time.Minute)) }),
 	)
 
 	It("reports every invalid field at once", func() {

@@ -187,6 +187,9 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if rl.ClientIPv6Prefix < 1 || rl.ClientIPv6Prefix > 128 {
 		errs.add("rate_limiting.client_ipv6_prefix", "must be a prefix length from 1 to 128, got %d", rl.ClientIPv6Prefix)
 	}
+	if rl.RetryPatienceSeconds < 0 {
+		errs.add("rate_limiting.retry_patience_seconds", "must be a number of seconds above 0, got %d", rl.RetryPatienceSeconds)
+	}
 	rl.Limits.Each(func(field string, d DimensionLimits) {
 		nonNegative(errs, field+".requests_per_second", d.RequestsPerSecond)
 		nonNegative(errs, field+".burst_capacity", d.BurstCapacity)

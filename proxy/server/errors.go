@@ -109,20 +109,46 @@ type refusalBody struct {
 	details   map[string]any
 }
 
+// Why a refusal is final: the reasons in details.reason of a 429 that carries
+// x-should-retry: false.
+const (
+	// reasonLargerThanBudget: the request is larger than the whole refusing bucket.
+	reasonLargerThanBudget = "larger_than_budget"
+	// reasonBeyondPatience: the wait is longer than rate_limiting.retry_patience_seconds.
+	reasonBeyondPatience = "beyond_patience"
+)
+
 // refuse answers 429 for a refusal: Retry-After from the refused request's own cost,
-// the caller's own bucket levels, and nothing about a shared bucket's level.
+// the caller's own bucket levels, and nothing about a shared bucket's level. A refusal
+// that no wait within the client's patience cures (a request larger than its whole
+// budget, or a Retry-After beyond rate_limiting.retry_patience_seconds) also says
+// x-should-retry: false, which the official SDKs obey by failing at once; Retry-After
+// stays, as information.
 func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	h := w.Header()
 	now := ex.s.clock.Now()
-	setLimitHeaders(h, &ex.dec, now)
+	setLimitHeaders(h, &ex.dec, now, ex.route.family)
 	secs := int64(math.Ceil(r.RetryAfter.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(max(r.RetryAfter.Milliseconds(), 1), 10))
+	var reason string
+	switch {
+	case r.LargerThanBucket:
+		reason = reasonLargerThanBudget
+	case r.RetryAfter > ex.rt.retryPatience:
+		reason = reasonBeyondPatience
+	}
+	if reason != "" {
+		h.Set("X-Should-Retry", "false")
+	}
 
-	details := map[string]any{"retry_after_seconds": secs}
+	details := map[string]any{"retry_after_seconds": secs, "retryable": reason == ""}
+	if reason != "" {
+		details["reason"] = reason
+	}
 	rb := &refusalBody{details: details}
 	var msg string
 	if r.Requests {
@@ -149,18 +175,35 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 				hw.minute(r.Bucket)
 				hw.openAITokens(r.Bucket, now)
 			}
+			if ex.route.family == Anthropic {
+				hw.anthropic(&anthropicTokens, r.Bucket)
+			}
 			hw.flush(h)
 		}
-		msg = fmt.Sprintf("token budget exceeded on the %s dimension (%s budget): this request reserves %d tokens; retry after %ds",
-			r.Dimension, r.Period, ex.est.Total(), secs)
+		if r.LargerThanBucket {
+			var whole string
+			if r.Bucket.Present {
+				whole = fmt.Sprintf(" (%d tokens)", r.Bucket.Limit)
+			}
+			msg = fmt.Sprintf("this request reserves %d tokens, more than the whole %s budget of the %s dimension holds%s: no wait lets it in, so do not retry it; send a smaller request (a lower max_tokens or a shorter input)",
+				ex.est.Total(), r.Period, r.Dimension, whole)
+		} else {
+			msg = fmt.Sprintf("token budget exceeded on the %s dimension (%s budget): this request reserves %d tokens; retry after %ds",
+				r.Dimension, r.Period, ex.est.Total(), secs)
+		}
+	}
+	if reason == reasonBeyondPatience {
+		msg += fmt.Sprintf(", longer than this proxy's retry patience of %ds, so do not retry it now", int64(ex.rt.retryPatience/time.Second))
 	}
 	ex.fail(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg, rb)
 }
 
 // setLimitHeaders reports the caller's own buckets: its api_key token budgets (the
 // x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
-// its request-count quota. Shared dimensions are never reported.
-func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time) {
+// its request-count quota; on an Anthropic route, the same budgets under Anthropic's
+// names too (tokens: the minute budget, or the day budget when the key has no minute
+// one). Shared dimensions are never reported.
+func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Family) {
 	var hw headerWriter
 	if d.KeyMinute.Present {
 		hw.minute(d.KeyMinute)
@@ -169,13 +212,25 @@ func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time) {
 	if d.KeyDay.Present {
 		hw.day(d.KeyDay)
 	}
-	if s := d.KeyRequests; s.Present {
+	s := d.KeyRequests
+	if s.Present {
 		hw.int("X-Ratelimit-Limit", s.Limit)
 		hw.int("X-Ratelimit-Remaining", s.Remaining)
 		hw.int("X-Ratelimit-Reset", unixCeil(s.Reset))
 		hw.int("X-Ratelimit-Limit-Requests", s.Limit)
 		hw.int("X-Ratelimit-Remaining-Requests", s.Remaining)
 		hw.duration("X-Ratelimit-Reset-Requests", s.Reset, now)
+	}
+	if family == Anthropic {
+		switch {
+		case d.KeyMinute.Present:
+			hw.anthropic(&anthropicTokens, d.KeyMinute)
+		case d.KeyDay.Present:
+			hw.anthropic(&anthropicTokens, d.KeyDay)
+		}
+		if s.Present {
+			hw.anthropic(&anthropicRequests, s)
+		}
 	}
 	hw.flush(h)
 }
@@ -184,10 +239,10 @@ func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time) {
 // into one buffer that becomes one string, and the value slices share one backing
 // array. The rate limit headers are on every answer, so this is the hot path.
 type headerWriter struct {
-	keys [20]string
-	ends [20]int
+	keys [24]string
+	ends [24]int
 	n    int
-	buf  [384]byte
+	buf  [512]byte
 	b    []byte
 }
 
@@ -226,6 +281,25 @@ func (w *headerWriter) day(s budget.Status) {
 	w.int("X-Ratelimit-Tokens-Day-Remaining", s.Remaining)
 	w.int("X-Ratelimit-Tokens-Day-Reset", unixCeil(s.Reset))
 }
+
+// anthropic reports a bucket under one of Anthropic's header families (limit,
+// remaining, reset), the reset as an RFC 3339 time in UTC, to the second.
+func (w *headerWriter) anthropic(names *[3]string, s budget.Status) {
+	w.int(names[0], s.Limit)
+	w.int(names[1], s.Remaining)
+	if w.b == nil {
+		w.b = w.buf[:0]
+	}
+	w.b = time.Unix(unixCeil(s.Reset), 0).UTC().AppendFormat(w.b, time.RFC3339)
+	w.add(names[2])
+}
+
+// Anthropic's header families, as canonical keys. Its input-tokens and output-tokens
+// families have no budget here to report.
+var (
+	anthropicTokens   = [3]string{"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"}
+	anthropicRequests = [3]string{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"}
+)
 
 func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {
 	w.int("X-Ratelimit-Limit-Tokens", s.Limit)

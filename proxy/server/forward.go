@@ -66,7 +66,7 @@ func onResponse(resp *http.Response) error {
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
-	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now())
+	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
 		ex.release()
 		return nil

@@ -34,9 +34,12 @@ type runtime struct {
 	// addresses.
 	clientIPv6Prefix int
 	maxBody          int64
-	upstreams        []*upstream
-	byModel          map[string]*upstream
-	catchAll         *upstream
+	// retryPatience is the longest Retry-After a client is told to wait for; a longer
+	// one comes with x-should-retry: false.
+	retryPatience time.Duration
+	upstreams     []*upstream
+	byModel       map[string]*upstream
+	catchAll      *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
 	// restartRequired are the fields this config changed that take effect only at the
@@ -92,6 +95,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		authMode:         cfg.Auth.Mode,
 		clientIPv6Prefix: cfg.RateLimiting.ClientIPv6Prefix,
 		maxBody:          cfg.MaxBodyBytes,
+		retryPatience:    cfg.RetryPatience(),
 		byModel:          map[string]*upstream{},
 		knownModels:      map[string]bool{},
 		loadedAt:         s.clock.Now(),

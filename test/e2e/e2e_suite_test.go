@@ -3,7 +3,7 @@
 
 // Package e2e drives the whole system (a real control plane, the operator, proxy
 // processes watching their ConfigMaps) with the clients users run: the official
-// OpenAI and Anthropic Go SDKs and kubectl.
+// OpenAI and Anthropic Go and Node SDKs and kubectl.
 package e2e
 
 import (

@@ -119,6 +119,28 @@ var _ = Describe("The official SDKs through a fleet", Ordered, func() {
 		Expect(acc.Usage.OutputTokens).To(Equal(int64(30)))
 	})
 
+	It("fails at once, without the SDKs' retries, on a request larger than the key's whole budget", func() {
+		st.LLM.Reset()
+		start := time.Now()
+		var raw *http.Response
+		_, err := openaiClient(p, "sk-e2e-alice", 2).Chat.Completions.New(ctx, chatParams(2000000), option.WithResponseInto(&raw))
+		Expect(statusOf(err)).To(Equal(429))
+		Expect(raw.Header.Get("X-Should-Retry")).To(Equal("false"))
+		var oe *openai.Error
+		Expect(errors.As(err, &oe)).To(BeTrue())
+		Expect(oe.Message).To(ContainSubstring("more than the whole minute budget of the api_key dimension holds (1000000 tokens)"))
+		// A stream: the Anthropic SDK refuses so large a ceiling without one.
+		stream := anthropicClient(p, "sk-e2e-bob", 2).Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "claude-demo", MaxTokens: 2000000,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+		for stream.Next() {
+		}
+		Expect(statusOf(stream.Err())).To(Equal(429))
+		// Two retries each after a Retry-After of over 100 s would take minutes; the
+		// bound is loose only for a loaded machine.
+		Expect(time.Since(start)).To(BeNumerically("<", 10*time.Second), "x-should-retry: false stopped the retries")
+		Expect(st.LLM.Requests()).To(BeEmpty())
+	})
+
 	It("refuses an unknown key in each SDK's error shape", func() {
 		_, err := openaiClient(p, "sk-nobody", 0).Chat.Completions.New(ctx, chatParams(10))
 		Expect(statusOf(err)).To(Equal(401))

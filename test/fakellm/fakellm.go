@@ -348,7 +348,13 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour,
 		chunk := map[string]any{"id": "chatcmpl-fake", "model": model, "created": time.Now().Unix()}
 		if chat {
 			chunk["object"] = "chat.completion.chunk"
-			chunk["choices"] = []map[string]any{{"index": 0, "delta": map[string]any{"content": "word "}, "finish_reason": nil}}
+			delta := map[string]any{"content": "word "}
+			if i == 0 {
+				// The first delta names the role, as OpenAI's do: the SDKs' stream
+				// helpers need it.
+				delta["role"] = "assistant"
+			}
+			chunk["choices"] = []map[string]any{{"index": 0, "delta": delta, "finish_reason": nil}}
 		} else {
 			chunk["object"] = "text_completion"
 			chunk["choices"] = []map[string]any{{"index": 0, "text": "word ", "finish_reason": nil}}
@@ -357,8 +363,12 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, b Behaviour,
 			return
 		}
 	}
+	last := map[string]any{}
+	if b.OutputTokens <= 0 {
+		last["role"] = "assistant" // no delta named it
+	}
 	final := map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
-		"choices": []map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}}
+		"choices": []map[string]any{{"index": 0, "delta": last, "finish_reason": "stop"}}}
 	e.send("", final)
 	if !b.OmitUsage {
 		e.send("", pad(b, map[string]any{"id": "chatcmpl-fake", "model": model, "object": "chat.completion.chunk", "created": time.Now().Unix(),
@@ -432,30 +442,66 @@ func (e *encoder) close() {
 	}
 }
 
+// streamResponses streams a Responses answer with the events the SDKs' stream helpers
+// accumulate: the response created, the message item and its text part added, the
+// text deltas, each part and item done, and response.completed with the whole output.
 func (s *Server) streamResponses(w http.ResponseWriter, r *http.Request, b Behaviour, model string) {
 	e := newSSE(w, r, b)
 	seq := 0
-	next := func() int { seq++; return seq }
+	send := func(typ string, fields map[string]any) bool {
+		seq++
+		fields["type"], fields["sequence_number"] = typ, seq
+		return e.send(typ, fields)
+	}
 	base := responsesResponse(Behaviour{OmitUsage: true}, model)
 	base["status"] = "in_progress"
 	base["output"] = []any{}
-	e.send("response.created", map[string]any{"type": "response.created", "sequence_number": next(), "response": base})
+	send("response.created", map[string]any{"response": base})
+	send("response.in_progress", map[string]any{"response": base})
 	if b.CutAtStart {
 		e.cut()
 		return
 	}
+	item := func(status string, content ...map[string]any) map[string]any {
+		if content == nil {
+			content = []map[string]any{}
+		}
+		return map[string]any{"type": "message", "id": "msg_fake", "status": status, "role": "assistant", "content": content}
+	}
+	part := func(text string) map[string]any {
+		return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	}
+	at := map[string]any{"item_id": "msg_fake", "output_index": 0, "content_index": 0}
+	with := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for k, v := range at {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	send("response.output_item.added", map[string]any{"output_index": 0, "item": item("in_progress")})
+	send("response.content_part.added", with("part", part("")))
+	var full strings.Builder
 	for i := 0; i < int(b.OutputTokens); i++ {
 		if b.CutAfter > 0 && i == b.CutAfter {
 			e.cut()
 			return
 		}
-		if !e.send("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "sequence_number": next(),
-			"item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": "word "}) {
+		full.WriteString("word ")
+		if !send("response.output_text.delta", with("delta", "word ", "logprobs", []any{})) {
 			return
 		}
 	}
+	text := full.String()
+	send("response.output_text.done", with("text", text, "logprobs", []any{}))
+	send("response.content_part.done", with("part", part(text)))
+	send("response.output_item.done", map[string]any{"output_index": 0, "item": item("completed", part(text))})
 	done := pad(b, responsesResponse(b, model))
-	e.send("response.completed", map[string]any{"type": "response.completed", "sequence_number": next(), "response": done})
+	done["output"] = []map[string]any{item("completed", part(text))}
+	send("response.completed", map[string]any{"response": done})
 }
 
 func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, b Behaviour, model string) {
