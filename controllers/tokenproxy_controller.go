@@ -127,7 +127,11 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	generation, err := r.applyConfigMap(ctx, &tp, render(&g.fleet))
+	cfg := render(&g.fleet)
+	if err := checkRendered(cfg); err != nil {
+		return ctrl.Result{}, r.refuseConfig(ctx, &tp, err)
+	}
+	generation, err := r.applyConfigMap(ctx, &tp, cfg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -222,6 +226,11 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		g.keys = append(g.keys, keyInput{key: k, hash: hash})
 		g.fingerprints[k.Name] = hash[:8]
 		g.keyVerdicts[k.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
+	}
+	var lostKeys []keyInput
+	g.keys, lostKeys = resolveKeyConflicts(g.keys)
+	for _, l := range lostKeys {
+		g.keyVerdicts[l.key.Name] = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
 	}
 
 	var deploy appsv1.Deployment
