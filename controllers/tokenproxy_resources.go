@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
@@ -12,8 +13,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -104,14 +108,8 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, fmt.Errorf("apply RoleBinding: %w", err)
 	}
 
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, deploy, func() error {
-		deploy.Labels = labels(tp)
-		deploy.Spec.Replicas = ptr.To(ptr.Deref(tp.Spec.Replicas, 1))
-		deploy.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(tp)}
-		r.podTemplate(tp, &deploy.Spec.Template)
-		return own(deploy)
-	}); err != nil {
+	deploy, err := r.applyDeployment(ctx, tp)
+	if err != nil {
 		return nil, fmt.Errorf("apply Deployment: %w", err)
 	}
 
@@ -180,4 +178,63 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 		}},
 	}
+}
+
+// fieldManager is the operator's name in the managedFields of what it applies.
+const fieldManager = "tokenwarden"
+
+// applyDeployment applies the fields of the fleet's Deployment that the operator owns
+// with server-side apply, as the field manager "tokenwarden" (forcing ownership of
+// those fields only). Fields it does not set stay with their managers: the
+// kubectl.kubernetes.io/restartedAt annotation of `kubectl rollout restart`, another
+// controller's annotations or sidecars. When the fields it owns already hold what it
+// would apply, nothing is sent.
+func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy) (*appsv1.Deployment, error) {
+	want := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace, Labels: labels(tp)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(ptr.Deref(tp.Spec.Replicas, 1)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(tp)},
+		},
+	}
+	r.podTemplate(tp, &want.Spec.Template)
+	if err := controllerutil.SetControllerReference(tp, want, r.Scheme()); err != nil {
+		return nil, err
+	}
+	ac := &appsv1ac.DeploymentApplyConfiguration{}
+	if err := convertJSON(want, ac); err != nil {
+		return nil, err
+	}
+	// The typed Deployment always serializes these structs; empty, they set nothing.
+	ac.Status, ac.Spec.Strategy = nil, nil
+
+	var live appsv1.Deployment
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(want), &live); {
+	case err == nil:
+		owned, err := appsv1ac.ExtractDeployment(&live, fieldManager)
+		if err == nil && equality.Semantic.DeepEqual(owned, ac) {
+			return &live, nil
+		}
+
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	if err := r.Apply(ctx, ac, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	var applied appsv1.Deployment
+	if err := convertJSON(ac, &applied); err != nil {
+		return nil, err
+	}
+	return &applied, nil
+}
+
+// convertJSON copies one representation of an object into another through its JSON.
+func convertJSON(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, to)
 }

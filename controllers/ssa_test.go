@@ -1,0 +1,60 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+func deployment(g Gomega, ns string) *appsv1.Deployment {
+	var d appsv1.Deployment
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &d)).To(Succeed())
+	return &d
+}
+
+var _ = Describe("The fleet's Deployment, applied server-side", func() {
+	It("keeps other managers' fields, such as kubectl rollout restart's annotation, and sends no write for an unchanged fleet", func() {
+		ns := newNamespace("ssa")
+		tp := fleetProxy(ns, 2)
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) { deployment(g, ns) }).Should(Succeed())
+
+		By("kubectl rollout restart, as another field manager")
+		d := deployment(Default, ns)
+		patch := client.MergeFrom(d.DeepCopy())
+		if d.Spec.Template.Annotations == nil {
+			d.Spec.Template.Annotations = map[string]string{}
+		}
+		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-30T06:00:00Z"
+		Expect(k8sClient.Patch(ctx, d, patch, client.FieldOwner("kubectl-rollout"))).To(Succeed())
+		Expect(deployment(Default, ns).ManagedFields).To(ContainElement(HaveField("Manager", "tokenwarden")))
+
+		By("a change of the fleet that the Deployment carries")
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())
+		tpPatch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.PodAnnotations = map[string]string{"team": "research"}
+		Expect(k8sClient.Patch(ctx, tp, tpPatch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			a := deployment(g, ns).Spec.Template.Annotations
+			g.Expect(a).To(HaveKeyWithValue("team", "research"))
+			g.Expect(a).To(HaveKeyWithValue("kubectl.kubernetes.io/restartedAt", "2026-11-30T06:00:00Z"), "the restart is not undone")
+		}).Should(Succeed())
+
+		By("a reconcile that changes nothing in the Deployment")
+		before := deployment(Default, ns).ResourceVersion
+		Expect(k8sClient.Create(ctx, tokenBudget(ns, "global", twv1alpha1.DimensionGlobal, "", 1000, 0))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(rendered(g, ns).RateLimiting.Limits.Global.TokensPerMinute).To(Equal(int64(1000)))
+			g.Expect(condition(budgetStatus(g, ns, "global").Conditions, "Ready").Status).To(BeEquivalentTo("True"))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(deployment(g, ns).ResourceVersion).To(Equal(before))
+		}, "500ms").Should(Succeed())
+	})
+})
