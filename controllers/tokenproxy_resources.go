@@ -76,7 +76,7 @@ func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha
 
 // applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
 // nothing else), the Deployment and the Service. It returns the Deployment.
-func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy) (*appsv1.Deployment, error) {
+func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
 
@@ -108,7 +108,7 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, fmt.Errorf("apply RoleBinding: %w", err)
 	}
 
-	deploy, err := r.applyDeployment(ctx, tp)
+	deploy, err := r.applyDeployment(ctx, tp, creds)
 	if err != nil {
 		return nil, fmt.Errorf("apply Deployment: %w", err)
 	}
@@ -189,7 +189,10 @@ const fieldManager = "tokenwarden"
 // kubectl.kubernetes.io/restartedAt annotation of `kubectl rollout restart`, another
 // controller's annotations or sidecars. When the fields it owns already hold what it
 // would apply, nothing is sent.
-func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy) (*appsv1.Deployment, error) {
+//
+// The pod template carries the hash of the credentials the pods read, so a rotation
+// rolls them; while a credential is missing the hash in force is kept.
+func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
 	want := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace, Labels: labels(tp)},
@@ -202,6 +205,22 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 	if err := controllerutil.SetControllerReference(tp, want, r.Scheme()); err != nil {
 		return nil, err
 	}
+	var live appsv1.Deployment
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), &live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	exists := err == nil
+	hash := creds.hash
+	if inForce, ok := live.Spec.Template.Annotations[credentialsAnnotation]; ok && len(creds.missing) > 0 {
+		hash = inForce
+	}
+	if hash != "" {
+		if want.Spec.Template.Annotations == nil {
+			want.Spec.Template.Annotations = map[string]string{}
+		}
+		want.Spec.Template.Annotations[credentialsAnnotation] = hash
+	}
 	ac := &appsv1ac.DeploymentApplyConfiguration{}
 	if err := convertJSON(want, ac); err != nil {
 		return nil, err
@@ -209,16 +228,11 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 	// The typed Deployment always serializes these structs; empty, they set nothing.
 	ac.Status, ac.Spec.Strategy = nil, nil
 
-	var live appsv1.Deployment
-	switch err := r.Get(ctx, client.ObjectKeyFromObject(want), &live); {
-	case err == nil:
+	if exists {
 		owned, err := appsv1ac.ExtractDeployment(&live, fieldManager)
 		if err == nil && equality.Semantic.DeepEqual(owned, ac) {
 			return &live, nil
 		}
-
-	case !apierrors.IsNotFound(err):
-		return nil, err
 	}
 	if err := r.Apply(ctx, ac, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 		return nil, err

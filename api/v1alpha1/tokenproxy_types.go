@@ -238,6 +238,12 @@ const (
 	// ReasonInvalidConfig: the rendered proxy config fails the proxy's own validation,
 	// so it is not written and the proxies keep the last good one (Accepted=False).
 	ReasonInvalidConfig = "InvalidConfig"
+	// ReasonCredentialSecretNotFound: a Secret the proxy pods read a credential from
+	// does not exist (Accepted=False).
+	ReasonCredentialSecretNotFound = "CredentialSecretNotFound"
+	// ReasonCredentialSecretKeyMissing: a credential Secret lacks the key referenced
+	// (Accepted=False).
+	ReasonCredentialSecretKeyMissing = "CredentialSecretKeyMissing"
 )
 
 // TokenProxy is a fleet of proxies that keeps LLM traffic inside token budgets.
