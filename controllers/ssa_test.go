@@ -34,6 +34,8 @@ var _ = Describe("The fleet's Deployment, applied server-side", func() {
 		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-30T06:00:00Z"
 		Expect(k8sClient.Patch(ctx, d, patch, client.FieldOwner("kubectl-rollout"))).To(Succeed())
 		Expect(deployment(Default, ns).ManagedFields).To(ContainElement(HaveField("Manager", "tokenwarden")))
+		Expect(*deployment(Default, ns).Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(int64(5+300+10)),
+			"a stopping proxy drains for its longest upstream timeout (default 300 s) after 5 s of failing readiness")
 
 		By("a change of the fleet that the Deployment carries")
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())

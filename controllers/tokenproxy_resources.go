@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -156,10 +157,11 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
 	}
 	t.Spec = corev1.PodSpec{
-		ServiceAccountName: name,
-		NodeSelector:       maps.Clone(tp.Spec.NodeSelector),
-		Tolerations:        tp.Spec.Tolerations,
-		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		ServiceAccountName:            name,
+		TerminationGracePeriodSeconds: ptr.To(terminationGraceSeconds(tp)),
+		NodeSelector:                  maps.Clone(tp.Spec.NodeSelector),
+		Tolerations:                   tp.Spec.Tolerations,
+		SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{
 			Name:  "proxy",
 			Image: image,
@@ -251,4 +253,22 @@ func convertJSON(from, to any) error {
 		return err
 	}
 	return json.Unmarshal(b, to)
+}
+
+// Termination of a proxy pod: on SIGTERM the proxy fails /readyz for its drain delay
+// (its --drain-delay, default 5 s), then waits for the requests and streams in flight
+// for at most config.DrainTimeout of its upstreams; the margin covers settling.
+const (
+	proxyDrainDelaySeconds   = 5
+	terminationMarginSeconds = 10
+)
+
+// terminationGraceSeconds lets a stopping proxy finish its drain before the kubelet
+// kills it.
+func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
+	timeouts := make([]int64, 0, len(tp.Spec.Upstreams))
+	for _, u := range tp.Spec.Upstreams {
+		timeouts = append(timeouts, u.TimeoutSeconds)
+	}
+	return proxyDrainDelaySeconds + int64(config.DrainTimeout(timeouts...)/time.Second) + terminationMarginSeconds
 }
