@@ -76,7 +76,8 @@ func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha
 }
 
 // applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
-// nothing else), the Deployment and the Service. It returns the Deployment.
+// nothing else), the Deployment, the client and admin Services and the
+// PodDisruptionBudget. It returns the Deployment.
 func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
@@ -114,17 +115,11 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, fmt.Errorf("apply Deployment: %w", err)
 	}
 
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
-		svc.Labels = labels(tp)
-		svc.Spec.Selector = selectorLabels(tp)
-		svc.Spec.Ports = []corev1.ServicePort{
-			{Name: "http", Port: proxyPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
-			{Name: "admin", Port: adminPort, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP},
-		}
-		return own(svc)
-	}); err != nil {
-		return nil, fmt.Errorf("apply Service: %w", err)
+	if err := r.applyServices(ctx, tp); err != nil {
+		return nil, err
+	}
+	if err := r.applyDisruptionBudget(ctx, tp); err != nil {
+		return nil, err
 	}
 	return deploy, nil
 }
@@ -173,7 +168,7 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 			ReadinessProbe: probe("/readyz"),
 			LivenessProbe:  probe("/healthz"),
-			Resources:      tp.Spec.Resources,
+			Resources:      proxyResources(tp.Spec.Resources),
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
