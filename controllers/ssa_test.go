@@ -7,6 +7,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -58,5 +60,30 @@ var _ = Describe("The fleet's Deployment, applied server-side", func() {
 		Consistently(func(g Gomega) {
 			g.Expect(deployment(g, ns).ResourceVersion).To(Equal(before))
 		}, "500ms").Should(Succeed())
+	})
+
+	It("takes over the fields an earlier release set by update, so that the ones it no longer sets are removed", func() {
+		ns := newNamespace("ssa-upgrade")
+		sel := map[string]string{"app.kubernetes.io/name": "tokenwarden-proxy", "app.kubernetes.io/instance": "fleet"}
+		old := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy", Namespace: ns, Labels: sel},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: sel},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: sel, Annotations: map[string]string{"removed": "yes"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "proxy", Image: "tokenwarden:old",
+						Env: []corev1.EnvVar{{Name: "TOKENWARDEN_UPSTREAM_GONE_KEY", Value: "x"}}}}},
+				},
+			},
+		}
+		Expect(k8sClient.Create(ctx, old, client.FieldOwner("manager"))).To(Succeed(), "as the operator's binary did before")
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		Eventually(func(g Gomega) {
+			d := deployment(g, ns)
+			g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal("tokenwarden:test"))
+			g.Expect(d.Spec.Template.Spec.Containers[0].Env).NotTo(ContainElement(HaveField("Name", "TOKENWARDEN_UPSTREAM_GONE_KEY")))
+			g.Expect(d.Spec.Template.Annotations).NotTo(HaveKey("removed"))
+			g.Expect(d.ManagedFields).NotTo(ContainElement(HaveField("Manager", "manager")))
+		}).Should(Succeed())
 	})
 })

@@ -17,8 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -226,6 +229,9 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 	ac.Status, ac.Spec.Strategy = nil, nil
 
 	if exists {
+		if err := r.upgradeFieldManagers(ctx, &live); err != nil {
+			return nil, err
+		}
 		owned, err := appsv1ac.ExtractDeployment(&live, fieldManager)
 		if err == nil && equality.Semantic.DeepEqual(owned, ac) {
 			return &live, nil
@@ -239,6 +245,26 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 		return nil, err
 	}
 	return &applied, nil
+}
+
+// legacyFieldManagers are the names under which releases before server-side apply
+// updated the Deployment: the operator binary's name, which the API server takes from
+// its user agent.
+var legacyFieldManagers = sets.New("manager")
+
+// upgradeFieldManagers hands the fields an earlier release owned by update to the
+// field manager "tokenwarden", once, so that a field the operator stops setting (an
+// environment variable of a removed credential, an annotation) is removed by the
+// next apply instead of staying with a manager that no longer exists.
+func (r *TokenProxyReconciler) upgradeFieldManagers(ctx context.Context, live *appsv1.Deployment) error {
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, legacyFieldManagers, fieldManager)
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := r.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("hand the Deployment's fields to %s: %w", fieldManager, err)
+	}
+	return nil
 }
 
 // convertJSON copies one representation of an object into another through its JSON.
