@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,8 +51,21 @@ var _ = Describe("The fleet's Deployment, applied server-side", func() {
 			g.Expect(a).To(HaveKeyWithValue("kubectl.kubernetes.io/restartedAt", "2026-11-30T06:00:00Z"), "the restart is not undone")
 		}).Should(Succeed())
 
-		By("a reconcile that changes nothing in the Deployment")
+		By("a reconcile that changes nothing in the Deployment, the Services or the disruption budget")
 		before := deployment(Default, ns).ResourceVersion
+		versions := func(g Gomega) []string {
+			var out []string
+			for _, o := range []client.Object{&corev1.Service{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}, &corev1.ServiceAccount{}} {
+				name := "fleet-proxy"
+				if len(out) == 1 {
+					name = "fleet-proxy-admin"
+				}
+				g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, o)).To(Succeed())
+				out = append(out, o.GetResourceVersion())
+			}
+			return out
+		}
+		others := versions(Default)
 		Expect(k8sClient.Create(ctx, tokenBudget(ns, "global", twv1alpha1.DimensionGlobal, "", 1000, 0))).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(rendered(g, ns).RateLimiting.Limits.Global.TokensPerMinute).To(Equal(int64(1000)))
@@ -59,6 +73,7 @@ var _ = Describe("The fleet's Deployment, applied server-side", func() {
 		}).Should(Succeed())
 		Consistently(func(g Gomega) {
 			g.Expect(deployment(g, ns).ResourceVersion).To(Equal(before))
+			g.Expect(versions(g)).To(Equal(others))
 		}, "500ms").Should(Succeed())
 	})
 
