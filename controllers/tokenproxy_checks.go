@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,11 +41,30 @@ func (r *TokenProxyReconciler) refuseConfig(ctx context.Context, tp *twv1alpha1.
 	st := tp.Status.DeepCopy()
 	st.ObservedGeneration = tp.Generation
 	if !meta.IsStatusConditionPresentAndEqual(st.Conditions, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
-		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, twv1alpha1.ReasonInvalidConfig, "Render", msg)
+		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, twv1alpha1.ReasonInvalidConfig, "Render", "%s", truncate(msg, eventNoteLimit))
 	}
-	setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonInvalidConfig, msg, tp.Generation)
+	setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonInvalidConfig, truncate(msg, conditionMessageLimit), tp.Generation)
 	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
 		return fmt.Errorf("report the invalid config: %w", err)
 	}
 	return nil
+}
+
+// The API server's limits on an event's note and a condition's message, in bytes.
+const (
+	eventNoteLimit        = 1024
+	conditionMessageLimit = 32768
+)
+
+// truncate shortens msg to at most limit bytes, on a rune boundary, marking the cut.
+func truncate(msg string, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	const more = " ..."
+	cut := limit - len(more)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + more
 }

@@ -122,7 +122,7 @@ func (r *TokenProxyReconciler) setFleetAccepted(tp *twv1alpha1.TokenProxy, conds
 	}
 	msg := strings.Join(c.missing, "; ") + ": the proxy pods cannot start until it exists; pods already running keep the credential they started with"
 	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
-		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, c.reason, "Render", msg)
+		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, c.reason, "Render", "%s", truncate(msg, eventNoteLimit))
 	}
-	setCondition(conds, twv1alpha1.ConditionAccepted, false, c.reason, msg, tp.Generation)
+	setCondition(conds, twv1alpha1.ConditionAccepted, false, c.reason, truncate(msg, conditionMessageLimit), tp.Generation)
 }
