@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
@@ -26,6 +28,8 @@ const (
 type keyInput struct {
 	key  *twv1alpha1.ApiKey
 	hash string
+	// conflict says, for a key that lost to an older one with the same hash, which.
+	conflict string
 }
 
 // fleet is everything the proxy config of one TokenProxy is rendered from.
@@ -126,12 +130,7 @@ func budgetSlot(b *twv1alpha1.TokenBudget) string {
 // them into the winners of each slot and the losers.
 func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, winnerOf map[string]string) {
 	sorted := slices.Clone(budgets)
-	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int { return olderFirst(a, b) })
 	winnerOf = map[string]string{}
 	for _, b := range sorted {
 		slot := budgetSlot(b)
@@ -143,4 +142,40 @@ func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv
 		winners = append(winners, b)
 	}
 	return winners, losers, winnerOf
+}
+
+// olderFirst orders objects by creation time, then name: the order in which
+// conflicts are won.
+func olderFirst(a, b metav1.Object) int {
+	if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.GetName(), b.GetName())
+}
+
+// resolveKeyConflicts keeps, of the keys whose Secrets hold the same key, the oldest
+// (creation time, then name): the proxy refuses a document with one hash twice, which
+// would freeze the whole fleet on its last config. The winners keep their order; each
+// loser names its winner, never the key.
+func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
+	sorted := slices.Clone(keys)
+	slices.SortStableFunc(sorted, func(a, b keyInput) int { return olderFirst(a.key, b.key) })
+	owner := map[string]string{}
+	lost := map[string]string{}
+	for _, k := range sorted {
+		if w, taken := owner[k.hash]; taken {
+			lost[k.key.Name] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", w)
+			continue
+		}
+		owner[k.hash] = k.key.Name
+	}
+	for _, k := range keys {
+		if msg, ok := lost[k.key.Name]; ok {
+			k.conflict = msg
+			losers = append(losers, k)
+			continue
+		}
+		winners = append(winners, k)
+	}
+	return winners, losers
 }

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -60,6 +61,9 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
+		return err
+	}
 	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, secretRefField, func(o client.Object) []string {
 		return []string{o.(*twv1alpha1.ApiKey).Spec.SecretRef.Name}
 	}); err != nil {
@@ -79,7 +83,8 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		For(&twv1alpha1.TokenProxy{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{})
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{})
 	if r.monitors = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors {
 		b = b.Owns(newServiceMonitor())
 	}
@@ -92,13 +97,21 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Complete(r)
 }
 
-// proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it.
+// proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it, and to the fleets
+// whose pods read a credential from it.
 func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	var keys twv1alpha1.ApiKeyList
 	if err := r.List(ctx, &keys, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefField: o.GetName()}); err != nil {
 		return nil
 	}
+	var proxies twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &proxies, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialSecretField: o.GetName()}); err != nil {
+		return nil
+	}
 	var out []reconcile.Request
+	for _, p := range proxies.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
 	for _, k := range keys.Items {
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.ProxyRef.Name}}
 		if !slices.Contains(out, req) {
@@ -127,11 +140,15 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	generation, err := r.applyConfigMap(ctx, &tp, render(&g.fleet))
+	cfg := render(&g.fleet)
+	if err := checkRendered(cfg); err != nil {
+		return ctrl.Result{}, r.refuseConfig(ctx, &tp, err)
+	}
+	generation, err := r.applyConfigMap(ctx, &tp, cfg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	deploy, err := r.applyWorkload(ctx, &tp)
+	deploy, err := r.applyWorkload(ctx, &tp, g.credentials)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -151,6 +168,8 @@ type gathered struct {
 	budgetVerdicts map[string]verdict // by TokenBudget name
 	keyVerdicts    map[string]verdict // by ApiKey name
 	fingerprints   map[string]string
+	// credentials are what the pods read from Secrets.
+	credentials credentials
 }
 
 // verdict is an object's Accepted condition.
@@ -223,9 +242,20 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		g.fingerprints[k.Name] = hash[:8]
 		g.keyVerdicts[k.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
 	}
+	var lostKeys []keyInput
+	g.keys, lostKeys = resolveKeyConflicts(g.keys)
+	for _, l := range lostKeys {
+		g.keyVerdicts[l.key.Name] = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
+	}
+
+	creds, err := r.readCredentials(ctx, tp)
+	if err != nil {
+		return nil, err
+	}
+	g.credentials = creds
 
 	var deploy appsv1.Deployment
-	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
+	err = r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
 	switch {
 	case apierrors.IsNotFound(err):
 		g.divisor = divisor(tp, nil)

@@ -50,7 +50,7 @@ func (r *TokenProxyReconciler) applyServiceMonitor(ctx context.Context, tp *twv1
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, sm, func() error {
 		sm.SetLabels(labels(tp))
 		spec := map[string]any{
-			"selector": map[string]any{"matchLabels": toAny(selectorLabels(tp))},
+			"selector": map[string]any{"matchLabels": toAny(adminLabels(tp))},
 			"endpoints": []any{map[string]any{
 				"port": "admin", "path": "/metrics", "interval": "15s",
 			}},

@@ -5,15 +5,23 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -71,8 +79,9 @@ func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha
 }
 
 // applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
-// nothing else), the Deployment and the Service. It returns the Deployment.
-func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy) (*appsv1.Deployment, error) {
+// nothing else), the Deployment, the client and admin Services and the
+// PodDisruptionBudget. It returns the Deployment.
+func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
 
@@ -104,28 +113,16 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, fmt.Errorf("apply RoleBinding: %w", err)
 	}
 
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, deploy, func() error {
-		deploy.Labels = labels(tp)
-		deploy.Spec.Replicas = ptr.To(ptr.Deref(tp.Spec.Replicas, 1))
-		deploy.Spec.Selector = &metav1.LabelSelector{MatchLabels: selectorLabels(tp)}
-		r.podTemplate(tp, &deploy.Spec.Template)
-		return own(deploy)
-	}); err != nil {
+	deploy, err := r.applyDeployment(ctx, tp, creds)
+	if err != nil {
 		return nil, fmt.Errorf("apply Deployment: %w", err)
 	}
 
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
-		svc.Labels = labels(tp)
-		svc.Spec.Selector = selectorLabels(tp)
-		svc.Spec.Ports = []corev1.ServicePort{
-			{Name: "http", Port: proxyPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
-			{Name: "admin", Port: adminPort, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP},
-		}
-		return own(svc)
-	}); err != nil {
-		return nil, fmt.Errorf("apply Service: %w", err)
+	if err := r.applyServices(ctx, tp); err != nil {
+		return nil, err
+	}
+	if err := r.applyDisruptionBudget(ctx, tp); err != nil {
+		return nil, err
 	}
 	return deploy, nil
 }
@@ -158,10 +155,11 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
 	}
 	t.Spec = corev1.PodSpec{
-		ServiceAccountName: name,
-		NodeSelector:       maps.Clone(tp.Spec.NodeSelector),
-		Tolerations:        tp.Spec.Tolerations,
-		SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		ServiceAccountName:            name,
+		TerminationGracePeriodSeconds: ptr.To(terminationGraceSeconds(tp)),
+		NodeSelector:                  maps.Clone(tp.Spec.NodeSelector),
+		Tolerations:                   tp.Spec.Tolerations,
+		SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{
 			Name:  "proxy",
 			Image: image,
@@ -173,11 +171,125 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 			ReadinessProbe: probe("/readyz"),
 			LivenessProbe:  probe("/healthz"),
-			Resources:      tp.Spec.Resources,
+			Resources:      proxyResources(tp.Spec.Resources),
 			SecurityContext: &corev1.SecurityContext{
 				AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},
 		}},
 	}
+}
+
+// fieldManager is the operator's name in the managedFields of what it applies.
+const fieldManager = "tokenwarden"
+
+// applyDeployment applies the fields of the fleet's Deployment that the operator owns
+// with server-side apply, as the field manager "tokenwarden" (forcing ownership of
+// those fields only). Fields it does not set stay with their managers: the
+// kubectl.kubernetes.io/restartedAt annotation of `kubectl rollout restart`, another
+// controller's annotations or sidecars. When the fields it owns already hold what it
+// would apply, nothing is sent.
+//
+// The pod template carries the hash of the credentials the pods read, so a rotation
+// rolls them; while a credential is missing the hash in force is kept.
+func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
+	want := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace, Labels: labels(tp)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(ptr.Deref(tp.Spec.Replicas, 1)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(tp)},
+		},
+	}
+	r.podTemplate(tp, &want.Spec.Template)
+	if err := controllerutil.SetControllerReference(tp, want, r.Scheme()); err != nil {
+		return nil, err
+	}
+	var live appsv1.Deployment
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), &live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	exists := err == nil
+	hash := creds.hash
+	if inForce, ok := live.Spec.Template.Annotations[credentialsAnnotation]; ok && len(creds.missing) > 0 {
+		hash = inForce
+	}
+	if hash != "" {
+		if want.Spec.Template.Annotations == nil {
+			want.Spec.Template.Annotations = map[string]string{}
+		}
+		want.Spec.Template.Annotations[credentialsAnnotation] = hash
+	}
+	ac := &appsv1ac.DeploymentApplyConfiguration{}
+	if err := convertJSON(want, ac); err != nil {
+		return nil, err
+	}
+	// The typed Deployment always serializes these structs; empty, they set nothing.
+	ac.Status, ac.Spec.Strategy = nil, nil
+
+	if exists {
+		if err := r.upgradeFieldManagers(ctx, &live); err != nil {
+			return nil, err
+		}
+		owned, err := appsv1ac.ExtractDeployment(&live, fieldManager)
+		if err == nil && equality.Semantic.DeepEqual(owned, ac) {
+			return &live, nil
+		}
+	}
+	if err := r.Apply(ctx, ac, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	var applied appsv1.Deployment
+	if err := convertJSON(ac, &applied); err != nil {
+		return nil, err
+	}
+	return &applied, nil
+}
+
+// legacyFieldManagers are the names under which releases before server-side apply
+// updated the Deployment: the operator binary's name, which the API server takes from
+// its user agent.
+var legacyFieldManagers = sets.New("manager")
+
+// upgradeFieldManagers hands the fields an earlier release owned by update to the
+// field manager "tokenwarden", once, so that a field the operator stops setting (an
+// environment variable of a removed credential, an annotation) is removed by the
+// next apply instead of staying with a manager that no longer exists.
+func (r *TokenProxyReconciler) upgradeFieldManagers(ctx context.Context, live *appsv1.Deployment) error {
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, legacyFieldManagers, fieldManager)
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := r.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("hand the Deployment's fields to %s: %w", fieldManager, err)
+	}
+	return nil
+}
+
+// convertJSON copies one representation of an object into another through its JSON.
+func convertJSON(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, to)
+}
+
+// Termination of a proxy pod: on SIGTERM the proxy fails /readyz for its drain delay
+// (its --drain-delay, default 5 s), then waits for the requests and streams in flight
+// for at most config.DrainTimeout of its upstreams; the margin covers settling.
+const (
+	proxyDrainDelaySeconds   = 5
+	terminationMarginSeconds = 10
+)
+
+// terminationGraceSeconds lets a stopping proxy finish its drain before the kubelet
+// kills it.
+func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
+	timeouts := make([]int64, 0, len(tp.Spec.Upstreams))
+	for _, u := range tp.Spec.Upstreams {
+		timeouts = append(timeouts, u.TimeoutSeconds)
+	}
+	return proxyDrainDelaySeconds + int64(config.DrainTimeout(timeouts...)/time.Second) + terminationMarginSeconds
 }

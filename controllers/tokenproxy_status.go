@@ -105,7 +105,7 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 	sel, _ := metav1.LabelSelectorAsSelector(deploy.Spec.Selector)
 	st.Selector = sel.String()
 	st.Divisor, st.Storage, st.Budgets, st.Keys, st.ConfigGeneration = g.divisor, storage, accepted, keysIn, generation
-	setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, true, twv1alpha1.ReasonAccepted, "The fleet is rendered", tp.Generation)
+	r.setFleetAccepted(tp, &st.Conditions, g.credentials)
 	want := int32(1)
 	if tp.Spec.Replicas != nil {
 		want = *tp.Spec.Replicas

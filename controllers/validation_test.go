@@ -4,6 +4,8 @@
 package controllers_test
 
 import (
+	"strings"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +85,17 @@ var _ = Describe("Validation by the API server", func() {
 		Entry("an upstream URL without a scheme",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams[0].URL = "llm:8000" },
 			`spec.upstreams[0].url: Invalid value: "llm:8000": url must start with http:// or https://`),
+		Entry("an upstream URL without a host",
+			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams[0].URL = "http://" },
+			`spec.upstreams[0].url: Invalid value: "http://": url must name a host, as in http://host:port`),
+		Entry("a model listed by two upstreams",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Upstreams = []twv1alpha1.Upstream{
+					{Name: "a", URL: "http://a:8000", Models: []string{"gpt-4o", "gpt-4o-mini"}},
+					{Name: "b", URL: "http://b:8000", Models: []string{"o3", "gpt-4o"}},
+				}
+			},
+			`spec.upstreams: Invalid value: a model is listed by two upstreams; list each model under one upstream only`),
 		Entry("two upstreams with one name",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = append(s.Upstreams, s.Upstreams[0]) },
 			`spec.upstreams[1]: Duplicate value: {"name":"default"}`),
@@ -110,6 +123,32 @@ var _ = Describe("Validation by the API server", func() {
 			func(s *twv1alpha1.TokenProxySpec) { s.Replicas = ptr.To(int32(-1)) },
 			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
 	)
+
+	DescribeTable("a TokenProxy whose name cannot name its Services",
+		func(name string) {
+			p := proxy(func(*twv1alpha1.TokenProxySpec) {})
+			p.Name, p.Namespace = name, ns
+			err := k8sClient.Create(ctx, p)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "expected Invalid, got %v", err)
+			Expect(err.Error()).To(ContainSubstring("<nil>: Invalid value: metadata.name must be a DNS label of at most 51 characters that starts with a letter: " +
+				"the fleet's Services are named <name>-proxy and <name>-proxy-admin (at most 63)"))
+		},
+		Entry("52 characters", strings.Repeat("a", 52)),
+		Entry("a dot", "team.fleet"),
+		Entry("a leading digit", "1fleet"),
+	)
+
+	It("stores a TokenProxy name of 51 characters, and models each listed once", func() {
+		p := proxy(func(s *twv1alpha1.TokenProxySpec) {
+			s.Upstreams = []twv1alpha1.Upstream{
+				{Name: "a", URL: "http://a:8000", Models: []string{"gpt-4o"}},
+				{Name: "b", URL: "https://b.example/v1", Models: []string{"o3"}},
+				{Name: "c", URL: "http://[::1]:8000"},
+			}
+		})
+		p.Name, p.Namespace = strings.Repeat("a", 51), ns
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	})
 
 	It("refuses an ApiKey without a Secret", func() {
 		refused(&twv1alpha1.ApiKey{Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}}},

@@ -55,13 +55,15 @@ type Upstream struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('http://') || self.startsWith('https://')",message="url must start with http:// or https://"
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getHostname() != ''",message="url must name a host, as in http://host:port"
 	URL string `json:"url"`
 	// Models are the client-facing model names this upstream serves; empty serves every
-	// model no other upstream lists.
+	// model no other upstream lists. A model is listed by one upstream only. (The
+	// limits keep the API server's cost of that check within its budget.)
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=128
 	Models []string `json:"models,omitempty"`
 	// CredentialSecretRef selects the upstream's own API key, which the proxy sends
 	// instead of the client's. Empty: none is sent.
@@ -141,6 +143,7 @@ type TokenProxySpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !has(a.models) || self.all(b, a.name == b.name || !has(b.models) || !sets.intersects(a.models, b.models)))",message="a model is listed by two upstreams; list each model under one upstream only"
 	Upstreams []Upstream `json:"upstreams"`
 	// Auth configures client authentication.
 	// +optional
@@ -230,11 +233,25 @@ type TokenProxyStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// Condition reasons of a TokenProxy.
+const (
+	// ReasonInvalidConfig: the rendered proxy config fails the proxy's own validation,
+	// so it is not written and the proxies keep the last good one (Accepted=False).
+	ReasonInvalidConfig = "InvalidConfig"
+	// ReasonCredentialSecretNotFound: a Secret the proxy pods read a credential from
+	// does not exist (Accepted=False).
+	ReasonCredentialSecretNotFound = "CredentialSecretNotFound"
+	// ReasonCredentialSecretKeyMissing: a credential Secret lacks the key referenced
+	// (Accepted=False).
+	ReasonCredentialSecretKeyMissing = "CredentialSecretKeyMissing"
+)
+
 // TokenProxy is a fleet of proxies that keeps LLM traffic inside token budgets.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=tp,categories=tokenwarden
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 51 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 51 characters that starts with a letter: the fleet's Services are named <name>-proxy and <name>-proxy-admin (at most 63)"
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.type`

@@ -6,6 +6,7 @@ package budget
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -112,8 +113,10 @@ type Limiter struct {
 	store Store
 	rec   Recorder
 	clock Clock
-	// async settles on a detached goroutine, for stores that make a network call.
-	async bool
+	// async settles on a detached goroutine, for stores that make a network call;
+	// pending counts those goroutines, so that a stopping proxy waits for them.
+	async   bool
+	pending sync.WaitGroup
 }
 
 // NewLimiter returns a limiter on store. async settles off the request's goroutine.
@@ -391,10 +394,26 @@ func (h *Hold) Release() bool {
 
 func (h *Hold) run(fn func()) {
 	if h.l.async {
-		go fn()
+		h.l.pending.Go(fn)
 		return
 	}
 	fn()
+}
+
+// Wait waits until every settlement and release running off the request goroutines
+// is done, or ctx ends. A stopping proxy calls it once no request is in flight.
+func (l *Limiter) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		l.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // record counts n tokens of outcome on every bucket of the hold.

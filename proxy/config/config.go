@@ -321,6 +321,35 @@ func (c *Config) RetryPatience() time.Duration {
 	return DefaultRetryPatience * time.Second
 }
 
+// MaxDrainTimeout bounds the drain a stopping proxy derives from its upstreams.
+const MaxDrainTimeout = 10 * time.Minute
+
+// DrainTimeout is how long a stopping proxy waits for the requests and streams in
+// flight: the largest upstream timeout (DefaultUpstreamTimeout for an unset one), at
+// most MaxDrainTimeout. The operator sizes the pods' termination grace period from it.
+func DrainTimeout(upstreamTimeoutSeconds ...int64) time.Duration {
+	longest := int64(0)
+	for _, t := range upstreamTimeoutSeconds {
+		if t <= 0 {
+			t = DefaultUpstreamTimeout
+		}
+		longest = max(longest, t)
+	}
+	if longest == 0 {
+		longest = DefaultUpstreamTimeout
+	}
+	return min(time.Duration(longest)*time.Second, MaxDrainTimeout)
+}
+
+// DrainTimeout is the drain of this document's upstreams (see the function).
+func (c *Config) DrainTimeout() time.Duration {
+	ts := make([]int64, 0, len(c.Upstreams))
+	for _, u := range c.Upstreams {
+		ts = append(ts, u.TimeoutSeconds)
+	}
+	return DrainTimeout(ts...)
+}
+
 // Divisor is the budget division in force: budget_division.replicas, or 1 when unset.
 func (c *Config) Divisor() int64 {
 	if c.RateLimiting.BudgetDivision.Replicas > 0 {

@@ -192,3 +192,11 @@ var _ = Describe("RestartRequired", func() {
 			[]string{}),
 	)
 })
+
+var _ = DescribeTable("DrainTimeout: how long a stopping proxy waits for what is in flight",
+	func(timeouts []int64, want time.Duration) { Expect(config.DrainTimeout(timeouts...)).To(Equal(want)) },
+	Entry("no upstream: the default upstream timeout", nil, 300*time.Second),
+	Entry("an unset timeout counts as the default", []int64{0, 60}, 300*time.Second),
+	Entry("the largest upstream timeout", []int64{30, 120, 90}, 120*time.Second),
+	Entry("at most ten minutes", []int64{3600}, 10*time.Minute),
+)

@@ -79,6 +79,10 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.Draining() {
+			http.Error(w, "draining: the proxy is stopping", http.StatusServiceUnavailable)
+			return
+		}
 		if !s.Ready() {
 			http.Error(w, "no configuration loaded yet", http.StatusServiceUnavailable)
 			return

@@ -112,6 +112,7 @@ type Server struct {
 	transports transports
 	applyMu    sync.Mutex
 	restart    restartState
+	draining   atomic.Bool
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.

@@ -248,7 +248,9 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	}
 	p.cmd = exec.Command(s.proxyBinary,
 		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort))
+		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort),
+		// No endpoints to drop the pod from here: the drain closes the listener at once.
+		"--drain-delay", "0s")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		_ = logf.Close()

@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -100,6 +99,8 @@ func run(args []string) error {
 	listen := fs.String("listen", "", "Override the document's listen address (for several proxies on one machine).")
 	adminListen := fs.String("admin-listen", "", "Override the document's admin_listen address.")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
+	drainDelay := fs.Duration("drain-delay", 5*time.Second, "On SIGTERM, how long /readyz answers 503 before the listener closes, for the endpoints to drop the pod.")
+	drainTimeout := fs.Duration("drain-timeout", 0, "On SIGTERM, how long requests and streams in flight may take to finish (default: the largest upstream timeout, at most 10m).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -181,8 +182,6 @@ func run(args []string) error {
 	}()
 	go sweep(ctx, mem, m)
 
-	data1 := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	admin := &http.Server{Handler: srv.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 	lnData, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -192,19 +191,7 @@ func run(args []string) error {
 		return fmt.Errorf("admin_listen: %w", err)
 	}
 	log.Info("Serving", "listen", lnData.Addr().String(), "admin_listen", lnAdmin.Addr().String(), "source", src.String())
-	errc := make(chan error, 2)
-	go func() { errc <- data1.Serve(lnData) }()
-	go func() { errc <- admin.Serve(lnAdmin) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
-	}
-	log.Info("Shutting down: finishing requests in flight")
-	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = admin.Shutdown(shutdown)
-	return data1.Shutdown(shutdown)
+	return serve(ctx, log, srv, srv.AdminHandler(reg), lnData, lnAdmin, drainOptions{delay: *drainDelay, timeout: *drainTimeout})
 }
 
 // kubeClient connects to the API server: the given kubeconfig, else the in-cluster
