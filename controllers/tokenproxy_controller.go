@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,6 +91,8 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
+			builder.WithPredicates(leaseReportChanged())).
 		Complete(r)
 }
 
@@ -138,7 +142,12 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.applyServiceMonitor(ctx, &tp); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.writeStatuses(ctx, &tp, g, deploy, generation)
+	now := time.Now()
+	rs, err := r.readReports(ctx, &tp, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: rs.requeue(now)}, r.writeStatuses(ctx, &tp, g, deploy, generation, rs)
 }
 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
@@ -276,6 +285,8 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
 		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, b.Generation)
 		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
 			return err
 		}
@@ -290,6 +301,8 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st.ObservedGeneration = k.Generation
 		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, k.Generation)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}

@@ -59,8 +59,14 @@ type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 	// +optional
 	// +kubebuilder:validation:MaxLength=8
 	Fingerprint string `json:"fingerprint,omitempty"`
-	// Conditions: Accepted (its fleet and Secret exist) and Ready (in the rendered
-	// config).
+	// ConfigGeneration is the generation of the fleet's config that first held this
+	// key's current content (its spec and its Secret's hash); 0 while it is not in the
+	// config. The key is Enforced once every live replica has loaded this generation
+	// or a later one.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// Conditions: Accepted (its fleet and Secret exist), Ready (in the rendered
+	// config) and Enforced (loaded by every live replica).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -76,6 +82,7 @@ type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 // +kubebuilder:printcolumn:name="Team",type=string,JSONPath=`.spec.team`
 // +kubebuilder:printcolumn:name="Fingerprint",type=string,JSONPath=`.status.fingerprint`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ApiKey struct { //nolint:revive // the Kind is ApiKey
 	metav1.TypeMeta   `json:",inline"`
