@@ -248,6 +248,9 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	}
 	p.cmd = exec.Command(s.proxyBinary,
 		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
+		// Every process shares the host name: each reports itself under its own name,
+		// as a pod does under its pod name.
+		"--replica-name", fmt.Sprintf("%s-proxy-%d", name, i),
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort))
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/report"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/source"
 )
@@ -100,6 +101,8 @@ func run(args []string) error {
 	listen := fs.String("listen", "", "Override the document's listen address (for several proxies on one machine).")
 	adminListen := fs.String("admin-listen", "", "Override the document's admin_listen address.")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
+	replicaName := fs.String("replica-name", defaultReplicaName(),
+		"With --configmap: this replica's name in its report Lease <configmap>-<name> (default: $POD_NAME, else the host name). Unique within the fleet.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -110,7 +113,10 @@ func run(args []string) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
-	var src source.Source
+	var (
+		src   source.Source
+		lease *report.Lease
+	)
 	switch {
 	case *configPath != "" && *configMap != "":
 		return errors.New("--config and --configmap are exclusive")
@@ -126,6 +132,10 @@ func run(args []string) error {
 			return err
 		}
 		src = &source.ConfigMap{Client: cs, Namespace: ns, Name: name, Key: *configMapKey, Log: log}
+		if *replicaName == "" {
+			return errors.New("--replica-name: empty, and neither $POD_NAME nor the host name is set")
+		}
+		lease = &report.Lease{Client: cs, Namespace: ns, ConfigMap: name, Replica: *replicaName, Log: log}
 	default:
 		return errors.New("a config source is required: --config FILE or --configmap NAMESPACE/NAME")
 	}
@@ -166,12 +176,32 @@ func run(args []string) error {
 	// A store that makes a network call settles off the request's goroutine.
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
 		Started: first, Overridden: overridden})
-	if _, err := srv.Apply(data, src.String()); err != nil {
+	// applied tells the control plane which config this replica enforces (with
+	// --configmap): after each applied document, not only on the Lease's heartbeat.
+	applied := func(cfg *config.Config, data []byte) {
+		if lease != nil {
+			lease.Applied(cfg.Generation, config.Digest(data))
+		}
+	}
+	cfg, err := srv.Apply(data, src.String())
+	if err != nil {
 		return err
 	}
+	applied(cfg, data)
+	leaseDone := make(chan struct{})
+	if lease != nil {
+		go func() { defer close(leaseDone); lease.Run(ctx) }()
+	} else {
+		close(leaseDone)
+	}
+	// The Lease is deleted when ctx ends; wait for that before the process exits.
+	defer func() { <-leaseDone }()
 
 	apply := func(data []byte, origin string) error {
-		_, err := srv.Apply(data, origin)
+		cfg, err := srv.Apply(data, origin)
+		if err == nil {
+			applied(cfg, data)
+		}
 		return err
 	}
 	go func() {
@@ -205,6 +235,16 @@ func run(args []string) error {
 	defer cancel()
 	_ = admin.Shutdown(shutdown)
 	return data1.Shutdown(shutdown)
+}
+
+// defaultReplicaName is $POD_NAME (the downward API), else the host name, which is
+// the pod's name in a pod.
+func defaultReplicaName() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
 }
 
 // kubeClient connects to the API server: the given kubeconfig, else the in-cluster
