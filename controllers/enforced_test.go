@@ -164,7 +164,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		}).Should(Succeed())
 
 		By("a replica that stops renewing: it counts while its Lease runs, then drops out and its Lease is deleted")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "d", 0, time.Now(), 3*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "d", 0, time.Now(), 5*time.Second))).To(Succeed())
 		Eventually(func(g Gomega) {
 			st := proxyStatus(g, ns)
 			g.Expect(st.Enforced).To(Equal("3/4"))
@@ -186,7 +186,41 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		Expect(proxyStatus(Default, ns).Enforced).To(Equal("3/3"))
 	})
 
-	It("tells a budget that is not in the config", func() {
+	It("takes a rotated Secret as new content of the key: pending until every replica has loaded the new hash", func() {
+		ns := newNamespace("enforced-rotate")
+		secret := keySecret(ns, "alice", "sk-old")
+		Expect(k8sClient.Create(ctx, secret)).To(Succeed())
+		Expect(k8sClient.Create(ctx, apiKey(ns, "alice", "alice", "alice", ""))).To(Succeed())
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		var g1 int64
+		Eventually(func(g Gomega) {
+			k := keyObject(g, ns, "alice")
+			g.Expect(k.Status.ConfigGeneration).NotTo(BeZero())
+			g1 = k.Status.ConfigGeneration
+		}).Should(Succeed())
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "a", g1, time.Now(), 15*time.Second))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(enforcedOf(keyObject(g, ns, "alice").Status.Conditions)).To(HaveField("Reason", "Enforced"))
+		}).Should(Succeed())
+
+		secret.StringData = map[string]string{"key": "sk-new"}
+		Expect(k8sClient.Update(ctx, secret)).To(Succeed())
+		var g2 int64
+		Eventually(func(g Gomega) {
+			k := keyObject(g, ns, "alice")
+			g.Expect(k.Status.Fingerprint).To(Equal(sha("sk-new")[:8]))
+			g.Expect(k.Status.ConfigGeneration).To(BeNumerically(">", g1), "the new hash is new content, in a new generation")
+			g2 = k.Status.ConfigGeneration
+			g.Expect(enforcedOf(k.Status.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "Pending",
+				"In config generation " + strconv.FormatInt(g2, 10) + "; replica a has loaded generation " + strconv.FormatInt(g1, 10)}))
+		}).Should(Succeed())
+		reportGeneration(ns, "a", g2)
+		Eventually(func(g Gomega) {
+			g.Expect(enforcedOf(keyObject(g, ns, "alice").Status.Conditions)).To(HaveField("Reason", "Enforced"))
+		}).Should(Succeed())
+	})
+
+	It("tells a key that is not in the config", func() {
 		ns := newNamespace("notinconfig")
 		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
 		Expect(k8sClient.Create(ctx, apiKey(ns, "bob", "bob", "bob", ""))).To(Succeed())
