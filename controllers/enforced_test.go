@@ -10,22 +10,24 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // replicaLease is the report Lease a proxy replica of the fleet writes (proxy/report):
 // here the test plays the replicas.
-func replicaLease(ns, replica string, generation int64, renewed time.Time, duration time.Duration) *coordinationv1.Lease {
+func replicaLease(ns, replica string, generation int64, digest string, renewed time.Time, duration time.Duration) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "fleet-proxy-" + replica, Namespace: ns,
 			Labels:      map[string]string{twv1alpha1.ReplicaConfigMapLabel: "fleet-proxy"},
-			Annotations: map[string]string{twv1alpha1.ReplicaGenerationAnnotation: strconv.FormatInt(generation, 10), twv1alpha1.ReplicaDigestAnnotation: "d"},
+			Annotations: map[string]string{twv1alpha1.ReplicaGenerationAnnotation: strconv.FormatInt(generation, 10), twv1alpha1.ReplicaDigestAnnotation: digest},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity: ptr.To(replica), RenewTime: ptr.To(metav1.NewMicroTime(renewed)),
@@ -34,13 +36,34 @@ func replicaLease(ns, replica string, generation int64, renewed time.Time, durat
 	}
 }
 
-// reportGeneration is a replica loading another config: its Lease's annotation.
-func reportGeneration(ns, replica string, generation int64) {
+// currentDoc is the generation and digest of the fleet's ConfigMap: what a replica
+// that has loaded it reports.
+func currentDoc(ns string) (int64, string) {
 	GinkgoHelper()
+	var cm corev1.ConfigMap
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+	g, err := strconv.ParseInt(cm.Annotations[twv1alpha1.ConfigGenerationAnnotation], 10, 64)
+	Expect(err).NotTo(HaveOccurred())
+	return g, config.Digest([]byte(cm.Data["proxy.yaml"]))
+}
+
+// loadCurrent is a replica that has loaded the fleet's current config.
+func loadCurrent(ns, replica string) *coordinationv1.Lease {
+	GinkgoHelper()
+	g, digest := currentDoc(ns)
+	return replicaLease(ns, replica, g, digest, time.Now(), 15*time.Second)
+}
+
+// reportCurrent is a replica loading the fleet's current config: its Lease's
+// annotations.
+func reportCurrent(ns, replica string) {
+	GinkgoHelper()
+	generation, digest := currentDoc(ns)
 	Eventually(func(g Gomega) {
 		var le coordinationv1.Lease
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy-" + replica}, &le)).To(Succeed())
 		le.Annotations[twv1alpha1.ReplicaGenerationAnnotation] = strconv.FormatInt(generation, 10)
+		le.Annotations[twv1alpha1.ReplicaDigestAnnotation] = digest
 		le.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 		g.Expect(k8sClient.Update(ctx, &le)).To(Succeed())
 	}).Should(Succeed())
@@ -101,8 +124,8 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		}).Should(Succeed())
 
 		By("two replicas reporting the current generation")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "a", g1, time.Now(), 15*time.Second))).To(Succeed())
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "b", g1, time.Now(), 15*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, loadCurrent(ns, "a"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, loadCurrent(ns, "b"))).To(Succeed())
 		var budgetRV, keyRV string
 		Eventually(func(g Gomega) {
 			st := proxyStatus(g, ns)
@@ -121,7 +144,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		}).Should(Succeed())
 
 		By("a scale step: a third replica writes only the fleet's status")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "c", g1, time.Now(), 15*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, loadCurrent(ns, "c"))).To(Succeed())
 		Eventually(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("3/3")) }).Should(Succeed())
 		// The budgets and keys are written before the fleet in a reconcile.
 		Expect(budgetObject(Default, ns, "per-key").ResourceVersion).To(Equal(budgetRV), "a scale step must not rewrite a budget")
@@ -139,7 +162,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			g2 = st.ConfigGeneration
 			g.Expect(st.Enforced).To(Equal("0/3"))
 			g.Expect(enforcedOf(st.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "ReplicasBehind",
-				"0 of 3 live replicas have loaded config generation " + strconv.FormatInt(g2, 10) + "; replica a has generation " + strconv.FormatInt(g1, 10)}))
+				"0 of 3 live replicas have loaded config generation " + strconv.FormatInt(g2, 10) + "; replica a has loaded generation " + strconv.FormatInt(g1, 10)}))
 			b := budgetObject(g, ns, "per-key")
 			g.Expect(b.Status.ConfigGeneration).To(Equal(g2))
 			g.Expect(enforcedOf(b.Status.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "Pending",
@@ -147,15 +170,15 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		}).Should(Succeed())
 		Expect(keyObject(Default, ns, "alice").ResourceVersion).To(Equal(keyRV), "another object's edit leaves the key alone")
 
-		reportGeneration(ns, "a", g2)
-		reportGeneration(ns, "b", g2)
+		reportCurrent(ns, "a")
+		reportCurrent(ns, "b")
 		Eventually(func(g Gomega) {
 			g.Expect(proxyStatus(g, ns).Enforced).To(Equal("2/3"))
 			g.Expect(enforcedOf(budgetObject(g, ns, "per-key").Status.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "Pending",
 				"In config generation " + strconv.FormatInt(g2, 10) + "; replica c has loaded generation " + strconv.FormatInt(g1, 10)}),
 				"the message names the replica behind")
 		}).Should(Succeed())
-		reportGeneration(ns, "c", g2)
+		reportCurrent(ns, "c")
 		Eventually(func(g Gomega) {
 			st := proxyStatus(g, ns)
 			g.Expect(st.Enforced).To(Equal("3/3"))
@@ -163,12 +186,23 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			g.Expect(enforcedOf(budgetObject(g, ns, "per-key").Status.Conditions)).To(HaveField("Status", metav1.ConditionTrue))
 		}).Should(Succeed())
 
-		By("a replica that stops renewing: it counts while its Lease runs, then drops out and its Lease is deleted")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "d", 0, time.Now(), 5*time.Second))).To(Succeed())
+		By("a replica that reports the current generation with another document is behind")
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "f", g2, "not-the-operators", time.Now(), 15*time.Second))).To(Succeed())
 		Eventually(func(g Gomega) {
 			st := proxyStatus(g, ns)
 			g.Expect(st.Enforced).To(Equal("3/4"))
-			g.Expect(enforcedOf(st.Conditions).Message).To(HaveSuffix("replica d has generation 0"))
+			g.Expect(enforcedOf(st.Conditions).Message).To(HaveSuffix(
+				"replica f has loaded a document other than the operator's as generation " + strconv.FormatInt(g2, 10)))
+		}).Should(Succeed())
+		Expect(k8sClient.Delete(ctx, replicaLease(ns, "f", 0, "", time.Now(), 0))).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("3/3")) }).Should(Succeed())
+
+		By("a replica that stops renewing: it counts while its Lease runs, then drops out and its Lease is deleted")
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "d", 0, "", time.Now(), 5*time.Second))).To(Succeed())
+		Eventually(func(g Gomega) {
+			st := proxyStatus(g, ns)
+			g.Expect(st.Enforced).To(Equal("3/4"))
+			g.Expect(enforcedOf(st.Conditions).Message).To(HaveSuffix("replica d has loaded generation 0"))
 			g.Expect(enforcedOf(budgetObject(g, ns, "per-key").Status.Conditions)).To(HaveField("Reason", "Pending"))
 		}).Should(Succeed())
 		Eventually(func(g Gomega) {
@@ -179,7 +213,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		}).Should(Succeed())
 
 		By("a Lease that arrives expired never counts")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "e", 0, time.Now().Add(-time.Minute), 15*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "e", 0, "", time.Now().Add(-time.Minute), 15*time.Second))).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy-e"}, &coordinationv1.Lease{}))
 		}).Should(BeTrue())
@@ -198,7 +232,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			g.Expect(k.Status.ConfigGeneration).NotTo(BeZero())
 			g1 = k.Status.ConfigGeneration
 		}).Should(Succeed())
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "a", g1, time.Now(), 15*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, loadCurrent(ns, "a"))).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(enforcedOf(keyObject(g, ns, "alice").Status.Conditions)).To(HaveField("Reason", "Enforced"))
 		}).Should(Succeed())
@@ -214,7 +248,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			g.Expect(enforcedOf(k.Status.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "Pending",
 				"In config generation " + strconv.FormatInt(g2, 10) + "; replica a has loaded generation " + strconv.FormatInt(g1, 10)}))
 		}).Should(Succeed())
-		reportGeneration(ns, "a", g2)
+		reportCurrent(ns, "a")
 		Eventually(func(g Gomega) {
 			g.Expect(enforcedOf(keyObject(g, ns, "alice").Status.Conditions)).To(HaveField("Reason", "Enforced"))
 		}).Should(Succeed())
@@ -224,7 +258,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 		ns := newNamespace("notinconfig")
 		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
 		Expect(k8sClient.Create(ctx, apiKey(ns, "bob", "bob", "bob", ""))).To(Succeed())
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "a", 1, time.Now(), 15*time.Second))).To(Succeed())
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "a", 1, "", time.Now(), 15*time.Second))).To(Succeed())
 		Eventually(func(g Gomega) {
 			k := keyObject(g, ns, "bob")
 			g.Expect(k.Status.ConfigGeneration).To(BeZero())

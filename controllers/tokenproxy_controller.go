@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Field indexes.
@@ -131,7 +132,14 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	generation, err := r.applyConfigMap(ctx, &tp, render(&g.fleet))
+	cfg := render(&g.fleet)
+	generation, err := r.applyConfigMap(ctx, &tp, cfg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// cfg now carries its generation: its document is the ConfigMap's, whose digest
+	// each replica reports with the generation.
+	doc, err := cfg.Marshal()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -143,7 +151,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, err
 	}
 	now := time.Now()
-	rs, err := r.readReports(ctx, &tp, now)
+	rs, err := r.readReports(ctx, &tp, now, generation, config.Digest(doc))
 	if err != nil {
 		return ctrl.Result{}, err
 	}

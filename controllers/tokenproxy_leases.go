@@ -47,9 +47,22 @@ func CacheOptions() cache.Options {
 
 // replicaReport is one live replica as its Lease tells it.
 type replicaReport struct {
-	name       string
+	name string
+	// generation is what the replica is counted as having loaded: the generation it
+	// reports, or one less when it reports the current generation with a document
+	// other than the one the operator wrote (a hand-edited ConfigMap, for example).
 	generation int64
-	expires    time.Time
+	// otherDoc is true in that case.
+	otherDoc bool
+	expires  time.Time
+}
+
+// loadedWhat says what the replica has loaded, for a condition's message.
+func (rr *replicaReport) loadedWhat() string {
+	if rr.otherDoc {
+		return fmt.Sprintf("has loaded a document other than the operator's as generation %d", rr.generation+1)
+	}
+	return fmt.Sprintf("has loaded generation %d", rr.generation)
 }
 
 // reports are a fleet's live replicas, by name.
@@ -74,8 +87,9 @@ func (rs *reports) loaded(g int64) (n int32, behind *replicaReport) {
 }
 
 // readReports reads the fleet's Leases: the live ones are the replica set; expired
-// ones are deleted (a replica that comes back recreates its Lease).
-func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.TokenProxy, now time.Time) (*reports, error) {
+// ones are deleted (a replica that comes back recreates its Lease). generation and
+// digest are those of the document in the fleet's ConfigMap.
+func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.TokenProxy, now time.Time, generation int64, digest string) (*reports, error) {
 	var leases coordinationv1.LeaseList
 	if err := r.List(ctx, &leases, client.InNamespace(tp.Namespace),
 		client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: proxyName(tp)}); err != nil {
@@ -103,11 +117,15 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.T
 		}
 		// A generation that does not parse is a replica behind every config.
 		g, _ := strconv.ParseInt(le.Annotations[twv1alpha1.ReplicaGenerationAnnotation], 10, 64)
+		other := g == generation && le.Annotations[twv1alpha1.ReplicaDigestAnnotation] != digest
+		if other {
+			g--
+		}
 		name := le.Name
 		if le.Spec.HolderIdentity != nil && *le.Spec.HolderIdentity != "" {
 			name = *le.Spec.HolderIdentity
 		}
-		rs.live = append(rs.live, replicaReport{name: name, generation: g, expires: expires})
+		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires})
 		if rs.next.IsZero() || expires.Before(rs.next) {
 			rs.next = expires
 		}

@@ -162,7 +162,7 @@ func setEnforced(conds *[]metav1.Condition, what string, v verdict, contentGen i
 			fmt.Sprintf("In config generation %d; no proxy replica reports (no renewed report Lease)", contentGen), gen)
 	case behind != nil:
 		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonPending,
-			fmt.Sprintf("In config generation %d; replica %s has loaded generation %d", contentGen, behind.name, behind.generation), gen)
+			fmt.Sprintf("In config generation %d; replica %s %s", contentGen, behind.name, behind.loadedWhat()), gen)
 	default:
 		setCondition(conds, twv1alpha1.ConditionEnforced, true, twv1alpha1.ReasonEnforced,
 			fmt.Sprintf("Every live proxy replica has loaded config generation %d or later, which holds this %s", contentGen, what), gen)
@@ -181,8 +181,8 @@ func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64
 			fmt.Sprintf("No proxy replica reports: no renewed Lease labelled %s", twv1alpha1.ReplicaConfigMapLabel), gen)
 	case behind != nil:
 		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonReplicasBehind,
-			fmt.Sprintf("%d of %d live replicas have loaded config generation %d; replica %s has generation %d",
-				n, len(rs.live), g, behind.name, behind.generation), gen)
+			fmt.Sprintf("%d of %d live replicas have loaded config generation %d; replica %s %s",
+				n, len(rs.live), g, behind.name, behind.loadedWhat()), gen)
 	default:
 		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, true, twv1alpha1.ReasonAllReplicasCurrent,
 			fmt.Sprintf("All %d live replicas have loaded config generation %d", n, g), gen)
