@@ -58,6 +58,9 @@ type Lease struct {
 	mu         sync.Mutex
 	generation int64
 	digest     string
+	// owner is the ConfigMap, once read: the Lease's owner, so that it goes with the
+	// fleet even when the replica is killed rather than stopped.
+	owner *metav1.OwnerReference
 	// applied wakes Run: a new config to report now.
 	applied chan struct{}
 	once    sync.Once
@@ -129,7 +132,17 @@ func (l *Lease) write(ctx context.Context) error {
 	}
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
 	now := metav1.NewMicroTime(l.Now())
+	if l.owner == nil {
+		// The proxy may read its ConfigMap; without it the Lease has no owner and
+		// expires (the operator deletes expired Leases of a fleet it still runs).
+		if cm, err := l.Client.CoreV1().ConfigMaps(l.Namespace).Get(ctx, l.ConfigMap, metav1.GetOptions{}); err == nil {
+			l.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
+		}
+	}
 	fill := func(le *coordinationv1.Lease) {
+		if l.owner != nil && len(le.OwnerReferences) == 0 {
+			le.OwnerReferences = []metav1.OwnerReference{*l.owner}
+		}
 		if le.Labels == nil {
 			le.Labels = map[string]string{}
 		}

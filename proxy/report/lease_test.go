@@ -9,15 +9,17 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestLease walks a replica's report: nothing before the first config, the Lease at
-// once after it, the new generation at once after the next, gone after a clean stop.
+// once after it (owned by the ConfigMap, so it goes with the fleet), the new
+// generation at once after the next, gone after a clean stop.
 func TestLease(t *testing.T) {
-	cs := fake.NewClientset()
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy", Namespace: "llm", UID: "cm-uid"}})
 	l := &Lease{Client: cs, Namespace: "llm", ConfigMap: "fleet-proxy", Replica: "fleet-proxy-abc", Renew: time.Hour}
 	get := func() (*coordinationv1.Lease, error) {
 		return cs.CoordinationV1().Leases("llm").Get(context.Background(), "fleet-proxy-fleet-proxy-abc", metav1.GetOptions{})
@@ -50,6 +52,7 @@ func TestLease(t *testing.T) {
 	waitFor("the first config", func(le *coordinationv1.Lease, err error) bool {
 		return err == nil && le.Annotations[GenerationAnnotation] == "3" && le.Annotations[DigestAnnotation] == "d3" &&
 			le.Labels[ConfigMapLabel] == "fleet-proxy" && *le.Spec.HolderIdentity == "fleet-proxy-abc" &&
+			len(le.OwnerReferences) == 1 && le.OwnerReferences[0].UID == "cm-uid" && le.OwnerReferences[0].Kind == "ConfigMap" &&
 			*le.Spec.LeaseDurationSeconds == 15 && le.Spec.RenewTime != nil
 	})
 

@@ -265,6 +265,11 @@ spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burs
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(out).To(Equal("3/3"), "the third proxy reports itself")
 		}).Should(Succeed())
+		// One report Lease per proxy, owned by the fleet's ConfigMap: it goes with the fleet.
+		out, err = st.Kubectl("get", "leases", "-n", ns, "-l", "tokenwarden.io/configmap=fleet-proxy", "-o",
+			`jsonpath={range .items[*]}{.spec.holderIdentity}:{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {end}`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Fields(out)).To(ConsistOf("fleet-proxy-0:ConfigMap/fleet-proxy", "fleet-proxy-1:ConfigMap/fleet-proxy", "fleet-proxy-2:ConfigMap/fleet-proxy"))
 		// The operator writes the budgets' statuses before the fleet's: once the fleet is
 		// enforced, they show the new division.
 		out, err = st.Kubectl("get", "tb", "per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")
