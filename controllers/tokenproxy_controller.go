@@ -155,7 +155,11 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: rs.requeue(now)}, r.writeStatuses(ctx, &tp, g, deploy, generation, rs)
+	if err := r.writeStatuses(ctx, &tp, g, deploy, generation, rs); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A live replica's Lease that is not renewed expires then: time-driven work.
+	return ctrl.Result{RequeueAfter: rs.requeue(now)}, nil
 }
 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
