@@ -82,7 +82,6 @@ type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 // +kubebuilder:printcolumn:name="Team",type=string,JSONPath=`.spec.team`
 // +kubebuilder:printcolumn:name="Fingerprint",type=string,JSONPath=`.status.fingerprint`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ApiKey struct { //nolint:revive // the Kind is ApiKey
 	metav1.TypeMeta   `json:",inline"`

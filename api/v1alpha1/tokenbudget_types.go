@@ -120,7 +120,6 @@ type TokenBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Per-Replica TPM",type=integer,JSONPath=`.status.perReplica.tokensPerMinute`
 // +kubebuilder:printcolumn:name="Per-Replica TPD",type=integer,JSONPath=`.status.perReplica.tokensPerDay`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenBudget struct {
 	metav1.TypeMeta   `json:",inline"`
