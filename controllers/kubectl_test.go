@@ -77,8 +77,9 @@ var _ = Describe("kubectl", func() {
 			g.Expect(strings.Fields(lines[2])[:8]).To(Equal([]string{"team", "PerTeam", "120000", "2400000", "3", "40000", "800000", "True"}))
 
 			out = kubectl("get", "tp", "-n", ns)
-			g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "AGE"}))
-			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:6]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1"}), "no pod runs in the test control plane")
+			g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "ENFORCED", "AGE"}))
+			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:7]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1", "0/0"}),
+				"no pod runs in the test control plane, and no replica reports")
 
 			out = kubectl("get", "ak", "-n", ns)
 			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:5]).To(Equal([]string{"alice", "alice", "research", sha("sk-alice")[:8], "True"}))

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Field indexes.
@@ -94,6 +97,8 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
+			builder.WithPredicates(leaseReportChanged())).
 		Complete(r)
 }
 
@@ -148,6 +153,12 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// cfg now carries its generation: its document is the ConfigMap's, whose digest
+	// each replica reports with the generation.
+	doc, err := cfg.Marshal()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	deploy, err := r.applyWorkload(ctx, &tp, g.credentials)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -155,7 +166,16 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.applyServiceMonitor(ctx, &tp); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.writeStatuses(ctx, &tp, g, deploy, generation)
+	now := time.Now()
+	rs, err := r.readReports(ctx, &tp, now, generation, config.Digest(doc))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatuses(ctx, &tp, g, deploy, generation, rs); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A live replica's Lease that is not renewed expires then: time-driven work.
+	return ctrl.Result{RequeueAfter: rs.requeue(now)}, nil
 }
 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
@@ -306,6 +326,8 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
 		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, b.Generation)
 		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
 			return err
 		}
@@ -320,6 +342,8 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st.ObservedGeneration = k.Generation
 		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, k.Generation)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}

@@ -98,6 +98,12 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		role.Rules = []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name},
 			Verbs: []string{"get", "list", "watch"},
+		}, {
+			// Each replica's report Lease (proxy/report). Its name holds the pod's name,
+			// unknown here, and RBAC cannot limit create by name: the proxy may write any
+			// Lease of its namespace, and no other resource.
+			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "create", "update", "delete"},
 		}}
 		return own(role)
 	}); err != nil {

@@ -49,7 +49,7 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 
 // writeStatuses writes the status of the fleet and of every TokenBudget and ApiKey it
 // read, and records events for what an operator must act on.
-func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, deploy *appsv1.Deployment, generation int64) error {
+func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, deploy *appsv1.Deployment, generation int64, rs *reports) error {
 	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
 	storage := tp.Spec.Storage.Type
 	if storage == "" {
@@ -61,7 +61,9 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		inForce = 1
 		placement = "Redis storage: the replicas share the fleet total"
 	}
-	readyMsg := fmt.Sprintf("In the fleet's config (generation %d); %s", generation, placement)
+	// The Ready message names the generation that first held the object's content
+	// (status.configGeneration), not the latest: another object's edit leaves it alone.
+	inConfig := func(contentGen int64) string { return fmt.Sprintf("In the fleet's config (generation %d)", contentGen) }
 
 	accepted := int32(0)
 	for _, b := range g.allBudgets {
@@ -78,7 +80,10 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 				TokensPerDay:    allowance(b.Spec.TokensPerDay, inForce),
 			}
 		}
-		r.applyVerdict(tp, b, &st.Conditions, v, readyMsg)
+		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
+			b.Status.Conditions, generation)
+		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
+		setEnforced(&st.Conditions, "budget", v, st.ConfigGeneration, rs, b.Generation)
 		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
 			return err
 		}
@@ -93,7 +98,15 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		if v.accepted {
 			keysIn++
 		}
-		r.applyVerdict(tp, k, &st.Conditions, v, fmt.Sprintf("In the fleet's config (generation %d)", generation))
+		// A rotated Secret changes the key's content without changing its generation.
+		prevConfigGen := k.Status.ConfigGeneration
+		if k.Status.Fingerprint != st.Fingerprint {
+			prevConfigGen = 0
+		}
+		st.ConfigGeneration = contentGeneration(v.accepted, k.Generation, k.Status.ObservedGeneration, prevConfigGen,
+			k.Status.Conditions, generation)
+		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration))
+		setEnforced(&st.Conditions, "key", v, st.ConfigGeneration, rs, k.Generation)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}
@@ -117,7 +130,63 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonNotReady,
 			fmt.Sprintf("%d of %d proxies ready", deploy.Status.ReadyReplicas, want), tp.Generation)
 	}
+	setFleetEnforced(st, rs, generation, tp.Generation)
 	return r.patchStatus(ctx, tp, &tp.Status, st)
+}
+
+// contentGeneration is the config generation that first held an accepted object's
+// current content: the one it had, unless it was not in the config before or its spec
+// changed since (then the config just rendered, generation g, is the first to hold
+// it). 0 when the object is not in the config. It changes only with the object's own
+// content, so a scale step or another object's edit leaves the object's status alone.
+func contentGeneration(accepted bool, objGen, observedGen, prev int64, prevConds []metav1.Condition, g int64) int64 {
+	switch {
+	case !accepted:
+		return 0
+	case prev == 0, observedGen != objGen, !meta.IsStatusConditionTrue(prevConds, twv1alpha1.ConditionAccepted):
+		return g
+	default:
+		return prev
+	}
+}
+
+// setEnforced sets a budget's or key's Enforced condition: True when every live
+// replica has loaded its content generation. The message names no replica count, so
+// that a scale step rewrites no budget or key whose Enforced did not change.
+func setEnforced(conds *[]metav1.Condition, what string, v verdict, contentGen int64, rs *reports, gen int64) {
+	switch _, behind := rs.loaded(contentGen); {
+	case !v.accepted:
+		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in the fleet's config: "+v.message, gen)
+	case len(rs.live) == 0:
+		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonPending,
+			fmt.Sprintf("In config generation %d; no proxy replica reports (no renewed report Lease)", contentGen), gen)
+	case behind != nil:
+		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonPending,
+			fmt.Sprintf("In config generation %d; replica %s %s", contentGen, behind.name, behind.loadedWhat()), gen)
+	default:
+		setCondition(conds, twv1alpha1.ConditionEnforced, true, twv1alpha1.ReasonEnforced,
+			fmt.Sprintf("Every live proxy replica has loaded config generation %d or later, which holds this %s", contentGen, what), gen)
+	}
+}
+
+// setFleetEnforced sets the fleet's counts and Enforced condition: True when every
+// live replica runs config generation g or a later one.
+func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64) {
+	n, behind := rs.loaded(g)
+	st.LiveReplicas, st.EnforcedReplicas = int32(len(rs.live)), n //nolint:gosec // bounded by the Leases listed
+	st.Enforced = fmt.Sprintf("%d/%d", st.EnforcedReplicas, st.LiveReplicas)
+	switch {
+	case len(rs.live) == 0:
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNoReplicas,
+			fmt.Sprintf("No proxy replica reports: no renewed Lease labelled %s", twv1alpha1.ReplicaConfigMapLabel), gen)
+	case behind != nil:
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonReplicasBehind,
+			fmt.Sprintf("%d of %d live replicas have loaded config generation %d; replica %s %s",
+				n, len(rs.live), g, behind.name, behind.loadedWhat()), gen)
+	default:
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, true, twv1alpha1.ReasonAllReplicasCurrent,
+			fmt.Sprintf("All %d live replicas have loaded config generation %d", n, g), gen)
+	}
 }
 
 // applyVerdict sets an object's Accepted and Ready conditions from its verdict, and

@@ -22,12 +22,6 @@ func keyStatus(g Gomega, ns, name string) twv1alpha1.ApiKeyStatus {
 	return k.Status
 }
 
-func proxyStatus(g Gomega, ns string) twv1alpha1.TokenProxyStatus {
-	var tp twv1alpha1.TokenProxy
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet"}, &tp)).To(Succeed())
-	return tp.Status
-}
-
 // A document the proxy would refuse is never written.
 var _ = Describe("The fleet reconciler, on what the proxy would refuse", func() {
 	It("keeps the oldest of two ApiKeys whose Secrets hold the same key and marks the other Conflicted", func() {

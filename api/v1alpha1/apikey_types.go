@@ -59,8 +59,14 @@ type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 	// +optional
 	// +kubebuilder:validation:MaxLength=8
 	Fingerprint string `json:"fingerprint,omitempty"`
-	// Conditions: Accepted (its fleet and Secret exist) and Ready (in the rendered
-	// config).
+	// ConfigGeneration is the generation of the fleet's config that first held this
+	// key's current content (its spec and its Secret's hash); 0 while it is not in the
+	// config. The key is Enforced once every live replica has loaded this generation
+	// or a later one.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// Conditions: Accepted (its fleet and Secret exist), Ready (in the rendered
+	// config) and Enforced (loaded by every live replica).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

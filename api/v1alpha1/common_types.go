@@ -46,6 +46,28 @@ const (
 	// its pods are ready; for a TokenBudget or an ApiKey, the rendered config that
 	// holds it is in the fleet's ConfigMap.
 	ConditionReady = "Ready"
+	// ConditionEnforced is True when every live replica of the fleet reports that it
+	// has loaded a config generation that holds the object: for a TokenProxy, the
+	// fleet's current config generation; for a TokenBudget or an ApiKey, the
+	// generation that first held its current content (status.configGeneration). The
+	// live replicas are the ones whose report Lease (ReplicaConfigMapLabel) is
+	// renewed; there is no kubelet in the loop.
+	ConditionEnforced = "Enforced"
+)
+
+// The report each proxy replica of a fleet writes: a coordination.k8s.io/v1 Lease
+// named <configmap>-<replica> in the fleet's namespace, renewed while the replica
+// runs, whose annotations name the config it has applied.
+const (
+	// ReplicaConfigMapLabel on a replica's Lease names the ConfigMap the replica
+	// serves (the fleet's <name>-proxy); the operator selects a fleet's Leases by it.
+	ReplicaConfigMapLabel = "tokenwarden.io/configmap"
+	// ReplicaGenerationAnnotation on a replica's Lease is the generation of the config
+	// the replica has applied (the ConfigMap's ConfigGenerationAnnotation).
+	ReplicaGenerationAnnotation = "tokenwarden.io/config-generation"
+	// ReplicaDigestAnnotation on a replica's Lease is the SHA-256 of the config
+	// document the replica has applied (/admin/effective's "digest").
+	ReplicaDigestAnnotation = "tokenwarden.io/config-digest"
 )
 
 // Condition reasons.
@@ -59,4 +81,15 @@ const (
 	ReasonPending          = "Pending"
 	ReasonDeploymentReady  = "DeploymentReady"
 	ReasonNotReady         = "DeploymentNotReady"
+
+	// Enforced on a TokenBudget or an ApiKey: Enforced (every live replica has loaded
+	// it), Pending (a replica has not yet, or none reports) or NotInConfig (the object
+	// is not accepted, so no config holds it).
+	ReasonEnforced    = "Enforced"
+	ReasonNotInConfig = "NotInConfig"
+	// Enforced on a TokenProxy: AllReplicasCurrent, ReplicasBehind (a live replica
+	// runs an older config generation) or NoReplicas (no replica reports).
+	ReasonAllReplicasCurrent = "AllReplicasCurrent"
+	ReasonReplicasBehind     = "ReplicasBehind"
+	ReasonNoReplicas         = "NoReplicas"
 )

@@ -94,8 +94,13 @@ type TokenBudgetStatus struct {
 	// Storage is the fleet's storage: Memory or Redis.
 	// +optional
 	Storage StorageType `json:"storage,omitempty"`
-	// Conditions: Accepted (valid, its fleet exists, no conflict) and Ready (in the
-	// rendered config).
+	// ConfigGeneration is the generation of the fleet's config that first held this
+	// budget's current content; 0 while it is not in the config. The budget is
+	// Enforced once every live replica has loaded this generation or a later one.
+	// +optional
+	ConfigGeneration int64 `json:"configGeneration,omitempty"`
+	// Conditions: Accepted (valid, its fleet exists, no conflict), Ready (in the
+	// rendered config) and Enforced (loaded by every live replica).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -225,7 +225,21 @@ type TokenProxyStatus struct {
 	// ConfigGeneration is the generation of the rendered proxy config.
 	// +optional
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
-	// Conditions: Accepted and Ready.
+	// LiveReplicas is the number of proxy replicas that report themselves: their
+	// report Leases are renewed. It may differ from replicas (the Deployment's pods)
+	// while pods start or stop, or when the proxies do not run as the Deployment.
+	// +optional
+	LiveReplicas int32 `json:"liveReplicas"`
+	// EnforcedReplicas is the number of live replicas that have loaded the current
+	// config generation (configGeneration) or a later one.
+	// +optional
+	EnforcedReplicas int32 `json:"enforcedReplicas"`
+	// Enforced is "enforcedReplicas/liveReplicas", for kubectl get.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Enforced string `json:"enforced,omitempty"`
+	// Conditions: Accepted, Ready and Enforced (every live replica runs the current
+	// config generation).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -257,6 +271,7 @@ const (
 // +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.type`
 // +kubebuilder:printcolumn:name="Budgets",type=integer,JSONPath=`.status.budgets`
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenProxy struct {
 	metav1.TypeMeta   `json:",inline"`

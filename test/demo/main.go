@@ -231,6 +231,21 @@ func run(ctx context.Context, o options) error {
 	}
 	indent(out)
 	st.check(strings.Contains(out, "7500"), "per-key: 7,500 per replica now")
+	// The control plane counts the replicas from their own reports (a Lease each):
+	// the fourth reports itself once it has loaded the config.
+	var enforcedOut string
+	deadline := time.Now().Add(enforceTimeout)
+	for {
+		enforcedOut, err = s.Kubectl("get", "tp/fleet", "-n", ns, "-o", "jsonpath={.status.enforced}")
+		if (err == nil && enforcedOut == "4/4") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err = s.Kubectl("get", "tp", "-n", ns); err == nil {
+		indent(out)
+	}
+	st.check(enforcedOut == "4/4", "kubectl get tp: ENFORCED 4/4, every live replica reports the current config generation")
 
 	st.step(5, "The metrics each proxy exports (an excerpt)")
 	resp, err := http.Get(proxies[0].AdminURL + "/metrics")
@@ -272,7 +287,8 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("   try: curl -s %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' -d '{\"model\":\"demo\",\"max_tokens\":100}'\n", proxies[0].URL)
 	fmt.Printf("   after a kubectl apply, a proxy enforces it once the \"generation\" of its /admin/effective reaches the\n"+
-		"   annotation tokenwarden.io/config-generation of ConfigMap %s/fleet-proxy\n", ns)
+		"   annotation tokenwarden.io/config-generation of ConfigMap %s/fleet-proxy; the control plane tells it from the\n"+
+		"   proxies' reports: kubectl wait -n %s tp/fleet --for=condition=Enforced\n", ns, ns)
 	<-ctx.Done()
 	fmt.Println("\nStopping.")
 	return nil

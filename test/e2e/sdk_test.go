@@ -238,6 +238,21 @@ spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burs
 		after := enforced(ns)
 		Expect(after).To(BeNumerically(">", before), "the edit is a new generation of the fleet's config")
 		applied := time.Since(edited)
+		// The control plane tells the same from the replicas' own reports.
+		Eventually(func(g Gomega) {
+			out, err := st.Kubectl("get", "tp/fleet", "-n", ns, "-o",
+				`jsonpath={.status.enforced} {.status.conditions[?(@.type=="Enforced")].status} {.status.configGeneration}`)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal(fmt.Sprintf("3/3 True %d", after)))
+			out, err = st.Kubectl("get", "tb/per-key", "-n", ns, "-o",
+				`jsonpath={.status.conditions[?(@.type=="Enforced")].status} {.status.configGeneration}`)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal(fmt.Sprintf("True %d", after)), "the edited budget is in generation %d, loaded by all", after)
+			out, err = st.Kubectl("get", "ak/alice", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Enforced")].status}`)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal("True"))
+		}).Should(Succeed())
+		reported := time.Since(edited)
 		// 100 tokens a minute per replica now: one request of 1,000 does not fit. Every
 		// proxy holds the edit, so none should need a second try; Eventually only keeps
 		// a loaded machine from failing the spec.
@@ -248,8 +263,8 @@ spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burs
 			}).Should(Equal(429), "%s refuses what the edited budget does not hold", p)
 		}
 		refused := time.Since(edited)
-		AddReportEntry("TokenBudget edit to every proxy", fmt.Sprintf("generation %d applied by all 3 proxies %v after the patch; all refusing after %v",
-			after, applied.Round(time.Millisecond), refused.Round(time.Millisecond)))
+		AddReportEntry("TokenBudget edit to every proxy", fmt.Sprintf("generation %d applied by all 3 proxies %v after the patch; Enforced=True on the TokenProxy and the budget after %v; all refusing after %v",
+			after, applied.Round(time.Millisecond), reported.Round(time.Millisecond), refused.Round(time.Millisecond)))
 		GinkgoWriter.Printf("A TokenBudget edit: generation %d applied by every proxy %v after the patch, enforced by all %v after it\n",
 			after, applied, refused)
 	})
@@ -267,6 +282,16 @@ spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, requestsPerSecond: 1, burs
 		Expect(proxies).To(HaveLen(3))
 		enforced(ns)
 		Expect(stack.CheckDivisor(ctx, proxies, 3)).To(Succeed())
+		Eventually(func(g Gomega) {
+			out, err := st.Kubectl("get", "tp/fleet", "-n", ns, "-o", "jsonpath={.status.enforced}")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal("3/3"), "the third proxy reports itself")
+		}).Should(Succeed())
+		// One report Lease per proxy, owned by the fleet's ConfigMap: it goes with the fleet.
+		out, err = st.Kubectl("get", "leases", "-n", ns, "-l", "tokenwarden.io/configmap=fleet-proxy", "-o",
+			`jsonpath={range .items[*]}{.spec.holderIdentity}:{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {end}`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strings.Fields(out)).To(ConsistOf("fleet-proxy-0:ConfigMap/fleet-proxy", "fleet-proxy-1:ConfigMap/fleet-proxy", "fleet-proxy-2:ConfigMap/fleet-proxy"))
 		// The operator writes the budgets' statuses before the fleet's: once the fleet is
 		// enforced, they show the new division.
 		out, err = st.Kubectl("get", "tb", "per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")

@@ -13,6 +13,11 @@
 // and reports the generation it has applied at /admin/effective; once every proxy
 // reports G or later, the fleet enforces the change.
 //
+// The operator now tells the same from the replicas' own reports (the Enforced
+// condition, from a Lease each proxy renews). Wait still asks each proxy itself: it is
+// the independent check the end-to-end suite holds that condition against, and the
+// controller tests' in-process proxy writes no Lease.
+//
 // The package reads the API server through any client.Reader and each proxy through a
 // Replica function, so that the stack's proxy processes and the controller tests'
 // in-process proxy are waited for the same way. It imports neither the operator nor

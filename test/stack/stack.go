@@ -143,7 +143,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Scheme: scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	if err != nil {
 		return nil, err
@@ -248,6 +248,9 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	}
 	p.cmd = exec.Command(s.proxyBinary,
 		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
+		// Every process shares the host name: each reports itself under its own name,
+		// as a pod does under its pod name.
+		"--replica-name", fmt.Sprintf("%s-proxy-%d", name, i),
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort),
 		// No endpoints to drop the pod from here: the drain closes the listener at once.
 		"--drain-delay", "0s")

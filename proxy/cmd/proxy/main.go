@@ -32,6 +32,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/report"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/source"
 )
@@ -101,6 +102,8 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
 	drainDelay := fs.Duration("drain-delay", 5*time.Second, "On SIGTERM, how long /readyz answers 503 before the listener closes, for the endpoints to drop the pod.")
 	drainTimeout := fs.Duration("drain-timeout", 0, "On SIGTERM, how long requests and streams in flight may take to finish (default: the largest upstream timeout, at most 10m).")
+	replicaName := fs.String("replica-name", defaultReplicaName(),
+		"With --configmap: this replica's name in its report Lease <configmap>-<name> (default: $POD_NAME, else the host name). Unique within the fleet.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,7 +114,10 @@ func run(args []string) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
-	var src source.Source
+	var (
+		src   source.Source
+		lease *report.Lease
+	)
 	switch {
 	case *configPath != "" && *configMap != "":
 		return errors.New("--config and --configmap are exclusive")
@@ -127,6 +133,10 @@ func run(args []string) error {
 			return err
 		}
 		src = &source.ConfigMap{Client: cs, Namespace: ns, Name: name, Key: *configMapKey, Log: log}
+		if *replicaName == "" {
+			return errors.New("--replica-name: empty, and neither $POD_NAME nor the host name is set")
+		}
+		lease = &report.Lease{Client: cs, Namespace: ns, ConfigMap: name, Replica: *replicaName, Log: log}
 	default:
 		return errors.New("a config source is required: --config FILE or --configmap NAMESPACE/NAME")
 	}
@@ -167,12 +177,32 @@ func run(args []string) error {
 	// A store that makes a network call settles off the request's goroutine.
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
 		Started: first, Overridden: overridden})
-	if _, err := srv.Apply(data, src.String()); err != nil {
+	// applied tells the control plane which config this replica enforces (with
+	// --configmap): after each applied document, not only on the Lease's heartbeat.
+	applied := func(cfg *config.Config, data []byte) {
+		if lease != nil {
+			lease.Applied(cfg.Generation, config.Digest(data))
+		}
+	}
+	cfg, err := srv.Apply(data, src.String())
+	if err != nil {
 		return err
 	}
+	applied(cfg, data)
+	leaseDone := make(chan struct{})
+	if lease != nil {
+		go func() { defer close(leaseDone); lease.Run(ctx) }()
+	} else {
+		close(leaseDone)
+	}
+	// The Lease is deleted when ctx ends; wait for that before the process exits.
+	defer func() { <-leaseDone }()
 
 	apply := func(data []byte, origin string) error {
-		_, err := srv.Apply(data, origin)
+		cfg, err := srv.Apply(data, origin)
+		if err == nil {
+			applied(cfg, data)
+		}
 		return err
 	}
 	go func() {
@@ -192,6 +222,16 @@ func run(args []string) error {
 	}
 	log.Info("Serving", "listen", lnData.Addr().String(), "admin_listen", lnAdmin.Addr().String(), "source", src.String())
 	return serve(ctx, log, srv, srv.AdminHandler(reg), lnData, lnAdmin, drainOptions{delay: *drainDelay, timeout: *drainTimeout})
+}
+
+// defaultReplicaName is $POD_NAME (the downward API), else the host name, which is
+// the pod's name in a pod.
+func defaultReplicaName() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
 }
 
 // kubeClient connects to the API server: the given kubeconfig, else the in-cluster

@@ -1,0 +1,181 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// The data plane's report: each proxy replica renews a Lease labelled with the
+// ConfigMap it serves, annotated with the generation and digest of the config it has
+// applied (proxy/report). The renewed Leases are the fleet's live replicas: there is
+// no kubelet in envtest or in the demo's process fleet, and a pod that runs is not a
+// proxy that has loaded anything.
+
+// CacheOptions are the manager's cache options the reconciler needs: Leases only
+// with the replicas' label, not every node heartbeat and leader election of the
+// cluster.
+func CacheOptions() cache.Options {
+	req, err := k8slabels.NewRequirement(twv1alpha1.ReplicaConfigMapLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant, valid label key
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Label: k8slabels.NewSelector().Add(*req)},
+	}}
+}
+
+// replicaReport is one live replica as its Lease tells it.
+type replicaReport struct {
+	name string
+	// generation is what the replica is counted as having loaded: the generation it
+	// reports, or one less when it reports the current generation with a document
+	// other than the one the operator wrote (a hand-edited ConfigMap, for example).
+	generation int64
+	// otherDoc is true in that case.
+	otherDoc bool
+	expires  time.Time
+}
+
+// loadedWhat says what the replica has loaded, for a condition's message.
+func (rr *replicaReport) loadedWhat() string {
+	if rr.otherDoc {
+		return fmt.Sprintf("has loaded a document other than the operator's as generation %d", rr.generation+1)
+	}
+	return fmt.Sprintf("has loaded generation %d", rr.generation)
+}
+
+// reports are a fleet's live replicas, by name.
+type reports struct {
+	live []replicaReport
+	// next is the earliest expiry of a live Lease: the reconcile to come then drops it
+	// if it was not renewed. Zero without live replicas.
+	next time.Time
+}
+
+// loaded returns the number of live replicas that have loaded generation g or a later
+// one, and the first (by name) that has not.
+func (rs *reports) loaded(g int64) (n int32, behind *replicaReport) {
+	for i := range rs.live {
+		if rs.live[i].generation >= g {
+			n++
+		} else if behind == nil {
+			behind = &rs.live[i]
+		}
+	}
+	return n, behind
+}
+
+// readReports reads the fleet's Leases: the live ones are the replica set; expired
+// ones are deleted (a replica that comes back recreates its Lease). generation and
+// digest are those of the document in the fleet's ConfigMap.
+func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.TokenProxy, now time.Time, generation int64, digest string) (*reports, error) {
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.InNamespace(tp.Namespace),
+		client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: proxyName(tp)}); err != nil {
+		return nil, fmt.Errorf("list Leases: %w", err)
+	}
+	rs := &reports{}
+	for i := range leases.Items {
+		le := &leases.Items[i]
+		if !le.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var expires time.Time
+		if le.Spec.RenewTime != nil && le.Spec.LeaseDurationSeconds != nil {
+			expires = le.Spec.RenewTime.Add(time.Duration(*le.Spec.LeaseDurationSeconds) * time.Second)
+		}
+		if !expires.After(now) {
+			// Only the version read: a renewal that raced this read survives.
+			rv := le.ResourceVersion
+			err := r.Delete(ctx, le, client.Preconditions{ResourceVersion: &rv})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return nil, fmt.Errorf("delete expired Lease %s: %w", le.Name, err)
+			}
+			log.FromContext(ctx).V(1).Info("Deleted an expired replica Lease", "lease", le.Name, "expired", expires)
+			continue
+		}
+		// A generation that does not parse is a replica behind every config.
+		g, _ := strconv.ParseInt(le.Annotations[twv1alpha1.ReplicaGenerationAnnotation], 10, 64)
+		other := g == generation && le.Annotations[twv1alpha1.ReplicaDigestAnnotation] != digest
+		if other {
+			g--
+		}
+		name := le.Name
+		if le.Spec.HolderIdentity != nil && *le.Spec.HolderIdentity != "" {
+			name = *le.Spec.HolderIdentity
+		}
+		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires})
+		if rs.next.IsZero() || expires.Before(rs.next) {
+			rs.next = expires
+		}
+	}
+	slices.SortFunc(rs.live, func(a, b replicaReport) int { return strings.Compare(a.name, b.name) })
+	return rs, nil
+}
+
+// requeue is when the next Lease expires, if it is not renewed: time-driven work.
+func (rs *reports) requeue(now time.Time) time.Duration {
+	if rs.next.IsZero() {
+		return 0
+	}
+	// A little after the expiry, so that the Lease is expired when it is read.
+	return rs.next.Sub(now) + 100*time.Millisecond
+}
+
+// proxyOfLease maps a replica's Lease to the TokenProxy whose ConfigMap it serves.
+func (r *TokenProxyReconciler) proxyOfLease(ctx context.Context, o client.Object) []reconcile.Request {
+	cm := o.GetLabels()[twv1alpha1.ReplicaConfigMapLabel]
+	if cm == "" {
+		return nil
+	}
+	var tps twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &tps, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	for i := range tps.Items {
+		if proxyName(&tps.Items[i]) == cm {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: tps.Items[i].Name}}}
+		}
+	}
+	return nil
+}
+
+// leaseReportChanged passes a replica arriving, leaving, or reporting another config;
+// not a renewal, which changes only renewTime (the requeue at the earliest expiry
+// sees whether it was renewed). A fleet of N replicas thus reconciles on what its
+// replicas load, not N times per renewal period.
+func leaseReportChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			a, b := e.ObjectOld, e.ObjectNew
+			for _, k := range []string{twv1alpha1.ReplicaGenerationAnnotation, twv1alpha1.ReplicaDigestAnnotation} {
+				if a.GetAnnotations()[k] != b.GetAnnotations()[k] {
+					return true
+				}
+			}
+			return a.GetLabels()[twv1alpha1.ReplicaConfigMapLabel] != b.GetLabels()[twv1alpha1.ReplicaConfigMapLabel]
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

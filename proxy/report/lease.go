@@ -1,0 +1,190 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package report tells the control plane which config this replica enforces: a
+// coordination.k8s.io/v1 Lease per replica, renewed while the replica runs, whose
+// annotations carry the generation and digest of the config it has applied. The
+// operator counts the renewed Leases as the fleet's live replicas and sets the
+// Enforced conditions from them. It is the proxy's only write to the API server.
+package report
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// The Lease's label and annotations; the operator's API package declares the same
+// names (api/v1alpha1: ReplicaConfigMapLabel and the others). They are repeated here so
+// that the data plane does not import the operator's API.
+const (
+	ConfigMapLabel       = "tokenwarden.io/configmap"
+	GenerationAnnotation = "tokenwarden.io/config-generation"
+	DigestAnnotation     = "tokenwarden.io/config-digest"
+)
+
+// Defaults of a Lease.
+const (
+	DefaultDuration = 15 * time.Second
+	DefaultRenew    = 5 * time.Second
+)
+
+// Lease reports one replica of the fleet that serves one ConfigMap.
+type Lease struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// ConfigMap is the name of the ConfigMap the replica serves.
+	ConfigMap string
+	// Replica names the replica (its pod name); the Lease is <ConfigMap>-<Replica>.
+	Replica string
+	// Duration is the Lease's leaseDurationSeconds: a replica that has not renewed
+	// for this long is no longer live. Default 15s.
+	Duration time.Duration
+	// Renew is how often the Lease is renewed. Default 5s.
+	Renew time.Duration
+	Log   *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+
+	mu         sync.Mutex
+	generation int64
+	digest     string
+	// owner is the ConfigMap, once read: the Lease's owner, so that it goes with the
+	// fleet even when the replica is killed rather than stopped.
+	owner *metav1.OwnerReference
+	// applied wakes Run: a new config to report now.
+	applied chan struct{}
+	once    sync.Once
+}
+
+// Name is the Lease's name.
+func (l *Lease) Name() string { return l.ConfigMap + "-" + l.Replica }
+
+func (l *Lease) init() {
+	l.once.Do(func() {
+		l.applied = make(chan struct{}, 1)
+		if l.Duration <= 0 {
+			l.Duration = DefaultDuration
+		}
+		if l.Renew <= 0 {
+			l.Renew = DefaultRenew
+		}
+		if l.Log == nil {
+			l.Log = slog.Default()
+		}
+		if l.Now == nil {
+			l.Now = time.Now
+		}
+	})
+}
+
+// Applied records the config the replica now enforces; Run reports it at once.
+func (l *Lease) Applied(generation int64, digest string) {
+	l.init()
+	l.mu.Lock()
+	l.generation, l.digest = generation, digest
+	l.mu.Unlock()
+	select {
+	case l.applied <- struct{}{}:
+	default:
+	}
+}
+
+// Run renews the Lease until ctx ends, and writes it at once after each Applied;
+// then it deletes the Lease, so that a replica that stops cleanly leaves the live set
+// at once rather than when its Lease expires. A failed write is logged and retried on
+// the next tick.
+func (l *Lease) Run(ctx context.Context) {
+	l.init()
+	tick := time.NewTicker(l.Renew)
+	defer tick.Stop()
+	for {
+		if err := l.write(ctx); err != nil && ctx.Err() == nil {
+			l.Log.Warn("Could not renew the replica's report Lease", "lease", l.Namespace+"/"+l.Name(), "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			l.remove()
+			return
+		case <-tick.C:
+		case <-l.applied:
+		}
+	}
+}
+
+// write creates or renews the Lease with the config applied so far; before the first
+// Applied there is nothing to report.
+func (l *Lease) write(ctx context.Context) error {
+	l.mu.Lock()
+	generation, digest := l.generation, l.digest
+	l.mu.Unlock()
+	if digest == "" {
+		return nil
+	}
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	now := metav1.NewMicroTime(l.Now())
+	if l.owner == nil {
+		// The proxy may read its ConfigMap; without it the Lease has no owner and
+		// expires (the operator deletes expired Leases of a fleet it still runs).
+		if cm, err := l.Client.CoreV1().ConfigMaps(l.Namespace).Get(ctx, l.ConfigMap, metav1.GetOptions{}); err == nil {
+			l.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
+		}
+	}
+	fill := func(le *coordinationv1.Lease) {
+		if l.owner != nil && len(le.OwnerReferences) == 0 {
+			le.OwnerReferences = []metav1.OwnerReference{*l.owner}
+		}
+		if le.Labels == nil {
+			le.Labels = map[string]string{}
+		}
+		le.Labels[ConfigMapLabel] = l.ConfigMap
+		if le.Annotations == nil {
+			le.Annotations = map[string]string{}
+		}
+		le.Annotations[GenerationAnnotation] = strconv.FormatInt(generation, 10)
+		le.Annotations[DigestAnnotation] = digest
+		le.Spec.HolderIdentity = ptr.To(l.Replica)
+		le.Spec.LeaseDurationSeconds = ptr.To(int32(l.Duration / time.Second))
+		le.Spec.RenewTime = &now
+		if le.Spec.AcquireTime == nil {
+			le.Spec.AcquireTime = &now
+		}
+	}
+	cur, err := leases.Get(ctx, l.Name(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name(), Namespace: l.Namespace}}
+		fill(le)
+		if _, err := leases.Create(ctx, le, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("get: %w", err)
+	}
+	fill(cur)
+	if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update: %w", err)
+	}
+	return nil
+}
+
+// remove deletes the Lease, with a short deadline of its own: the run's context is
+// already done.
+func (l *Lease) remove() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name(), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		l.Log.Warn("Could not delete the replica's report Lease; it expires", "lease", l.Namespace+"/"+l.Name(), "error", err)
+	}
+}

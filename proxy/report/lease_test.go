@@ -1,0 +1,70 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package report
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// TestLease walks a replica's report: nothing before the first config, the Lease at
+// once after it (owned by the ConfigMap, so it goes with the fleet), the new
+// generation at once after the next, gone after a clean stop.
+func TestLease(t *testing.T) {
+	cs := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy", Namespace: "llm", UID: "cm-uid"}})
+	l := &Lease{Client: cs, Namespace: "llm", ConfigMap: "fleet-proxy", Replica: "fleet-proxy-abc", Renew: time.Hour}
+	get := func() (*coordinationv1.Lease, error) {
+		return cs.CoordinationV1().Leases("llm").Get(context.Background(), "fleet-proxy-fleet-proxy-abc", metav1.GetOptions{})
+	}
+	waitFor := func(what string, ok func(*coordinationv1.Lease, error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			le, err := get()
+			if ok(le, err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: lease %+v, error %v", what, le, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+
+	time.Sleep(50 * time.Millisecond)
+	if _, err := get(); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Lease before the first config: %v", err)
+	}
+
+	l.Applied(3, "d3")
+	waitFor("the first config", func(le *coordinationv1.Lease, err error) bool {
+		return err == nil && le.Annotations[GenerationAnnotation] == "3" && le.Annotations[DigestAnnotation] == "d3" &&
+			le.Labels[ConfigMapLabel] == "fleet-proxy" && *le.Spec.HolderIdentity == "fleet-proxy-abc" &&
+			len(le.OwnerReferences) == 1 && le.OwnerReferences[0].UID == "cm-uid" && le.OwnerReferences[0].Kind == "ConfigMap" &&
+			*le.Spec.LeaseDurationSeconds == 15 && le.Spec.RenewTime != nil
+	})
+
+	// The renewal tick is an hour: only Applied can write generation 4 this soon.
+	l.Applied(4, "d4")
+	waitFor("the next config", func(le *coordinationv1.Lease, err error) bool {
+		return err == nil && le.Annotations[GenerationAnnotation] == "4" && le.Annotations[DigestAnnotation] == "d4"
+	})
+
+	cancel()
+	<-done
+	if _, err := get(); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Lease after a clean stop: %v", err)
+	}
+}
