@@ -199,7 +199,7 @@ func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj clien
 		return
 	}
 	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
-		r.Events.Eventf(obj, tp, corev1.EventTypeWarning, v.reason, "Render", v.message)
+		r.Events.Eventf(obj, tp, corev1.EventTypeWarning, v.reason, "Render", "%s", v.message)
 	}
 	setCondition(conds, twv1alpha1.ConditionAccepted, false, v.reason, v.message, gen)
 	setCondition(conds, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, gen)
