@@ -81,6 +81,7 @@ func render(f *fleet) *config.Config {
 	rl.BudgetDivision.Replicas = f.divisor
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
+	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
 	switch p.Spec.Overage {
 	case twv1alpha1.OverageForgive:
 		rl.Overage = config.OverageForgive

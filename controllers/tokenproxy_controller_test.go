@@ -100,15 +100,16 @@ func condition(conds []metav1.Condition, typ string) metav1.Condition {
 }
 
 var _ = Describe("The fleet reconciler", func() {
-	It("renders the fleet's overage rule and IPv6 client prefix", func() {
+	It("renders the fleet's overage rule, IPv6 client prefix and retry patience", func() {
 		ns := newNamespace("overage")
 		tp := fleetProxy(ns, 1)
-		tp.Spec.Overage, tp.Spec.ClientIPv6PrefixLength = twv1alpha1.OverageForgive, 48
+		tp.Spec.Overage, tp.Spec.ClientIPv6PrefixLength, tp.Spec.RetryPatienceSeconds = twv1alpha1.OverageForgive, 48, 20
 		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
 		Eventually(func(g Gomega) {
 			c := rendered(g, ns)
 			g.Expect(c.RateLimiting.Overage).To(Equal(config.OverageForgive))
 			g.Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(48))
+			g.Expect(c.RetryPatience()).To(Equal(20 * time.Second))
 		}).Should(Succeed())
 	})
 

@@ -172,6 +172,14 @@ type TokenProxySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=128
 	ClientIPv6PrefixLength int32 `json:"clientIPv6PrefixLength,omitempty"`
+	// RetryPatienceSeconds is the longest wait a refusal asks a client to make: a 429
+	// whose Retry-After is longer, or whose request is larger than its whole budget, also
+	// says x-should-retry: false, so the official SDKs fail at once instead of sleeping.
+	// Default 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	RetryPatienceSeconds int64 `json:"retryPatienceSeconds,omitempty"`
 	// MaxBodyBytes is the largest request body accepted; larger get 413. Default 16 MiB.
 	// +optional
 	// +kubebuilder:validation:Minimum=1024
