@@ -13,12 +13,12 @@ import (
 )
 
 var _ = Describe("The test control plane", func() {
-	It("stores objects in a real API server and the manager's cache sees them", func() {
+	It("stores objects in a real API server and the manager's cache sees them (the ConfigMaps the operator manages)", func() {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "controlplane-"}}
 		Expect(k8sClient.Create(ctx, ns)).To(Succeed())
 
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns.Name},
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns.Name, Labels: map[string]string{"app.kubernetes.io/managed-by": "tokenwarden"}},
 			Data:       map[string]string{"config.yaml": "listen: 127.0.0.1:8080\n"},
 		}
 		Expect(k8sClient.Create(ctx, cm)).To(Succeed())

@@ -23,8 +23,9 @@ var _ = Describe("The credential Secrets the proxy pods read", func() {
 			acc := condition(proxyStatus(g, ns).Conditions, "Accepted")
 			g.Expect(acc.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(acc.Reason).To(Equal("CredentialSecretNotFound"))
-			g.Expect(acc.Message).To(Equal("Secret provider not found (spec.upstreams[claude].credentialSecretRef): " +
-				"the proxy pods cannot start until it exists; pods already running keep the credential they started with"))
+			g.Expect(acc.Message).To(Equal("No Secret provider labelled tokenwarden.io/secret=credential (spec.upstreams[claude].credentialSecretRef): " +
+				"the operator reads only Secrets labelled for its use; " +
+				"the proxy pods cannot start while it is missing; pods already running keep the credential they started with"))
 			deployment(g, ns)
 			var evs corev1.EventList
 			g.Expect(k8sClient.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
@@ -32,7 +33,7 @@ var _ = Describe("The credential Secrets the proxy pods read", func() {
 		}).Should(Succeed())
 
 		By("the Secret created: accepted, and its hash in the pod template")
-		provider := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns}, StringData: map[string]string{"anthropic": "sk-ant-1"}}
+		provider := credentialSecret(ns, "provider", map[string]string{"anthropic": "sk-ant-1"})
 		Expect(k8sClient.Create(ctx, provider)).To(Succeed())
 		var first string
 		Eventually(func(g Gomega) {

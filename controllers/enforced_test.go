@@ -263,7 +263,7 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			k := keyObject(g, ns, "bob")
 			g.Expect(k.Status.ConfigGeneration).To(BeZero())
 			g.Expect(enforcedOf(k.Status.Conditions)).To(Equal(enforced{metav1.ConditionFalse, "NotInConfig",
-				"Not in the fleet's config: Secret bob not found"}))
+				"Not in the fleet's config: No Secret bob labelled tokenwarden.io/secret=api-key in namespace " + ns}))
 		}).Should(Succeed())
 	})
 })

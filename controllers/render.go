@@ -71,7 +71,7 @@ func render(f *fleet) *config.Config {
 	for _, k := range f.keys {
 		s := &k.key.Spec
 		c.APIKeys = append(c.APIKeys, config.APIKey{
-			Name: k.key.Name, KeySHA256: k.hash, User: s.User, Team: s.Team,
+			Name: renderedName(k.key), KeySHA256: k.hash, User: s.User, Team: s.Team,
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			Bypass: s.Bypass,
 		})
@@ -139,7 +139,7 @@ func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv
 			losers = append(losers, b)
 			continue
 		}
-		winnerOf[slot] = b.Name
+		winnerOf[slot] = displayName(b)
 		winners = append(winners, b)
 	}
 	return winners, losers, winnerOf
@@ -165,13 +165,13 @@ func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
 	lost := map[string]string{}
 	for _, k := range sorted {
 		if w, taken := owner[k.hash]; taken {
-			lost[k.key.Name] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", w)
+			lost[objectKey(k.key)] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", w)
 			continue
 		}
-		owner[k.hash] = k.key.Name
+		owner[k.hash] = displayName(k.key)
 	}
 	for _, k := range keys {
-		if msg, ok := lost[k.key.Name]; ok {
+		if msg, ok := lost[objectKey(k.key)]; ok {
 			k.conflict = msg
 			losers = append(losers, k)
 			continue

@@ -33,7 +33,8 @@ import (
 
 // Field indexes.
 const (
-	proxyRefField  = "spec.proxyRef.name"
+	// proxyRefField indexes TokenBudgets and ApiKeys by their fleet: "namespace/name".
+	proxyRefField  = "spec.proxyRef"
 	secretRefField = "spec.secretRef.name"
 )
 
@@ -54,14 +55,10 @@ type TokenProxyReconciler struct {
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, func(o client.Object) []string {
-		return []string{o.(*twv1alpha1.TokenBudget).Spec.ProxyRef.Name}
-	}); err != nil {
+	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, proxyRefField, func(o client.Object) []string {
-		return []string{o.(*twv1alpha1.ApiKey).Spec.ProxyRef.Name}
-	}); err != nil {
+	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
@@ -73,14 +70,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
-		var name string
-		switch v := o.(type) {
-		case *twv1alpha1.TokenBudget:
-			name = v.Spec.ProxyRef.Name
-		case *twv1alpha1.ApiKey:
-			name = v.Spec.ProxyRef.Name
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+		return []reconcile.Request{{NamespacedName: proxyOf(o)}}
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&twv1alpha1.TokenProxy{}).
@@ -97,6 +87,8 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
 			builder.WithPredicates(leaseReportChanged())).
 		Complete(r)
@@ -118,7 +110,7 @@ func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Obj
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
 	}
 	for _, k := range keys.Items {
-		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.ProxyRef.Name}}
+		req := reconcile.Request{NamespacedName: proxyOf(&k)}
 		if !slices.Contains(out, req) {
 			out = append(out, req)
 		}
@@ -185,9 +177,9 @@ type gathered struct {
 	// not: the ones whose status this reconcile writes.
 	allBudgets     []*twv1alpha1.TokenBudget
 	allKeys        []*twv1alpha1.ApiKey
-	budgetVerdicts map[string]verdict // by TokenBudget name
-	keyVerdicts    map[string]verdict // by ApiKey name
-	fingerprints   map[string]string
+	budgetVerdicts map[string]verdict // by TokenBudget objectKey
+	keyVerdicts    map[string]verdict // by ApiKey objectKey
+	fingerprints   map[string]string  // by ApiKey objectKey
 	// credentials are what the pods read from Secrets.
 	credentials credentials
 }
@@ -207,65 +199,89 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		fingerprints:   map[string]string{},
 	}
 	var budgets twv1alpha1.TokenBudgetList
-	if err := r.List(ctx, &budgets, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
+	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()}); err != nil {
 		return nil, fmt.Errorf("list TokenBudgets: %w", err)
 	}
-	all := make([]*twv1alpha1.TokenBudget, 0, len(budgets.Items))
+	slices.SortFunc(budgets.Items, func(a, b twv1alpha1.TokenBudget) int { return strings.Compare(objectKey(&a), objectKey(&b)) })
+	allowed := make([]*twv1alpha1.TokenBudget, 0, len(budgets.Items))
 	for i := range budgets.Items {
-		if budgets.Items[i].DeletionTimestamp.IsZero() {
-			all = append(all, &budgets.Items[i])
+		b := &budgets.Items[i]
+		if !b.DeletionTimestamp.IsZero() {
+			continue
 		}
+		g.allBudgets = append(g.allBudgets, b)
+		v, ok, err := r.namespaceVerdict(ctx, tp, b)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			g.budgetVerdicts[objectKey(b)] = v
+			continue
+		}
+		allowed = append(allowed, b)
 	}
-	g.allBudgets = all
-	winners, losers, winnerOf := resolveConflicts(all)
+	winners, losers, winnerOf := resolveConflicts(allowed)
 	g.budgets = winners
 	for _, b := range winners {
-		g.budgetVerdicts[b.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
+		g.budgetVerdicts[objectKey(b)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
 	}
 	for _, b := range losers {
 		msg := fmt.Sprintf("TokenBudget %s is older and sets the same dimension %s", winnerOf[budgetSlot(b)], b.Spec.Dimension)
 		if b.Spec.Model != "" {
 			msg += " for model " + b.Spec.Model
 		}
-		g.budgetVerdicts[b.Name] = verdict{reason: twv1alpha1.ReasonConflicted, message: msg}
+		g.budgetVerdicts[objectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: msg}
 	}
 
 	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.InNamespace(tp.Namespace), client.MatchingFields{proxyRefField: tp.Name}); err != nil {
+	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()}); err != nil {
 		return nil, fmt.Errorf("list ApiKeys: %w", err)
 	}
-	slices.SortFunc(keys.Items, func(a, b twv1alpha1.ApiKey) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(keys.Items, func(a, b twv1alpha1.ApiKey) int { return strings.Compare(objectKey(&a), objectKey(&b)) })
 	for i := range keys.Items {
 		k := &keys.Items[i]
 		if !k.DeletionTimestamp.IsZero() {
 			continue
 		}
 		g.allKeys = append(g.allKeys, k)
+		v, ok, err := r.namespaceVerdict(ctx, tp, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			v, ok = bypassVerdict(tp, k)
+		}
+		if !ok {
+			g.keyVerdicts[objectKey(k)] = v
+			continue
+		}
+		// The cache holds only the Secrets labelled for the operator's use; an ApiKey
+		// may use only those labelled for ApiKeys, in its own namespace.
 		var s corev1.Secret
-		err := r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.SecretRef.Name}, &s)
+		err = r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.SecretRef.Name}, &s)
 		switch {
-		case apierrors.IsNotFound(err):
-			g.keyVerdicts[k.Name] = verdict{reason: twv1alpha1.ReasonSecretNotFound, message: fmt.Sprintf("Secret %s not found", k.Spec.SecretRef.Name)}
+		case apierrors.IsNotFound(err), err == nil && s.Labels[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey:
+			g.keyVerdicts[objectKey(k)] = keySecretNotFound(k)
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("get Secret %s: %w", k.Spec.SecretRef.Name, err)
 		}
 		material := strings.TrimSpace(string(s.Data[secretKey(k.Spec.SecretRef)]))
 		if material == "" {
-			g.keyVerdicts[k.Name] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
+			g.keyVerdicts[objectKey(k)] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
 		sum := sha256.Sum256([]byte(material))
 		hash := hex.EncodeToString(sum[:])
 		g.keys = append(g.keys, keyInput{key: k, hash: hash})
-		g.fingerprints[k.Name] = hash[:8]
-		g.keyVerdicts[k.Name] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
+		g.fingerprints[objectKey(k)] = hash[:8]
+		g.keyVerdicts[objectKey(k)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
 	}
 	var lostKeys []keyInput
 	g.keys, lostKeys = resolveKeyConflicts(g.keys)
 	for _, l := range lostKeys {
-		g.keyVerdicts[l.key.Name] = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
+		g.keyVerdicts[objectKey(l.key)] = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
 	}
 
 	creds, err := r.readCredentials(ctx, tp)
@@ -316,7 +332,7 @@ func divisor(tp *twv1alpha1.TokenProxy, d *appsv1.Deployment) int64 {
 func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
 	msg := fmt.Sprintf("TokenProxy %s not found", name.Name)
 	var budgets twv1alpha1.TokenBudgetList
-	if err := r.List(ctx, &budgets, client.InNamespace(name.Namespace), client.MatchingFields{proxyRefField: name.Name}); err != nil {
+	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: name.String()}); err != nil {
 		return err
 	}
 	for i := range budgets.Items {
@@ -333,7 +349,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		}
 	}
 	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.InNamespace(name.Namespace), client.MatchingFields{proxyRefField: name.Name}); err != nil {
+	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: name.String()}); err != nil {
 		return err
 	}
 	for i := range keys.Items {

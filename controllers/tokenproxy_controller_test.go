@@ -73,8 +73,16 @@ func apiKey(ns, name, secret, user, team string) *twv1alpha1.ApiKey {
 	}
 }
 
+// keySecret is a Secret labelled for ApiKeys.
 func keySecret(ns, name, key string) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"key": key}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}}, StringData: map[string]string{"key": key}}
+}
+
+// credentialSecret is a Secret labelled for the proxy pods.
+func credentialSecret(ns, name string, data map[string]string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageCredential}}, StringData: data}
 }
 
 // rendered reads and parses the fleet's proxy config, as the proxy would.
@@ -117,7 +125,7 @@ var _ = Describe("The fleet reconciler", func() {
 		ns := newNamespace("render")
 		for _, o := range []client.Object{
 			keySecret(ns, "alice", "sk-alice"), keySecret(ns, "bob", "sk-bob"),
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns}, StringData: map[string]string{"anthropic": "upstream"}},
+			credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}),
 			tokenBudget(ns, "global", twv1alpha1.DimensionGlobal, "", 600000, 0),
 			tokenBudget(ns, "per-key", twv1alpha1.DimensionPerAPIKey, "", 60000, 5000000),
 			tokenBudget(ns, "sonnet", twv1alpha1.DimensionPerModel, "claude-sonnet", 100000, 0),
@@ -257,7 +265,7 @@ var _ = Describe("The fleet reconciler", func() {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "alice"}, &k)).To(Succeed())
 			acc := condition(k.Status.Conditions, "Accepted")
 			g.Expect(acc.Reason).To(Equal("SecretNotFound"))
-			g.Expect(acc.Message).To(Equal("Secret alice not found"))
+			g.Expect(acc.Message).To(Equal("No Secret alice labelled tokenwarden.io/secret=api-key in namespace " + ns))
 			g.Expect(rendered(g, ns).APIKeys).To(BeEmpty())
 		}).Should(Succeed())
 

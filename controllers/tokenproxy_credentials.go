@@ -88,8 +88,10 @@ func (r *TokenProxyReconciler) readCredentials(ctx context.Context, tp *twv1alph
 		var s corev1.Secret
 		err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: cr.ref.Name}, &s)
 		switch {
-		case apierrors.IsNotFound(err):
-			c.missing = append(c.missing, fmt.Sprintf("Secret %s not found (%s)", cr.ref.Name, cr.field))
+		// The cache holds only the Secrets labelled for the operator's use.
+		case apierrors.IsNotFound(err), err == nil && s.Labels[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageCredential:
+			c.missing = append(c.missing, fmt.Sprintf("No Secret %s labelled %s=%s (%s)",
+				cr.ref.Name, twv1alpha1.SecretUsageLabel, twv1alpha1.SecretUsageCredential, cr.field))
 			if c.reason == "" {
 				c.reason = twv1alpha1.ReasonCredentialSecretNotFound
 			}
@@ -120,7 +122,8 @@ func (r *TokenProxyReconciler) setFleetAccepted(tp *twv1alpha1.TokenProxy, conds
 		setCondition(conds, twv1alpha1.ConditionAccepted, true, twv1alpha1.ReasonAccepted, "The fleet is rendered", tp.Generation)
 		return
 	}
-	msg := strings.Join(c.missing, "; ") + ": the proxy pods cannot start until it exists; pods already running keep the credential they started with"
+	msg := strings.Join(c.missing, "; ") + ": the operator reads only Secrets labelled for its use; " +
+		"the proxy pods cannot start while it is missing; pods already running keep the credential they started with"
 	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
 		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, c.reason, "Render", "%s", truncate(msg, eventNoteLimit))
 	}

@@ -32,7 +32,8 @@ import (
 // no kubelet in envtest or in the demo's process fleet, and a pod that runs is not a
 // proxy that has loaded anything.
 
-// CacheOptions are the manager's cache options the reconciler needs: Leases only
+// CacheOptions are the manager's cache options the reconciler needs (see also
+// scopedCacheOptions): Leases only
 // with the replicas' label, not every node heartbeat and leader election of the
 // cluster.
 func CacheOptions() cache.Options {
@@ -40,9 +41,9 @@ func CacheOptions() cache.Options {
 	if err != nil {
 		panic(err) // a constant, valid label key
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return scopedCacheOptions(map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: k8slabels.NewSelector().Add(*req)},
-	}}
+	})
 }
 
 // replicaReport is one live replica as its Lease tells it.

@@ -67,7 +67,7 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 
 	accepted := int32(0)
 	for _, b := range g.allBudgets {
-		v := g.budgetVerdicts[b.Name]
+		v := g.budgetVerdicts[objectKey(b)]
 		st := b.Status.DeepCopy()
 		st.ObservedGeneration = b.Generation
 		st.Storage = storage
@@ -91,10 +91,10 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 
 	keysIn := int32(0)
 	for _, k := range g.allKeys {
-		v := g.keyVerdicts[k.Name]
+		v := g.keyVerdicts[objectKey(k)]
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
-		st.Fingerprint = g.fingerprints[k.Name]
+		st.Fingerprint = g.fingerprints[objectKey(k)]
 		if v.accepted {
 			keysIn++
 		}

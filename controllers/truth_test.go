@@ -55,8 +55,7 @@ var _ = Describe("The fleet reconciler, on what the proxy would refuse", func() 
 
 	It("writes no config the proxy's own validation refuses, and says why on the TokenProxy", func() {
 		ns := newNamespace("invalid")
-		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns},
-			StringData: map[string]string{"anthropic": "upstream"}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
 		tp := fleetProxy(ns, 1)
 		tp.Spec.Upstreams[1].URL = "http://vllm.models.svc:8000/v1?tenant=a" // the CRD allows it; the proxy does not
 		Expect(k8sClient.Create(ctx, tp)).To(Succeed())

@@ -14,7 +14,8 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// +required
 	ProxyRef ProxyReference `json:"proxyRef"`
 
-	// SecretRef selects the Secret key that holds the API key clients send.
+	// SecretRef selects the Secret key that holds the API key clients send. The
+	// Secret is in the ApiKey's namespace and labelled tokenwarden.io/secret: api-key.
 	// +required
 	SecretRef SecretKeyReference `json:"secretRef"`
 
@@ -44,7 +45,8 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// +kubebuilder:validation:Minimum=0
 	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 
-	// Bypass exempts the key from every limit. Default false.
+	// Bypass exempts the key from every limit. Default false. The key is accepted
+	// only where its fleet's spec.allowBypass allows bypass keys.
 	// +optional
 	Bypass bool `json:"bypass,omitempty"`
 }
@@ -65,7 +67,7 @@ type ApiKeyStatus struct { //nolint:revive // the Kind is ApiKey
 	// or a later one.
 	// +optional
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
-	// Conditions: Accepted (its fleet and Secret exist), Ready (in the rendered
+	// Conditions: Accepted (its fleet accepts it and its Secret exists), Ready (in the rendered
 	// config) and Enforced (loaded by every live replica).
 	// +optional
 	// +listType=map

@@ -3,17 +3,25 @@
 
 package v1alpha1
 
-// ProxyReference names the TokenProxy (in the same namespace) that a TokenBudget or an
-// ApiKey belongs to.
+// ProxyReference names the TokenProxy that a TokenBudget or an ApiKey belongs to.
 type ProxyReference struct {
 	// Name of the TokenProxy.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+	// Namespace of the TokenProxy. Default: the object's own. A fleet in another
+	// namespace accepts the object only when its spec.allowedNamespaces allows the
+	// object's namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
 }
 
-// SecretKeyReference selects one key of a Secret in the same namespace.
+// SecretKeyReference selects one key of a Secret in the same namespace. The Secret
+// must carry the label SecretUsageLabel (tokenwarden.io/secret) with the value of its
+// use: api-key for an ApiKey, credential for a TokenProxy.
 type SecretKeyReference struct {
 	// Name of the Secret.
 	// +required

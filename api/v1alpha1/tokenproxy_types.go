@@ -148,6 +148,15 @@ type TokenProxySpec struct {
 	// Auth configures client authentication.
 	// +optional
 	Auth AuthSpec `json:"auth,omitempty"`
+	// AllowedNamespaces are the namespaces whose TokenBudgets and ApiKeys the fleet
+	// accepts (issue 13, scoped reads). Default: its own namespace only.
+	// +optional
+	AllowedNamespaces AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+	// AllowBypass says which of the fleet's ApiKeys may set bypass: None, Same (keys
+	// in the fleet's namespace) or All (keys in every allowed namespace). Default None.
+	// +optional
+	// +kubebuilder:default=None
+	AllowBypass BypassPolicy `json:"allowBypass,omitempty"`
 	// Storage says where the buckets live. Default Memory.
 	// +optional
 	Storage StorageSpec `json:"storage,omitempty"`

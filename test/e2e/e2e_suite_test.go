@@ -88,7 +88,7 @@ spec:
 ---
 apiVersion: v1
 kind: Secret
-metadata: {name: alice-key}
+metadata: {name: alice-key, labels: {tokenwarden.io/secret: api-key}}
 stringData: {key: sk-e2e-alice}
 ---
 apiVersion: tokenwarden.io/v1alpha1
@@ -98,7 +98,7 @@ spec: {proxyRef: {name: fleet}, secretRef: {name: alice-key}, user: alice, team:
 ---
 apiVersion: v1
 kind: Secret
-metadata: {name: bob-key}
+metadata: {name: bob-key, labels: {tokenwarden.io/secret: api-key}}
 stringData: {key: sk-e2e-bob}
 ---
 apiVersion: tokenwarden.io/v1alpha1

@@ -40,7 +40,7 @@ var _ = Describe("The official Node SDKs through a fleet", Ordered, func() {
 		p = fleet(ns, 1, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 3000), `
 apiVersion: v1
 kind: Secret
-metadata: {name: carol-key}
+metadata: {name: carol-key, labels: {tokenwarden.io/secret: api-key}}
 stringData: {key: sk-e2e-carol}
 ---
 apiVersion: tokenwarden.io/v1alpha1
