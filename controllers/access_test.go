@@ -152,6 +152,17 @@ var _ = Describe("Scoped reads", func() {
 		})
 	})
 
+	It("names the namespace of a missing fleet in another namespace", func() {
+		tenant := newNamespace("lost-tenant")
+		b := tokenBudget(tenant, "team", twv1alpha1.DimensionPerTeam, "", 1000, 0)
+		b.Spec.ProxyRef = twv1alpha1.ProxyReference{Namespace: "elsewhere", Name: "nothing"}
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(acceptedOf(budgetStatus(g, tenant, "team").Conditions)).To(Equal(
+				accepted{metav1.ConditionFalse, twv1alpha1.ReasonProxyNotFound, "TokenProxy elsewhere/nothing not found"}))
+		}).Should(Succeed())
+	})
+
 	Context("bypass keys", func() {
 		It("refuses them unless the fleet allows them, and only in the namespaces it allows them in", func() {
 			home := newNamespace("bypass-home")

@@ -330,7 +330,13 @@ func divisor(tp *twv1alpha1.TokenProxy, d *appsv1.Deployment) int64 {
 // markProxyNotFound sets Accepted=False/ProxyNotFound on the objects that reference a
 // fleet that does not exist.
 func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
-	msg := fmt.Sprintf("TokenProxy %s not found", name.Name)
+	// An object in another namespace is told the fleet's namespace too.
+	notFound := func(o client.Object) string {
+		if foreign(o) {
+			return fmt.Sprintf("TokenProxy %s not found", name)
+		}
+		return fmt.Sprintf("TokenProxy %s not found", name.Name)
+	}
 	var budgets twv1alpha1.TokenBudgetList
 	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: name.String()}); err != nil {
 		return err
@@ -340,10 +346,10 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st := b.Status.DeepCopy()
 		st.ObservedGeneration = b.Generation
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
-		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
-		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, b.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
 		st.ConfigGeneration = 0
-		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, b.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(b), b.Generation)
 		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
 			return err
 		}
@@ -356,10 +362,10 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		k := &keys.Items[i]
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
-		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
-		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, k.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
 		st.ConfigGeneration = 0
-		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, k.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(k), k.Generation)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}

@@ -79,6 +79,17 @@ var _ = Describe("Validation by the API server", func() {
 
 	DescribeTable("a TokenProxy",
 		func(mutate func(*twv1alpha1.TokenProxySpec), message string) { refused(proxy(mutate), message) },
+		Entry("allowed namespaces from a Selector without a selector",
+			func(s *twv1alpha1.TokenProxySpec) { s.AllowedNamespaces.From = twv1alpha1.NamespacesFromSelector },
+			"spec.allowedNamespaces: Invalid value: selector is required when from is Selector and must not be set otherwise"),
+		Entry("a namespace selector with from: All",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.AllowedNamespaces = twv1alpha1.AllowedNamespaces{From: twv1alpha1.NamespacesFromAll, Selector: &metav1.LabelSelector{}}
+			},
+			"selector is required when from is Selector and must not be set otherwise"),
+		Entry("an unknown bypass policy",
+			func(s *twv1alpha1.TokenProxySpec) { s.AllowBypass = "Always" },
+			`spec.allowBypass: Unsupported value: "Always"`),
 		Entry("no upstream",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = nil },
 			"spec.upstreams: Required value"),
