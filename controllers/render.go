@@ -145,13 +145,17 @@ func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv
 	return winners, losers, winnerOf
 }
 
-// olderFirst orders objects by creation time, then name: the order in which
+// olderFirst orders objects by creation time, then name, then namespace: the order in which
 // conflicts are won.
 func olderFirst(a, b metav1.Object) int {
 	if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
 		return c
 	}
-	return strings.Compare(a.GetName(), b.GetName())
+	if c := strings.Compare(a.GetName(), b.GetName()); c != 0 {
+		return c
+	}
+	// Objects of one name from two namespaces (a fleet that accepts other namespaces).
+	return strings.Compare(a.GetNamespace(), b.GetNamespace())
 }
 
 // resolveKeyConflicts keeps, of the keys whose Secrets hold the same key, the oldest
