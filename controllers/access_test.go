@@ -65,6 +65,17 @@ var _ = Describe("Scoped reads", func() {
 				g.Expect(condition(st.Conditions, twv1alpha1.ConditionAccepted).Status).To(Equal(metav1.ConditionTrue))
 				g.Expect(st.Fingerprint).To(Equal(sha("sk-plain")[:8]))
 			}).Should(Succeed())
+
+			By("the label removed again: refused, and the fingerprint gone")
+			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(plain), plain)).To(Succeed())
+			delete(plain.Labels, twv1alpha1.SecretUsageLabel)
+			Expect(k8sClient.Update(ctx, plain)).To(Succeed())
+			Eventually(func(g Gomega) {
+				st := keyStatus(g, ns, "unlabelled")
+				g.Expect(acceptedOf(st.Conditions)).To(Equal(notFound("plain")))
+				g.Expect(st.Fingerprint).To(BeEmpty())
+				g.Expect(rendered(g, ns).APIKeys).To(BeEmpty())
+			}).Should(Succeed())
 		})
 
 		It("caches the objects it owns without their managed fields", func() {
