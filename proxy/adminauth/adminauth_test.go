@@ -216,6 +216,24 @@ var _ = Describe("The guarded admin API", func() {
 		Expect(calls.Load()-before).To(Equal(int64(8)), "an expired decision is reviewed again")
 	})
 
+	It("keeps at most MaxEntries decisions: a flood of tokens evicts, it does not grow", func() {
+		r := adminauth.New(adminauth.Options{
+			TokenReviews:         proxy.AuthenticationV1().TokenReviews(),
+			SubjectAccessReviews: proxy.AuthorizationV1().SubjectAccessReviews(),
+			MaxEntries:           1,
+		})
+		ctx := context.Background()
+		reader := serviceAccount("reader", readerRole())
+		stranger := serviceAccount("stranger")
+		before := calls.Load()
+		Expect(r.Review(ctx, reader, "get", "/admin/effective").Status).To(Equal(http.StatusOK))
+		Expect(r.Review(ctx, reader, "get", "/admin/effective").Status).To(Equal(http.StatusOK))
+		Expect(calls.Load()-before).To(Equal(int64(2)), "the second answer is cached")
+		Expect(r.Review(ctx, stranger, "get", "/admin/effective").Status).To(Equal(http.StatusForbidden))
+		Expect(r.Review(ctx, reader, "get", "/admin/effective").Status).To(Equal(http.StatusOK))
+		Expect(calls.Load()-before).To(Equal(int64(6)), "the stranger's decision evicted the reader's")
+	})
+
 	It("answers 503 without caching when the API server refuses the proxy's reviews", func() {
 		ctx := context.Background()
 		// The proxy's own identity may not create reviews: a ServiceAccount without
