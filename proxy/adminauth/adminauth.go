@@ -267,7 +267,13 @@ func Guard(r *Reviewer, open []string, next http.Handler) http.Handler {
 		}
 		d := r.Review(req.Context(), token, verb(req.Method), p)
 		if d.Status != http.StatusOK {
-			r.o.Logger.Info("Refused an admin call", "path", p, "method", req.Method, "status", d.Status, "user", d.User, "reason", d.Reason)
+			// An authenticated user refused is worth a line; anonymous callers, who
+			// can send any number of bad tokens, only at debug level.
+			level := slog.LevelInfo
+			if d.Status == http.StatusUnauthorized {
+				level = slog.LevelDebug
+			}
+			r.o.Logger.Log(req.Context(), level, "Refused an admin call", "path", p, "method", req.Method, "status", d.Status, "user", d.User, "reason", d.Reason)
 			refuse(w, d)
 			return
 		}
