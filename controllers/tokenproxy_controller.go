@@ -123,8 +123,11 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	var tp twv1alpha1.TokenProxy
 	if err := r.Get(ctx, req.NamespacedName, &tp); err != nil {
 		if apierrors.IsNotFound(err) {
-			// The fleet is gone (its owned objects go with it); tell the objects that
-			// still reference it.
+			// The fleet is gone (its owned objects go with it, its cluster-scoped
+			// binding is deleted here); tell the objects that still reference it.
+			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
+				return ctrl.Result{}, err
+			}
 			return ctrl.Result{}, r.markProxyNotFound(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -119,6 +120,10 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, fmt.Errorf("apply RoleBinding: %w", err)
 	}
 
+	if err := r.applyAuthDelegator(ctx, tp); err != nil {
+		return nil, err
+	}
+
 	deploy, err := r.applyDeployment(ctx, tp, creds)
 	if err != nil {
 		return nil, fmt.Errorf("apply Deployment: %w", err)
@@ -131,6 +136,45 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		return nil, err
 	}
 	return deploy, nil
+}
+
+// authDelegatorRole is the built-in ClusterRole that lets its subjects create
+// TokenReviews and SubjectAccessReviews, and nothing else.
+const authDelegatorRole = "system:auth-delegator"
+
+// authDelegatorBinding names the ClusterRoleBinding of a fleet's ServiceAccount to
+// system:auth-delegator.
+func authDelegatorBinding(fleet types.NamespacedName) string {
+	return "tokenwarden-proxy:" + fleet.Namespace + ":" + fleet.Name
+}
+
+// applyAuthDelegator lets the fleet's ServiceAccount review the bearer tokens of its
+// admin API's callers (proxy/adminauth: a TokenReview, then a SubjectAccessReview),
+// reviews being cluster-scoped: a ClusterRoleBinding to system:auth-delegator. A
+// cluster-scoped object cannot be owned by a namespaced one, so it is applied (server
+// side, no cache of every ClusterRoleBinding) and deleted with the TokenProxy by
+// deleteAuthDelegator.
+func (r *TokenProxyReconciler) applyAuthDelegator(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
+	ac := rbacv1ac.ClusterRoleBinding(authDelegatorBinding(client.ObjectKeyFromObject(tp))).
+		WithLabels(labels(tp)).WithLabels(map[string]string{fleetNamespaceLabel: tp.Namespace}).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(authDelegatorRole)).
+		WithSubjects(rbacv1ac.Subject().WithKind(rbacv1.ServiceAccountKind).WithNamespace(tp.Namespace).WithName(proxyName(tp)))
+	if err := r.Apply(ctx, ac, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply ClusterRoleBinding %s: %w", authDelegatorBinding(client.ObjectKeyFromObject(tp)), err)
+	}
+	return nil
+}
+
+// fleetNamespaceLabel on a fleet's cluster-scoped objects names its namespace.
+const fleetNamespaceLabel = "tokenwarden.io/fleet-namespace"
+
+// deleteAuthDelegator deletes the ClusterRoleBinding of a fleet that is gone.
+func (r *TokenProxyReconciler) deleteAuthDelegator(ctx context.Context, fleet types.NamespacedName) error {
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: authDelegatorBinding(fleet)}}
+	if err := r.Delete(ctx, crb); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete ClusterRoleBinding %s: %w", crb.Name, err)
+	}
+	return nil
 }
 
 // podTemplate fills in the proxy pod: the proxy watching its ConfigMap, probes on the

@@ -286,6 +286,8 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("   proxy %d: %s (admin %s)\n", i, p.URL, p.AdminURL)
 	}
 	fmt.Printf("   try: curl -s %s/v1/chat/completions -H 'Authorization: Bearer sk-demo-alice' -d '{\"model\":\"demo\",\"max_tokens\":100}'\n", proxies[0].URL)
+	fmt.Printf("   the admin API takes a bearer token allowed by ClusterRole tokenwarden-proxy-admin-reader:\n"+
+		"   curl -s %s/admin/effective -H 'Authorization: Bearer %s'\n", proxies[0].AdminURL, s.AdminToken)
 	fmt.Printf("   after a kubectl apply, a proxy enforces it once the \"generation\" of its /admin/effective reaches the\n"+
 		"   annotation tokenwarden.io/config-generation of ConfigMap %s/fleet-proxy; the control plane tells it from the\n"+
 		"   proxies' reports: kubectl wait -n %s tp/fleet --for=condition=Enforced\n", ns, ns)

@@ -28,16 +28,21 @@ import (
 	"sync"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/controllers"
@@ -68,11 +73,16 @@ type Stack struct {
 	env         *envtest.Environment
 	Config      *rest.Config
 	Kubeconfig  string
-	Client      client.Client
-	LLM         *fakellm.Server
-	LLMURL      string
-	llmServer   *http.Server
-	cancel      context.CancelFunc
+	// AdminToken is a bearer token allowed to read every proxy's admin API (the
+	// ServiceAccount default/proxy-admin-reader, bound to the ClusterRole
+	// tokenwarden-proxy-admin-reader of config/rbac): the stack's proxies guard it
+	// with --admin-auth=kubernetes, their default with --configmap.
+	AdminToken string
+	Client     client.Client
+	LLM        *fakellm.Server
+	LLMURL     string
+	llmServer  *http.Server
+	cancel     context.CancelFunc
 
 	mu      sync.Mutex
 	proxies map[string][]*Proxy // by namespace/name of the TokenProxy
@@ -84,9 +94,11 @@ type Proxy struct {
 	Index    int
 	URL      string
 	AdminURL string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	LogPath  string
+	// adminToken authenticates the stack's reads of the admin API.
+	adminToken string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	LogPath    string
 }
 
 // Start brings the system up. Stop tears it down.
@@ -142,6 +154,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.Client, err = client.New(s.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, err
 	}
+	if s.AdminToken, err = adminReaderToken(ctx, s.Client, o.Root); err != nil {
+		return nil, fmt.Errorf("a token for the proxies' admin API: %w", err)
+	}
 	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
 		Scheme: scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
@@ -167,6 +182,37 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.llmServer = &http.Server{Handler: s.LLM, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.llmServer.Serve(ln) }()
 	return s, nil
+}
+
+// adminReaderToken installs the ClusterRole that config/rbac ships for reading the
+// proxies' admin API, binds a ServiceAccount to it and returns a token of that
+// ServiceAccount, as `kubectl create token` does.
+func adminReaderToken(ctx context.Context, c client.Client, root string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "proxy_admin_reader_role.yaml"))
+	if err != nil {
+		return "", err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		return "", err
+	}
+	role.Name = "tokenwarden-" + role.Name // config/default's prefix
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "proxy-admin-reader"}}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxy-admin-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}},
+	}
+	for _, o := range []client.Object{role, sa, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			return "", err
+		}
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 60 * 60)}}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
 }
 
 // Kubectl runs bin/kubectl against the stack's API server.
@@ -236,11 +282,12 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 		return nil, err
 	}
 	p := &Proxy{
-		Index:    i,
-		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
-		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		LogPath:  filepath.Join(s.dir, fmt.Sprintf("%s-%s-proxy-%d.log", namespace, name, i)),
-		exited:   make(chan struct{}),
+		Index:      i,
+		URL:        fmt.Sprintf("http://127.0.0.1:%d", port),
+		AdminURL:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		adminToken: s.AdminToken,
+		LogPath:    filepath.Join(s.dir, fmt.Sprintf("%s-%s-proxy-%d.log", namespace, name, i)),
+		exited:     make(chan struct{}),
 	}
 	logf, err := os.Create(p.LogPath)
 	if err != nil {
@@ -296,6 +343,7 @@ func (p *Proxy) Effective(ctx context.Context) (Effective, error) {
 	if err != nil {
 		return e, err
 	}
+	req.Header.Set("Authorization", "Bearer "+p.adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return e, err

@@ -6,6 +6,11 @@
 //	proxy --config FILE                serve, reloading FILE when it changes
 //	proxy --configmap NAMESPACE/NAME   serve the document the operator renders, reloading on watch events
 //	proxy validate FILE                check a document: errors name the field, warnings are printed
+//
+// The admin listener's /admin/ API (the config in force, and what later issues add)
+// is guarded by --admin-auth: "kubernetes" reviews each caller's bearer token with the
+// API server (the default with --configmap), "none" serves whoever reaches the
+// listener (the default with --config, whose admin_listen defaults to 127.0.0.1).
 package main
 
 import (
@@ -28,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -102,6 +108,10 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
 	drainDelay := fs.Duration("drain-delay", 5*time.Second, "On SIGTERM, how long /readyz answers 503 before the listener closes, for the endpoints to drop the pod.")
 	drainTimeout := fs.Duration("drain-timeout", 0, "On SIGTERM, how long requests and streams in flight may take to finish (default: the largest upstream timeout, at most 10m).")
+	adminAuth := fs.String("admin-auth", "",
+		"How the admin API authenticates its callers: kubernetes (a TokenReview and a SubjectAccessReview per bearer token, cached) or none. Default: kubernetes with --configmap, none with --config.")
+	adminAuthMetrics := fs.Bool("admin-auth-metrics", false, "With --admin-auth=kubernetes: guard /metrics too (the scraper then needs a bearer token allowed to get /metrics).")
+	adminAuthTTL := fs.Duration("admin-auth-cache-ttl", adminauth.DefaultTTL, "With --admin-auth=kubernetes: how long a review's answer is reused for the same token, verb and path.")
 	replicaName := fs.String("replica-name", defaultReplicaName(),
 		"With --configmap: this replica's name in its report Lease <configmap>-<name> (default: $POD_NAME, else the host name). Unique within the fleet.")
 	if err := fs.Parse(args); err != nil {
@@ -117,20 +127,27 @@ func run(args []string) error {
 	var (
 		src   source.Source
 		lease *report.Lease
+		cs    kubernetes.Interface
 	)
-	switch {
-	case *configPath != "" && *configMap != "":
+	if *configPath != "" && *configMap != "" {
 		return errors.New("--config and --configmap are exclusive")
+	}
+	authMode, err := adminAuthMode(*adminAuth, *configMap != "")
+	if err != nil {
+		return err
+	}
+	if *configMap != "" || authMode == adminauth.ModeKubernetes {
+		if cs, err = kubeClient(*kubeconfig); err != nil {
+			return err
+		}
+	}
+	switch {
 	case *configPath != "":
 		src = &source.File{Path: *configPath, Log: log}
 	case *configMap != "":
 		ns, name, ok := strings.Cut(*configMap, "/")
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--configmap: want NAMESPACE/NAME, got %q", *configMap)
-		}
-		cs, err := kubeClient(*kubeconfig)
-		if err != nil {
-			return err
 		}
 		src = &source.ConfigMap{Client: cs, Namespace: ns, Name: name, Key: *configMapKey, Log: log}
 		if *replicaName == "" {
@@ -220,8 +237,48 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("admin_listen: %w", err)
 	}
-	log.Info("Serving", "listen", lnData.Addr().String(), "admin_listen", lnAdmin.Addr().String(), "source", src.String())
-	return serve(ctx, log, srv, srv.AdminHandler(reg), lnData, lnAdmin, drainOptions{delay: *drainDelay, timeout: *drainTimeout})
+	admin := srv.AdminHandler(reg)
+	switch authMode {
+	case adminauth.ModeKubernetes:
+		open := []string{"/healthz", "/readyz"}
+		if !*adminAuthMetrics {
+			open = append(open, "/metrics")
+		}
+		admin = adminauth.Guard(adminauth.New(adminauth.Options{
+			TokenReviews: cs.AuthenticationV1().TokenReviews(), SubjectAccessReviews: cs.AuthorizationV1().SubjectAccessReviews(),
+			TTL: *adminAuthTTL, Registerer: reg, Logger: log,
+		}), open, admin)
+	case adminauth.ModeNone:
+		if !loopback(lnAdmin.Addr()) {
+			log.Warn("The admin API is served to whoever reaches the admin listener: --admin-auth=none on an address that is not loopback",
+				"admin_listen", lnAdmin.Addr().String())
+		}
+	}
+	log.Info("Serving", "listen", lnData.Addr().String(), "admin_listen", lnAdmin.Addr().String(), "admin_auth", string(authMode), "source", src.String())
+	return serve(ctx, log, srv, admin, lnData, lnAdmin, drainOptions{delay: *drainDelay, timeout: *drainTimeout})
+}
+
+// adminAuthMode resolves --admin-auth: kubernetes by default with --configmap (in a
+// cluster, where the admin port is reachable from other pods), none with --config
+// (standalone, where admin_listen defaults to 127.0.0.1).
+func adminAuthMode(flagValue string, withConfigMap bool) (adminauth.Mode, error) {
+	if flagValue == "" {
+		if withConfigMap {
+			return adminauth.ModeKubernetes, nil
+		}
+		return adminauth.ModeNone, nil
+	}
+	m, err := adminauth.ParseMode(flagValue)
+	if err != nil {
+		return "", fmt.Errorf("--admin-auth: %w", err)
+	}
+	return m, nil
+}
+
+// loopback tells whether a listener's address is reachable only from this machine.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 // defaultReplicaName is $POD_NAME (the downward API), else the host name, which is

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 )
 
 func TestValidate(t *testing.T) {
@@ -49,5 +51,41 @@ func TestValidate(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", errOut.String(), c.errOut)
 			}
 		})
+	}
+}
+
+func TestAdminAuthMode(t *testing.T) {
+	cases := []struct {
+		name, flag string
+		configMap  bool
+		want       adminauth.Mode
+		err        string
+	}{
+		{"in a cluster the admin API is guarded by default", "", true, adminauth.ModeKubernetes, ""},
+		{"standalone it is open by default, on 127.0.0.1", "", false, adminauth.ModeNone, ""},
+		{"a standalone proxy may ask the API server", "kubernetes", false, adminauth.ModeKubernetes, ""},
+		{"a proxy in a cluster may be opened explicitly", "none", true, adminauth.ModeNone, ""},
+		{"another value is refused", "basic", true, "", `--admin-auth: want "kubernetes" or "none", got "basic"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := adminAuthMode(c.flag, c.configMap)
+			if c.err != "" {
+				if err == nil || err.Error() != c.err {
+					t.Fatalf("err = %v, want %s", err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("adminAuthMode(%q, %v) = %q, %v; want %q", c.flag, c.configMap, got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestRunRefusesAnUnknownAdminAuth(t *testing.T) {
+	err := run([]string{"--config", "../../../config/samples/proxy.yaml", "--admin-auth", "basic"})
+	if err == nil || !strings.Contains(err.Error(), "--admin-auth") {
+		t.Fatalf("run = %v, want an --admin-auth error", err)
 	}
 }

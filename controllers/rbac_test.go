@@ -1,0 +1,75 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	"os"
+	"path/filepath"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+var _ = Describe("The proxy's RBAC", func() {
+	It("lets a fleet's ServiceAccount review its admin callers through system:auth-delegator, and goes with the fleet", func() {
+		ns := newNamespace("adminauth")
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		name := "tokenwarden-proxy:" + ns + ":fleet"
+		var crb rbacv1.ClusterRoleBinding
+		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKey{Name: name}, &crb) }).Should(Succeed())
+		Expect(crb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"}))
+		Expect(crb.Subjects).To(Equal([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "fleet-proxy"}}))
+		Expect(crb.Labels).To(HaveKeyWithValue("app.kubernetes.io/instance", "fleet"))
+		Expect(crb.Labels).To(HaveKeyWithValue("tokenwarden.io/fleet-namespace", ns))
+
+		Expect(k8sClient.Delete(ctx, fleetProxy(ns, 1))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Name: name}, &rbacv1.ClusterRoleBinding{}))
+		}).Should(BeTrue(), "a cluster-scoped binding has no owner to take it: the operator deletes it")
+	})
+
+	It("grants the proxy only what the operator's own ClusterRole (config/rbac) may grant", func() {
+		// The operator as a user holding exactly the generated ClusterRole.
+		data, err := os.ReadFile(filepath.Join("..", "config", "rbac", "role.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		var role rbacv1.ClusterRole
+		Expect(yaml.UnmarshalStrict(data, &role)).To(Succeed())
+		role.Name = "rbac-test-operator"
+		Expect(k8sClient.Create(ctx, &role)).To(Succeed())
+		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "rbac-test-operator"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "rbac-test-operator"}},
+		})).To(Succeed())
+		user, err := testEnv.AddUser(envtest.User{Name: "rbac-test-operator"}, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		operator, err := client.New(user.Config(), client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+
+		ns := newNamespace("grants")
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		var proxyRole rbacv1.Role
+		var crb rbacv1.ClusterRoleBinding
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &proxyRole)).To(Succeed())
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: "tokenwarden-proxy:" + ns + ":fleet"}, &crb)).To(Succeed())
+		}).Should(Succeed())
+
+		// What the operator rendered, created again (dry run) by the operator's identity:
+		// RBAC refuses to grant what the creator does not hold.
+		dry := client.DryRunAll
+		Expect(operator.Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "again"}, Rules: proxyRole.Rules,
+		}, dry)).To(Succeed(), "the proxy's Role")
+		Expect(operator.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "again"}, RoleRef: crb.RoleRef, Subjects: crb.Subjects,
+		}, dry)).To(Succeed(), "the proxy's binding to system:auth-delegator")
+	})
+})
