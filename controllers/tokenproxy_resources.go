@@ -78,10 +78,24 @@ func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha
 	return generation, nil
 }
 
-// applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
-// nothing else), the Deployment, the client and admin Services and the
-// PodDisruptionBudget. It returns the Deployment.
-func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
+// reconcileWorkload runs the fleet: its ServiceAccount and Role (read its own
+// ConfigMap, nothing else), the Deployment, the client and admin Services and the
+// PodDisruptionBudget, each step whatever the others did. It returns the Deployment
+// as applied, or as read when applying it failed (nil when there is none).
+func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) *appsv1.Deployment {
+	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp))
+	deploy, err := r.applyDeployment(ctx, tp, g.credentials)
+	if !ss.record(stepDeployment, err) {
+		deploy = g.deployment
+	}
+	ss.record(stepServices, r.applyServices(ctx, tp))
+	ss.record(stepDisruptionBudget, r.applyDisruptionBudget(ctx, tp))
+	return deploy
+}
+
+// applyPodIdentity runs the pods' ServiceAccount and the Role that lets them read
+// their own ConfigMap and write their report Leases.
+func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
 
@@ -90,7 +104,7 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		sa.Labels = labels(tp)
 		return own(sa)
 	}); err != nil {
-		return nil, fmt.Errorf("apply ServiceAccount: %w", err)
+		return fmt.Errorf("apply ServiceAccount: %w", err)
 	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
@@ -107,7 +121,7 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		}}
 		return own(role)
 	}); err != nil {
-		return nil, fmt.Errorf("apply Role: %w", err)
+		return fmt.Errorf("apply Role: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
@@ -116,21 +130,9 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: tp.Namespace}}
 		return own(rb)
 	}); err != nil {
-		return nil, fmt.Errorf("apply RoleBinding: %w", err)
+		return fmt.Errorf("apply RoleBinding: %w", err)
 	}
-
-	deploy, err := r.applyDeployment(ctx, tp, creds)
-	if err != nil {
-		return nil, fmt.Errorf("apply Deployment: %w", err)
-	}
-
-	if err := r.applyServices(ctx, tp); err != nil {
-		return nil, err
-	}
-	if err := r.applyDisruptionBudget(ctx, tp); err != nil {
-		return nil, err
-	}
-	return deploy, nil
+	return nil
 }
 
 // podTemplate fills in the proxy pod: the proxy watching its ConfigMap, probes on the
@@ -215,6 +217,11 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), &live)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
+	}
+	if err == nil {
+		if c := metav1.GetControllerOf(&live); c != nil && c.UID != tp.UID {
+			return nil, fmt.Errorf("deployment %s is controlled by %s %s, not by this TokenProxy", live.Name, c.Kind, c.Name)
+		}
 	}
 	exists := err == nil
 	hash := creds.hash

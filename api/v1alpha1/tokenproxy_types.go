@@ -246,8 +246,8 @@ type TokenProxyStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	Enforced string `json:"enforced,omitempty"`
-	// Conditions: Accepted, Ready and Enforced (every live replica runs the current
-	// config generation).
+	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
+	// config generation) and Degraded (a step of the reconcile fails).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
