@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -47,8 +48,9 @@ type TokenProxyReconciler struct {
 	// ProxyImage is the proxy image when a TokenProxy names none.
 	ProxyImage string
 
-	// monitors is true when the cluster serves ServiceMonitors (checked at setup).
-	monitors bool
+	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
+	// again when their CRD appears).
+	monitors monitors
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -88,10 +90,14 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{})
-	if r.monitors = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors {
+	r.monitors.mapper = mgr.GetRESTMapper()
+	if r.monitors.served = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors.served {
 		b = b.Owns(newServiceMonitor())
+		r.monitors.started = true
 	}
-	return b.
+	c, err := b.
+		Watches(crdEvents(), handler.EnqueueRequestsFromMapFunc(r.proxiesWantingMonitors),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == serviceMonitorCRD }))).
 		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
@@ -99,7 +105,15 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
 			builder.WithPredicates(leaseReportChanged())).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.monitors.watch = func() error {
+		return c.Watch(source.Kind(mgr.GetCache(), client.Object(newServiceMonitor()),
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &twv1alpha1.TokenProxy{}, handler.OnlyControllerOwner())))
+	}
+	return nil
 }
 
 // proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it, and to the fleets
