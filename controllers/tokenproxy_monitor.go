@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -114,11 +115,19 @@ func (r *TokenProxyReconciler) applyServiceMonitor(ctx context.Context, tp *twv1
 		return nil
 	}
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, sm, func() error {
-		sm.SetLabels(labels(tp))
+		smLabels, interval := map[string]string{}, "15s"
+		if o := tp.Spec.ServiceMonitorSpec; o != nil {
+			maps.Copy(smLabels, o.Labels)
+			if o.Interval != "" {
+				interval = o.Interval
+			}
+		}
+		maps.Copy(smLabels, labels(tp)) // the operator's labels win
+		sm.SetLabels(smLabels)
 		spec := map[string]any{
 			"selector": map[string]any{"matchLabels": toAny(adminLabels(tp))},
 			"endpoints": []any{map[string]any{
-				"port": "admin", "path": "/metrics", "interval": "15s",
+				"port": "admin", "path": "/metrics", "interval": interval,
 			}},
 		}
 		if err := unstructured.SetNestedField(sm.Object, spec, "spec"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -90,6 +91,7 @@ func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1al
 	}
 	ss.record(stepServices, r.applyServices(ctx, tp))
 	ss.record(stepDisruptionBudget, r.applyDisruptionBudget(ctx, tp))
+	ss.record(stepNetworkPolicy, r.applyNetworkPolicy(ctx, tp))
 	return deploy
 }
 
@@ -139,7 +141,11 @@ func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alp
 // admin port, provider credentials from Secrets as environment variables.
 func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.PodTemplateSpec) {
 	name := proxyName(tp)
-	t.Labels = selectorLabels(tp)
+	t.Labels = maps.Clone(tp.Spec.PodLabels)
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	maps.Copy(t.Labels, selectorLabels(tp)) // the selector's labels win
 	t.Annotations = maps.Clone(tp.Spec.PodAnnotations)
 	image := tp.Spec.Image
 	if image == "" {
@@ -167,6 +173,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 		TerminationGracePeriodSeconds: ptr.To(terminationGraceSeconds(tp)),
 		NodeSelector:                  maps.Clone(tp.Spec.NodeSelector),
 		Tolerations:                   tp.Spec.Tolerations,
+		Affinity:                      tp.Spec.Affinity.DeepCopy(),
+		TopologySpreadConstraints:     spreadConstraints(tp),
+		ImagePullSecrets:              slices.Clone(tp.Spec.ImagePullSecrets),
 		SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{
 			Name:  "proxy",
@@ -186,6 +195,23 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 		}},
 	}
+}
+
+// spreadConstraints are spec.topologySpreadConstraints, each without a labelSelector
+// given the pods' selector labels.
+func spreadConstraints(tp *twv1alpha1.TokenProxy) []corev1.TopologySpreadConstraint {
+	if len(tp.Spec.TopologySpreadConstraints) == 0 {
+		return nil
+	}
+	out := make([]corev1.TopologySpreadConstraint, 0, len(tp.Spec.TopologySpreadConstraints))
+	for _, c := range tp.Spec.TopologySpreadConstraints {
+		c = *c.DeepCopy()
+		if c.LabelSelector == nil {
+			c.LabelSelector = &metav1.LabelSelector{MatchLabels: selectorLabels(tp)}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // fieldManager is the operator's name in the managedFields of what it applies.

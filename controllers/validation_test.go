@@ -79,6 +79,16 @@ var _ = Describe("Validation by the API server", func() {
 
 	DescribeTable("a TokenProxy",
 		func(mutate func(*twv1alpha1.TokenProxySpec), message string) { refused(proxy(mutate), message) },
+		Entry("ServiceMonitor settings without a ServiceMonitor",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.ServiceMonitorSpec = &twv1alpha1.ServiceMonitorSpec{Interval: "30s"}
+			},
+			"serviceMonitorSpec needs serviceMonitor: true"),
+		Entry("a ServiceMonitor interval that is no Prometheus duration",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.ServiceMonitor, s.ServiceMonitorSpec = true, &twv1alpha1.ServiceMonitorSpec{Interval: "30 seconds"}
+			},
+			"spec.serviceMonitorSpec.interval"),
 		Entry("no upstream",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = nil },
 			"spec.upstreams: Required value"),
