@@ -108,10 +108,47 @@ func TestTemplateGolden(t *testing.T) {
 }
 
 func TestSchemaRefusesBadValues(t *testing.T) {
-	cmd := exec.Command(tool(t, "helm"), "template", "tw", chartDir, "--set", "serviceMonitor.interval=soon")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "/serviceMonitor/interval") {
-		t.Fatalf("a bad interval was accepted or not named: %v\n%s", err, out)
+	for _, c := range []struct{ set, field string }{
+		{"serviceMonitor.interval=soon", "/serviceMonitor/interval"},
+		{"metrics.secure=maybe", "/metrics/secure"},
+		{"metrics.readers[0].name=prometheus", "/metrics/readers/0"}, // no namespace
+	} {
+		cmd := exec.Command(tool(t, "helm"), "template", "tw", chartDir, "--set", c.set)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.field) {
+			t.Errorf("--set %s was accepted or %s not named: %v\n%s", c.set, c.field, err, out)
+		}
+	}
+}
+
+// TestMetricsEndpointSecured: the operator serves its metrics over HTTPS to callers
+// the API server authorizes, and the ServiceMonitor scrapes it so; metrics.secure=false
+// goes back to plain HTTP.
+func TestMetricsEndpointSecured(t *testing.T) {
+	helm := tool(t, "helm")
+	secure := run(t, helm, "template", "tw", chartDir, "--set", "serviceMonitor.enabled=true",
+		"--set", "metrics.readers[0].name=prometheus,metrics.readers[0].namespace=monitoring")
+	for _, want := range []string{
+		"--metrics-bind-address=:8443", "--metrics-secure=true", "containerPort: 8443", "port: 8443",
+		"scheme: https", "bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+		"name: tw-tokenwarden-metrics-reader", `nonResourceURLs: ["/metrics"]`,
+		"  name: prometheus\n  namespace: monitoring",
+		"resources:\n  - tokenreviews\n  verbs:\n  - create", "resources:\n  - subjectaccessreviews\n  verbs:\n  - create",
+	} {
+		if !strings.Contains(secure, want) {
+			t.Errorf("the secure chart lacks %q", want)
+		}
+	}
+	plain := run(t, helm, "template", "tw", chartDir, "--set", "serviceMonitor.enabled=true,metrics.secure=false")
+	for _, want := range []string{"--metrics-bind-address=:8080", "--metrics-secure=false", "port: 8080"} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("metrics.secure=false lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"scheme: https", "metrics-reader"} {
+		if strings.Contains(plain, unwanted) {
+			t.Errorf("metrics.secure=false still renders %q", unwanted)
+		}
 	}
 }
 
