@@ -161,7 +161,8 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	g, err := r.gather(ctx, &tp)
 	if err != nil {
-		return ctrl.Result{}, err
+		// Nothing can be rendered from what could not be read; say so.
+		return ctrl.Result{}, r.reportUnread(ctx, &tp, err)
 	}
 	var ss steps
 	cfg := r.reconcileConfig(ctx, &tp, g, &ss)

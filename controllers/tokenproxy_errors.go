@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +32,8 @@ const (
 	stepServiceMonitor   step = "ServiceMonitor"
 	stepNetworkPolicy    step = "NetworkPolicy"
 	stepStatus           step = "Status" // the report Leases and the TokenBudgets' and ApiKeys' statuses
+	// stepRead reads what the fleet is rendered from; when it fails no other step runs.
+	stepRead step = "Read"
 )
 
 // stepFailure is a step's error.
@@ -79,4 +82,17 @@ func (r *TokenProxyReconciler) setDegraded(tp *twv1alpha1.TokenProxy, conds *[]m
 		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncate(msg, eventNoteLimit))
 	}
 	setCondition(conds, twv1alpha1.ConditionDegraded, true, reason, truncate(msg, conditionMessageLimit), tp.Generation)
+}
+
+// reportUnread sets Degraded=ReadFailed on the TokenProxy when what the fleet is
+// rendered from (its budgets, keys, Secrets, Deployment) could not be read, and
+// returns the error so that the request is retried. Nothing else of the status changes.
+func (r *TokenProxyReconciler) reportUnread(ctx context.Context, tp *twv1alpha1.TokenProxy, readErr error) error {
+	ss := steps{failed: []stepFailure{{step: stepRead, err: readErr}}}
+	st := tp.Status.DeepCopy()
+	r.setDegraded(tp, &st.Conditions, &ss)
+	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
+		return errors.Join(readErr, err)
+	}
+	return ss.err()
 }

@@ -57,7 +57,8 @@ const (
 	// reconcile fails (its reason names the step: ConfigMapFailed, RBACFailed,
 	// DeploymentFailed, ServicesFailed, PodDisruptionBudgetFailed,
 	// ServiceMonitorFailed, NetworkPolicyFailed or StatusFailed); the other steps still
-	// run and the failed ones are retried with backoff. False (Reconciled) otherwise.
+	// run and the failed ones are retried with backoff. ReadFailed: what the fleet is
+	// rendered from could not be read, so no step ran. False (Reconciled) otherwise.
 	ConditionDegraded = "Degraded"
 )
 
