@@ -62,4 +62,26 @@ var _ = Describe("The fleet reconciler, when a step fails", func() {
 			g.Expect(deg.Reason).To(Equal("Reconciled"))
 		}).Should(Succeed())
 	})
+
+	It("still scales the Deployment while the rendered config is refused", func() {
+		ns := newNamespace("refusedscale")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "provider", Namespace: ns},
+			StringData: map[string]string{"anthropic": "upstream"}})).To(Succeed())
+		tp := fleetProxy(ns, 1)
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(rendered(g, ns).Upstreams).To(HaveLen(2)) }).Should(Succeed())
+
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())
+		patch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.Upstreams[1].URL = "http://vllm.models.svc:8000/v1?tenant=a" // the proxy refuses it
+		tp.Spec.Replicas = ptr.To(int32(2))
+		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(proxyStatus(g, ns).Conditions, "Accepted").Reason).To(Equal("InvalidConfig"))
+			g.Expect(deployment(g, ns).Spec.Replicas).To(HaveValue(Equal(int32(2))), "the refused config does not stop the scale")
+			g.Expect(rendered(g, ns).Upstreams[1].URL).To(Equal("http://vllm.models.svc:8000/v1base"), "the last good config stays")
+			g.Expect(condition(proxyStatus(g, ns).Conditions, "Degraded").Status).To(Equal(metav1.ConditionFalse),
+				"a refused config is the spec's fault, said by Accepted, not a failed step")
+		}).Should(Succeed())
+	})
 })
