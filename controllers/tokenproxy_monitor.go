@@ -70,6 +70,13 @@ func (m *monitors) available() (bool, error) {
 	return m.served, nil
 }
 
+// seen reports whether the cluster served ServiceMonitors at the last look.
+func (m *monitors) seen() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.served
+}
+
 // crdEvents are the events of the ServiceMonitor CRD, watched as metadata only.
 func crdEvents() *metav1.PartialObjectMetadata {
 	crd := &metav1.PartialObjectMetadata{}
@@ -99,7 +106,7 @@ func (r *TokenProxyReconciler) proxiesWantingMonitors(ctx context.Context, o cli
 // applyServiceMonitor creates the fleet's ServiceMonitor when the TokenProxy asks for
 // one, and deletes it when it no longer does. Without the CRD it does nothing.
 func (r *TokenProxyReconciler) applyServiceMonitor(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
-	if !tp.Spec.ServiceMonitor && !r.monitors.served {
+	if !tp.Spec.ServiceMonitor && !r.monitors.seen() {
 		return nil // nothing to delete: the cluster served none at the last look
 	}
 	if ok, err := r.monitors.available(); !ok || err != nil {
