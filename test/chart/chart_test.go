@@ -121,6 +121,28 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 	}
 }
 
+// TestOperatorPod: the operator pod's labels (under the selector's), pull Secrets,
+// affinity and topology spread come from the values.
+func TestOperatorPod(t *testing.T) {
+	got := run(t, tool(t, "helm"), "template", "tw", chartDir, "--show-only", "templates/deployment.yaml",
+		"--set", `podLabels.team=ml,podLabels.app\.kubernetes\.io/component=hijack,imagePullSecrets[0].name=registry`,
+		"--set", "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+		"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists")
+	for _, want := range []string{
+		"        team: ml\n", "      imagePullSecrets:\n        - name: registry", "      topologySpreadConstraints:\n        - maxSkew: 1",
+		"      affinity:\n        nodeAffinity:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the operator Deployment lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "hijack") {
+		t.Errorf("podLabels overrode a selector label:\n%s", got)
+	}
+}
+
 // TestMetricsEndpointSecured: the operator serves its metrics over HTTPS to callers
 // the API server authorizes, and the ServiceMonitor scrapes it so; metrics.secure=false
 // goes back to plain HTTP.
