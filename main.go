@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -28,8 +29,12 @@ func main() {
 		enableLeaderElection bool
 		leaderElectionNS     string
 		proxyImage           string
+		secureMetrics        bool
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to. Use 0 to disable it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "The address the metrics endpoint binds to. Use 0 to disable it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve the metrics endpoint over HTTPS, to callers whose bearer token the API server authenticates (TokenReview) and "+
+			"authorizes for GET /metrics (SubjectAccessReview). False serves plain HTTP to anyone.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health and readiness probes bind to.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one operator replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election lease (default: the operator's own namespace).")
@@ -45,10 +50,16 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(twv1alpha1.AddToScheme(scheme))
 
+	// As kubebuilder scaffolds it: HTTPS with a self-signed certificate, and every
+	// request authenticated and authorized by the API server.
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionID:        "tokenwarden-operator.tokenwarden.io",

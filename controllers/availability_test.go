@@ -66,6 +66,7 @@ var _ = Describe("The fleet's availability and exposure", func() {
 	})
 
 	It("keeps the admin port off the client Service, on a Service the ServiceMonitor scrapes", func() {
+		installServiceMonitorCRD()
 		ns := newNamespace("admin")
 		tp := fleetProxy(ns, 1)
 		tp.Spec.ServiceMonitor = true

@@ -56,10 +56,9 @@ var _ = BeforeSuite(func() {
 	utilruntime.Must(twv1alpha1.AddToScheme(scheme))
 
 	testEnv = &envtest.Environment{
-		CRDDirectoryPaths: []string{
-			filepath.Join("..", "config", "crd", "bases"),
-			filepath.Join("testdata", "crds"), // the ServiceMonitor CRD the operator manages when installed
-		},
+		// The ServiceMonitor CRD (testdata/crds) is installed after the manager started,
+		// by the specs that need it: installServiceMonitorCRD.
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
 	var err error
@@ -95,3 +94,12 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 })
+
+// installServiceMonitorCRD installs the Prometheus Operator's ServiceMonitor CRD, if it
+// is not yet, and waits until the API server serves it. The manager started without
+// it: the operator must pick it up.
+func installServiceMonitorCRD() {
+	GinkgoHelper()
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "crds")}, ErrorIfPathMissing: true})
+	Expect(err).NotTo(HaveOccurred())
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -73,6 +74,40 @@ func (r *TokenProxyReconciler) applyDisruptionBudget(ctx context.Context, tp *tw
 		return controllerutil.SetControllerReference(tp, pdb, r.Scheme())
 	}); err != nil {
 		return fmt.Errorf("apply PodDisruptionBudget: %w", err)
+	}
+	return nil
+}
+
+// applyNetworkPolicy runs the fleet's NetworkPolicy while spec.networkPolicy.enabled:
+// ingress to the client port from spec.networkPolicy.clientFrom (every peer when
+// empty), to the admin port from adminFrom only; it deletes the policy otherwise.
+func (r *TokenProxyReconciler) applyNetworkPolicy(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace}}
+	spec := tp.Spec.NetworkPolicy
+	if !spec.Enabled {
+		if err := r.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete NetworkPolicy: %w", err)
+		}
+		return nil
+	}
+	tcp := ptr.To(corev1.ProtocolTCP)
+	port := func(n int) []networkingv1.NetworkPolicyPort {
+		return []networkingv1.NetworkPolicyPort{{Protocol: tcp, Port: ptr.To(intstr.FromInt(n))}}
+	}
+	rules := []networkingv1.NetworkPolicyIngressRule{{Ports: port(proxyPort), From: spec.ClientFrom}}
+	if len(spec.AdminFrom) > 0 {
+		rules = append(rules, networkingv1.NetworkPolicyIngressRule{Ports: port(adminPort), From: spec.AdminFrom})
+	}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, np, func() error {
+		np.Labels = labels(tp)
+		np.Spec = networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(tp)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     rules,
+		}
+		return controllerutil.SetControllerReference(tp, np, r.Scheme())
+	}); err != nil {
+		return fmt.Errorf("apply NetworkPolicy: %w", err)
 	}
 	return nil
 }

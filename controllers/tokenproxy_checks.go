@@ -4,8 +4,6 @@
 package controllers
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -29,25 +27,20 @@ func checkRendered(cfg *config.Config) error {
 	return err
 }
 
-// refuseConfig records that the fleet's rendered config is invalid: the ConfigMap,
-// the Deployment and the statuses of the fleet's budgets and keys stay as they were
-// (the proxies keep enforcing the last good document), the TokenProxy reports
-// Accepted=False, InvalidConfig with every invalid field, and a warning event is
-// recorded when the fleet stops being accepted. Nothing is retried: the next change
-// of a referenced object reconciles again.
-func (r *TokenProxyReconciler) refuseConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, invalid error) error {
+// refuseConfig records that the fleet's rendered config is invalid: the ConfigMap and
+// the statuses of the fleet's budgets and keys stay as they were (the proxies keep
+// enforcing the last good document), the TokenProxy reports Accepted=False,
+// InvalidConfig with every invalid field, and a warning event is recorded when the
+// fleet stops being accepted. The rest of the fleet (its Deployment's scale, its
+// Services) is still reconciled. Nothing is retried: the next change of a referenced
+// object reconciles again.
+func (r *TokenProxyReconciler) refuseConfig(tp *twv1alpha1.TokenProxy, conds *[]metav1.Condition, invalid error) {
 	msg := "The rendered proxy config is not written, because the proxy would refuse it; the fleet keeps its last config: " +
 		strings.ReplaceAll(invalid.Error(), "\n", "; ")
-	st := tp.Status.DeepCopy()
-	st.ObservedGeneration = tp.Generation
-	if !meta.IsStatusConditionPresentAndEqual(st.Conditions, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
+	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
 		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, twv1alpha1.ReasonInvalidConfig, "Render", "%s", truncate(msg, eventNoteLimit))
 	}
-	setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonInvalidConfig, truncate(msg, conditionMessageLimit), tp.Generation)
-	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
-		return fmt.Errorf("report the invalid config: %w", err)
-	}
-	return nil
+	setCondition(conds, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonInvalidConfig, truncate(msg, conditionMessageLimit), tp.Generation)
 }
 
 // The API server's limits on an event's note and a condition's message, in bytes.

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -48,8 +50,9 @@ type TokenProxyReconciler struct {
 	// ProxyImage is the proxy image when a TokenProxy names none.
 	ProxyImage string
 
-	// monitors is true when the cluster serves ServiceMonitors (checked at setup).
-	monitors bool
+	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
+	// again when their CRD appears).
+	monitors monitors
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -77,11 +80,16 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		Owns(&corev1.ConfigMap{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
-		Owns(&policyv1.PodDisruptionBudget{})
-	if r.monitors = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors {
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{})
+	r.monitors.mapper = mgr.GetRESTMapper()
+	if r.monitors.served = serviceMonitorInstalled(mgr.GetRESTMapper()); r.monitors.served {
 		b = b.Owns(newServiceMonitor())
+		r.monitors.started = true
 	}
-	return b.
+	c, err := b.
+		Watches(crdEvents(), handler.EnqueueRequestsFromMapFunc(r.proxiesWantingMonitors),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == serviceMonitorCRD }))).
 		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
@@ -91,7 +99,15 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
 			builder.WithPredicates(leaseReportChanged())).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.monitors.watch = func() error {
+		return c.Watch(source.Kind(mgr.GetCache(), client.Object(newServiceMonitor()),
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &twv1alpha1.TokenProxy{}, handler.OnlyControllerOwner())))
+	}
+	return nil
 }
 
 // proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it, and to the fleets
@@ -118,7 +134,9 @@ func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Obj
 	return out
 }
 
-// Reconcile renders one fleet and writes the status of everything it read.
+// Reconcile renders one fleet, runs its objects and writes the status of everything
+// it read. Each step runs unless a step it depends on failed; a failed step sets
+// Degraded and the request is retried with backoff.
 func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var tp twv1alpha1.TokenProxy
 	if err := r.Get(ctx, req.NamespacedName, &tp); err != nil {
@@ -138,39 +156,78 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	g, err := r.gather(ctx, &tp)
 	if err != nil {
-		return ctrl.Result{}, err
+		// Nothing can be rendered from what could not be read; say so.
+		return ctrl.Result{}, r.reportUnread(ctx, &tp, err)
 	}
-	cfg := render(&g.fleet)
-	if err := checkRendered(cfg); err != nil {
-		return ctrl.Result{}, r.refuseConfig(ctx, &tp, err)
-	}
-	generation, err := r.applyConfigMap(ctx, &tp, cfg)
+	var ss steps
+	cfg := r.reconcileConfig(ctx, &tp, g, &ss)
+	deploy := r.reconcileWorkload(ctx, &tp, g, &ss)
+	ss.record(stepServiceMonitor, r.applyServiceMonitor(ctx, &tp))
+	requeue, err := r.reconcileStatuses(ctx, &tp, g, cfg, deploy, &ss)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if err := ss.err(); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A live replica's Lease that is not renewed expires then: time-driven work.
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// configOutcome is what the config step left.
+type configOutcome struct {
+	// written: the ConfigMap holds the rendered document, of this generation and digest.
+	written    bool
+	generation int64
+	digest     string
+	// refused is the proxy's own validation error of a document it would refuse,
+	// which is not written (Accepted=False, InvalidConfig; not retried).
+	refused error
+}
+
+// reconcileConfig renders the fleet's config and writes it to the ConfigMap, unless
+// the proxy would refuse it.
+func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) configOutcome {
+	cfg := render(&g.fleet)
+	if err := checkRendered(cfg); err != nil {
+		return configOutcome{refused: err}
+	}
+	generation, err := r.applyConfigMap(ctx, tp, cfg)
+	if !ss.record(stepConfigMap, err) {
+		return configOutcome{}
 	}
 	// cfg now carries its generation: its document is the ConfigMap's, whose digest
 	// each replica reports with the generation.
 	doc, err := cfg.Marshal()
-	if err != nil {
-		return ctrl.Result{}, err
+	if !ss.record(stepConfigMap, err) {
+		return configOutcome{}
 	}
-	deploy, err := r.applyWorkload(ctx, &tp, g.credentials)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.applyServiceMonitor(ctx, &tp); err != nil {
-		return ctrl.Result{}, err
-	}
+	return configOutcome{written: true, generation: generation, digest: config.Digest(doc)}
+}
+
+// reconcileStatuses writes the statuses: the fleet's budgets and keys when the config
+// was written (their conditions name its generation), and the TokenProxy's in one
+// write. It returns when a replica's report Lease expires.
+func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome,
+	deploy *appsv1.Deployment, ss *steps,
+) (time.Duration, error) {
 	now := time.Now()
-	rs, err := r.readReports(ctx, &tp, now, generation, config.Digest(doc))
-	if err != nil {
-		return ctrl.Result{}, err
+	var rs *reports
+	if cfg.written {
+		var err error
+		if rs, err = r.readReports(ctx, tp, now, cfg.generation, cfg.digest); ss.record(stepStatus, err) {
+			ss.record(stepStatus, r.writeObjectStatuses(ctx, tp, g, cfg.generation, rs))
+		} else {
+			rs = nil
+		}
 	}
-	if err := r.writeStatuses(ctx, &tp, g, deploy, generation, rs); err != nil {
-		return ctrl.Result{}, err
+	if err := r.patchStatus(ctx, tp, &tp.Status, r.fleetStatus(tp, g, cfg, deploy, rs, ss)); err != nil {
+		return 0, err
 	}
-	// A live replica's Lease that is not renewed expires then: time-driven work.
-	return ctrl.Result{RequeueAfter: rs.requeue(now)}, nil
+	if rs == nil {
+		return 0, nil
+	}
+	return rs.requeue(now), nil
 }
 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
@@ -185,6 +242,8 @@ type gathered struct {
 	fingerprints   map[string]string  // by ApiKey objectKey
 	// credentials are what the pods read from Secrets.
 	credentials credentials
+	// deployment is the fleet's Deployment as read, nil when there is none.
+	deployment *appsv1.Deployment
 }
 
 // verdict is an object's Accepted condition.
@@ -302,6 +361,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		return nil, fmt.Errorf("get Deployment: %w", err)
 	default:
 		g.divisor = divisor(tp, &deploy)
+		g.deployment = &deploy
 	}
 	return g, nil
 }

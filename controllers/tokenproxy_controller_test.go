@@ -282,11 +282,16 @@ var _ = Describe("The fleet reconciler", func() {
 		}).Should(Succeed())
 	})
 
-	It("manages the fleet's ServiceMonitor when asked and the CRD is installed", func() {
+	It("manages the fleet's ServiceMonitor when asked, once its CRD is installed after the manager started", func() {
 		ns := newNamespace("monitor")
 		tp := fleetProxy(ns, 1)
 		tp.Spec.ServiceMonitor = true
 		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(proxyStatus(g, ns).Conditions, "Degraded").Status).To(Equal(metav1.ConditionFalse),
+				"without the CRD there is nothing to do, and nothing failed")
+		}).Should(Succeed())
+		installServiceMonitorCRD()
 		sm := &unstructured.Unstructured{}
 		sm.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"})
 		Eventually(func(g Gomega) {
@@ -294,6 +299,14 @@ var _ = Describe("The fleet reconciler", func() {
 			endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 			g.Expect(endpoints).To(ConsistOf(HaveKeyWithValue("port", "admin")))
 			g.Expect(sm.GetOwnerReferences()).To(ContainElement(HaveField("Name", "fleet")))
+		}).Should(Succeed())
+
+		By("a deleted ServiceMonitor coming back: the operator now watches the ones it owns")
+		uid := sm.GetUID()
+		Expect(k8sClient.Delete(ctx, sm)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, sm)).To(Succeed())
+			g.Expect(sm.GetUID()).NotTo(Equal(uid))
 		}).Should(Succeed())
 
 		patch := client.MergeFrom(tp.DeepCopy())

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -79,10 +80,25 @@ func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha
 	return generation, nil
 }
 
-// applyWorkload runs the fleet: its ServiceAccount and Role (read its own ConfigMap,
-// nothing else), the Deployment, the client and admin Services and the
-// PodDisruptionBudget. It returns the Deployment.
-func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
+// reconcileWorkload runs the fleet: its ServiceAccount and Role (read its own
+// ConfigMap, nothing else), the Deployment, the client and admin Services and the
+// PodDisruptionBudget, each step whatever the others did. It returns the Deployment
+// as applied, or as read when applying it failed (nil when there is none).
+func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) *appsv1.Deployment {
+	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp))
+	deploy, err := r.applyDeployment(ctx, tp, g.credentials)
+	if !ss.record(stepDeployment, err) {
+		deploy = g.deployment
+	}
+	ss.record(stepServices, r.applyServices(ctx, tp))
+	ss.record(stepDisruptionBudget, r.applyDisruptionBudget(ctx, tp))
+	ss.record(stepNetworkPolicy, r.applyNetworkPolicy(ctx, tp))
+	return deploy
+}
+
+// applyPodIdentity runs the pods' ServiceAccount and the Role that lets them read
+// their own ConfigMap and write their report Leases.
+func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
 
@@ -91,7 +107,7 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		sa.Labels = labels(tp)
 		return own(sa)
 	}); err != nil {
-		return nil, fmt.Errorf("apply ServiceAccount: %w", err)
+		return fmt.Errorf("apply ServiceAccount: %w", err)
 	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
@@ -108,7 +124,7 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		}}
 		return own(role)
 	}); err != nil {
-		return nil, fmt.Errorf("apply Role: %w", err)
+		return fmt.Errorf("apply Role: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
@@ -117,25 +133,10 @@ func (r *TokenProxyReconciler) applyWorkload(ctx context.Context, tp *twv1alpha1
 		rb.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: tp.Namespace}}
 		return own(rb)
 	}); err != nil {
-		return nil, fmt.Errorf("apply RoleBinding: %w", err)
+		return fmt.Errorf("apply RoleBinding: %w", err)
 	}
-
-	if err := r.applyAuthDelegator(ctx, tp); err != nil {
-		return nil, err
-	}
-
-	deploy, err := r.applyDeployment(ctx, tp, creds)
-	if err != nil {
-		return nil, fmt.Errorf("apply Deployment: %w", err)
-	}
-
-	if err := r.applyServices(ctx, tp); err != nil {
-		return nil, err
-	}
-	if err := r.applyDisruptionBudget(ctx, tp); err != nil {
-		return nil, err
-	}
-	return deploy, nil
+	// The pods' identity may ask the API server who calls their admin endpoints.
+	return r.applyAuthDelegator(ctx, tp)
 }
 
 // authDelegatorRole is the built-in ClusterRole that lets its subjects create
@@ -181,7 +182,11 @@ func (r *TokenProxyReconciler) deleteAuthDelegator(ctx context.Context, fleet ty
 // admin port, provider credentials from Secrets as environment variables.
 func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.PodTemplateSpec) {
 	name := proxyName(tp)
-	t.Labels = selectorLabels(tp)
+	t.Labels = maps.Clone(tp.Spec.PodLabels)
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	maps.Copy(t.Labels, selectorLabels(tp)) // the selector's labels win
 	t.Annotations = maps.Clone(tp.Spec.PodAnnotations)
 	image := tp.Spec.Image
 	if image == "" {
@@ -209,6 +214,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 		TerminationGracePeriodSeconds: ptr.To(terminationGraceSeconds(tp)),
 		NodeSelector:                  maps.Clone(tp.Spec.NodeSelector),
 		Tolerations:                   tp.Spec.Tolerations,
+		Affinity:                      tp.Spec.Affinity.DeepCopy(),
+		TopologySpreadConstraints:     spreadConstraints(tp),
+		ImagePullSecrets:              slices.Clone(tp.Spec.ImagePullSecrets),
 		SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{
 			Name:  "proxy",
@@ -228,6 +236,23 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 		}},
 	}
+}
+
+// spreadConstraints are spec.topologySpreadConstraints, each without a labelSelector
+// given the pods' selector labels.
+func spreadConstraints(tp *twv1alpha1.TokenProxy) []corev1.TopologySpreadConstraint {
+	if len(tp.Spec.TopologySpreadConstraints) == 0 {
+		return nil
+	}
+	out := make([]corev1.TopologySpreadConstraint, 0, len(tp.Spec.TopologySpreadConstraints))
+	for _, c := range tp.Spec.TopologySpreadConstraints {
+		c = *c.DeepCopy()
+		if c.LabelSelector == nil {
+			c.LabelSelector = &metav1.LabelSelector{MatchLabels: selectorLabels(tp)}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // fieldManager is the operator's name in the managedFields of what it applies.
@@ -259,6 +284,11 @@ func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alph
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), &live)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
+	}
+	if err == nil {
+		if c := metav1.GetControllerOf(&live); c != nil && c.UID != tp.UID {
+			return nil, fmt.Errorf("deployment %s is controlled by %s %s, not by this TokenProxy", live.Name, c.Kind, c.Name)
+		}
 	}
 	exists := err == nil
 	hash := creds.hash

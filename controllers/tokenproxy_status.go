@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -47,14 +48,20 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 	return nil
 }
 
-// writeStatuses writes the status of the fleet and of every TokenBudget and ApiKey it
-// read, and records events for what an operator must act on.
-func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, deploy *appsv1.Deployment, generation int64, rs *reports) error {
-	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
-	storage := tp.Spec.Storage.Type
-	if storage == "" {
-		storage = twv1alpha1.StorageMemory
+// storageOf is the fleet's storage type, defaulted.
+func storageOf(tp *twv1alpha1.TokenProxy) twv1alpha1.StorageType {
+	if tp.Spec.Storage.Type == "" {
+		return twv1alpha1.StorageMemory
 	}
+	return tp.Spec.Storage.Type
+}
+
+// writeObjectStatuses writes the status of every TokenBudget and ApiKey the fleet
+// read, once its config of generation generation is written, and records events for
+// what an operator must act on.
+func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, generation int64, rs *reports) error {
+	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
+	storage := storageOf(tp)
 	inForce := g.divisor
 	placement := fmt.Sprintf("memory storage: each of the %d replicas enforces 1/%d of it", g.divisor, g.divisor)
 	if redis {
@@ -65,7 +72,6 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 	// (status.configGeneration), not the latest: another object's edit leaves it alone.
 	inConfig := func(contentGen int64) string { return fmt.Sprintf("In the fleet's config (generation %d)", contentGen) }
 
-	accepted := int32(0)
 	for _, b := range g.allBudgets {
 		v := g.budgetVerdicts[objectKey(b)]
 		st := b.Status.DeepCopy()
@@ -73,7 +79,6 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		st.Storage = storage
 		st.Replicas, st.PerReplica = 0, twv1alpha1.PerReplicaAllowance{}
 		if v.accepted {
-			accepted++
 			st.Replicas = inForce
 			st.PerReplica = twv1alpha1.PerReplicaAllowance{
 				TokensPerMinute: allowance(b.Spec.TokensPerMinute, inForce),
@@ -89,15 +94,11 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		}
 	}
 
-	keysIn := int32(0)
 	for _, k := range g.allKeys {
 		v := g.keyVerdicts[objectKey(k)]
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
 		st.Fingerprint = g.fingerprints[objectKey(k)]
-		if v.accepted {
-			keysIn++
-		}
 		// A rotated Secret changes the key's content without changing its generation.
 		prevConfigGen := k.Status.ConfigGeneration
 		if k.Status.Fingerprint != st.Fingerprint {
@@ -112,26 +113,57 @@ func (r *TokenProxyReconciler) writeStatuses(ctx context.Context, tp *twv1alpha1
 		}
 	}
 
+	return nil
+}
+
+// fleetStatus is the TokenProxy's status: its Deployment's replicas and readiness,
+// the config in force and its Enforced condition (when the config was written and the
+// reports read: rs not nil), Accepted, and Degraded from the failed steps.
+func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome, deploy *appsv1.Deployment,
+	rs *reports, ss *steps,
+) *twv1alpha1.TokenProxyStatus {
 	st := tp.Status.DeepCopy()
 	st.ObservedGeneration = tp.Generation
-	st.Replicas, st.ReadyReplicas = deploy.Status.Replicas, deploy.Status.ReadyReplicas
-	sel, _ := metav1.LabelSelectorAsSelector(deploy.Spec.Selector)
-	st.Selector = sel.String()
-	st.Divisor, st.Storage, st.Budgets, st.Keys, st.ConfigGeneration = g.divisor, storage, accepted, keysIn, generation
-	r.setFleetAccepted(tp, &st.Conditions, g.credentials)
-	want := int32(1)
-	if tp.Spec.Replicas != nil {
-		want = *tp.Spec.Replicas
+	st.Storage = storageOf(tp)
+	if cfg.refused != nil {
+		r.refuseConfig(tp, &st.Conditions, cfg.refused)
+	} else {
+		r.setFleetAccepted(tp, &st.Conditions, g.credentials)
 	}
-	if deploy.Status.ReadyReplicas >= want && deploy.Status.UpdatedReplicas >= want {
+	if cfg.written {
+		st.Divisor, st.Budgets, st.Keys, st.ConfigGeneration = g.divisor, 0, 0, cfg.generation
+		for _, v := range g.budgetVerdicts {
+			if v.accepted {
+				st.Budgets++
+			}
+		}
+		for _, v := range g.keyVerdicts {
+			if v.accepted {
+				st.Keys++
+			}
+		}
+	}
+	if rs != nil {
+		setFleetEnforced(st, rs, cfg.generation, tp.Generation)
+	}
+	var ready, updated int32
+	st.Replicas, st.ReadyReplicas = 0, 0
+	if deploy != nil {
+		st.Replicas, st.ReadyReplicas = deploy.Status.Replicas, deploy.Status.ReadyReplicas
+		ready, updated = deploy.Status.ReadyReplicas, deploy.Status.UpdatedReplicas
+		sel, _ := metav1.LabelSelectorAsSelector(deploy.Spec.Selector)
+		st.Selector = sel.String()
+	}
+	want := ptr.Deref(tp.Spec.Replicas, 1)
+	if ready >= want && updated >= want {
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonDeploymentReady,
-			fmt.Sprintf("%d of %d proxies ready", deploy.Status.ReadyReplicas, want), tp.Generation)
+			fmt.Sprintf("%d of %d proxies ready", ready, want), tp.Generation)
 	} else {
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonNotReady,
-			fmt.Sprintf("%d of %d proxies ready", deploy.Status.ReadyReplicas, want), tp.Generation)
+			fmt.Sprintf("%d of %d proxies ready", ready, want), tp.Generation)
 	}
-	setFleetEnforced(st, rs, generation, tp.Generation)
-	return r.patchStatus(ctx, tp, &tp.Status, st)
+	r.setDegraded(tp, &st.Conditions, ss)
+	return st
 }
 
 // contentGeneration is the config generation that first held an accepted object's

@@ -90,6 +90,16 @@ var _ = Describe("Validation by the API server", func() {
 		Entry("an unknown bypass policy",
 			func(s *twv1alpha1.TokenProxySpec) { s.AllowBypass = "Always" },
 			`spec.allowBypass: Unsupported value: "Always"`),
+		Entry("ServiceMonitor settings without a ServiceMonitor",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.ServiceMonitorSpec = &twv1alpha1.ServiceMonitorSpec{Interval: "30s"}
+			},
+			"serviceMonitorSpec needs serviceMonitor: true"),
+		Entry("a ServiceMonitor interval that is no Prometheus duration",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.ServiceMonitor, s.ServiceMonitorSpec = true, &twv1alpha1.ServiceMonitorSpec{Interval: "30 seconds"}
+			},
+			"spec.serviceMonitorSpec.interval"),
 		Entry("no upstream",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = nil },
 			"spec.upstreams: Required value"),

@@ -61,6 +61,13 @@ const (
 	// live replicas are the ones whose report Lease (ReplicaConfigMapLabel) is
 	// renewed; there is no kubelet in the loop.
 	ConditionEnforced = "Enforced"
+	// ConditionDegraded, on a TokenProxy, is True while a step of the fleet's
+	// reconcile fails (its reason names the step: ConfigMapFailed, RBACFailed,
+	// DeploymentFailed, ServicesFailed, PodDisruptionBudgetFailed,
+	// ServiceMonitorFailed, NetworkPolicyFailed or StatusFailed); the other steps still
+	// run and the failed ones are retried with backoff. ReadFailed: what the fleet is
+	// rendered from could not be read, so no step ran. False (Reconciled) otherwise.
+	ConditionDegraded = "Degraded"
 )
 
 // The report each proxy replica of a fleet writes: a coordination.k8s.io/v1 Lease
@@ -100,4 +107,6 @@ const (
 	ReasonAllReplicasCurrent = "AllReplicasCurrent"
 	ReasonReplicasBehind     = "ReplicasBehind"
 	ReasonNoReplicas         = "NoReplicas"
+	// Degraded=False on a TokenProxy: every step of the reconcile succeeded.
+	ReasonReconciled = "Reconciled"
 )

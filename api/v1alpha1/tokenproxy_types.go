@@ -5,6 +5,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -125,6 +126,7 @@ type StorageSpec struct {
 }
 
 // TokenProxySpec is a fleet of budget-enforcing proxies.
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceMonitorSpec) || (has(self.serviceMonitor) && self.serviceMonitor)",message="serviceMonitorSpec needs serviceMonitor: true"
 type TokenProxySpec struct {
 	// Replicas is the number of proxy pods; every budget is divided among them under
 	// memory storage. An HPA may scale it through the scale subresource. Default 1.
@@ -211,6 +213,69 @@ type TokenProxySpec struct {
 	// PodAnnotations are added to the proxy pods.
 	// +optional
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// PodLabels are added to the proxy pods, under the operator's selector labels
+	// (app.kubernetes.io/name and app.kubernetes.io/instance), which win.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// ImagePullSecrets of the proxy pods, in their namespace.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// Affinity of the proxy pods. Default none.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints of the proxy pods. A constraint without a labelSelector
+	// gets the pods' selector labels, so it spreads this fleet's pods. Default none.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// NetworkPolicy restricts who reaches the proxy pods. Default: no NetworkPolicy.
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+	// ServiceMonitorSpec sets the labels and scrape interval of the fleet's
+	// ServiceMonitor (spec.serviceMonitor must be true).
+	// +optional
+	ServiceMonitorSpec *ServiceMonitorSpec `json:"serviceMonitorSpec,omitempty"`
+}
+
+// NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'
+// ingress: the client port (8080) from clientFrom, or from anywhere when it is empty;
+// the admin port (9090: /metrics, /admin/*, the probes' endpoints) from adminFrom only.
+type NetworkPolicySpec struct {
+	// Enabled creates the NetworkPolicy; false deletes it. Default false.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// ClientFrom are the peers allowed to reach the client port. Empty: every peer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	ClientFrom []networkingv1.NetworkPolicyPeer `json:"clientFrom,omitempty"`
+	// AdminFrom are the peers allowed to reach the admin port, for example the
+	// monitoring namespace's Prometheus. Empty: none (the kubelet's probes are not
+	// subject to NetworkPolicy on most network plugins).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	AdminFrom []networkingv1.NetworkPolicyPeer `json:"adminFrom,omitempty"`
+}
+
+// ServiceMonitorSpec is what the fleet's ServiceMonitor carries besides its endpoint.
+type ServiceMonitorSpec struct {
+	// Labels are added to the ServiceMonitor, under the operator's own labels, which
+	// win: for a Prometheus whose serviceMonitorSelector needs them (kube-prometheus-stack
+	// selects release: <its release name>).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Labels map[string]string `json:"labels,omitempty"`
+	// Interval between scrapes, a Prometheus duration such as 30s or 1m. Default 15s.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`
+	Interval string `json:"interval,omitempty"`
 }
 
 // TokenProxyStatus is what the operator observed of the fleet.
@@ -255,8 +320,8 @@ type TokenProxyStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	Enforced string `json:"enforced,omitempty"`
-	// Conditions: Accepted, Ready and Enforced (every live replica runs the current
-	// config generation).
+	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
+	// config generation) and Degraded (a step of the reconcile fails).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -108,10 +108,69 @@ func TestTemplateGolden(t *testing.T) {
 }
 
 func TestSchemaRefusesBadValues(t *testing.T) {
-	cmd := exec.Command(tool(t, "helm"), "template", "tw", chartDir, "--set", "serviceMonitor.interval=soon")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "/serviceMonitor/interval") {
-		t.Fatalf("a bad interval was accepted or not named: %v\n%s", err, out)
+	for _, c := range []struct{ set, field string }{
+		{"serviceMonitor.interval=soon", "/serviceMonitor/interval"},
+		{"metrics.secure=maybe", "/metrics/secure"},
+		{"metrics.readers[0].name=prometheus", "/metrics/readers/0"}, // no namespace
+	} {
+		cmd := exec.Command(tool(t, "helm"), "template", "tw", chartDir, "--set", c.set)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.field) {
+			t.Errorf("--set %s was accepted or %s not named: %v\n%s", c.set, c.field, err, out)
+		}
+	}
+}
+
+// TestOperatorPod: the operator pod's labels (under the selector's), pull Secrets,
+// affinity and topology spread come from the values.
+func TestOperatorPod(t *testing.T) {
+	got := run(t, tool(t, "helm"), "template", "tw", chartDir, "--show-only", "templates/deployment.yaml",
+		"--set", `podLabels.team=ml,podLabels.app\.kubernetes\.io/component=hijack,imagePullSecrets[0].name=registry`,
+		"--set", "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+		"--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists")
+	for _, want := range []string{
+		"        team: ml\n", "      imagePullSecrets:\n        - name: registry", "      topologySpreadConstraints:\n        - maxSkew: 1",
+		"      affinity:\n        nodeAffinity:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the operator Deployment lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "hijack") {
+		t.Errorf("podLabels overrode a selector label:\n%s", got)
+	}
+}
+
+// TestMetricsEndpointSecured: the operator serves its metrics over HTTPS to callers
+// the API server authorizes, and the ServiceMonitor scrapes it so; metrics.secure=false
+// goes back to plain HTTP.
+func TestMetricsEndpointSecured(t *testing.T) {
+	helm := tool(t, "helm")
+	secure := run(t, helm, "template", "tw", chartDir, "--set", "serviceMonitor.enabled=true",
+		"--set", "metrics.readers[0].name=prometheus,metrics.readers[0].namespace=monitoring")
+	for _, want := range []string{
+		"--metrics-bind-address=:8443", "--metrics-secure=true", "containerPort: 8443", "port: 8443",
+		"scheme: https", "bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+		"name: tw-tokenwarden-metrics-reader", `nonResourceURLs: ["/metrics"]`,
+		"  name: prometheus\n  namespace: monitoring",
+		"resources:\n  - tokenreviews\n  verbs:\n  - create", "resources:\n  - subjectaccessreviews\n  verbs:\n  - create",
+	} {
+		if !strings.Contains(secure, want) {
+			t.Errorf("the secure chart lacks %q", want)
+		}
+	}
+	plain := run(t, helm, "template", "tw", chartDir, "--set", "serviceMonitor.enabled=true,metrics.secure=false")
+	for _, want := range []string{"--metrics-bind-address=:8080", "--metrics-secure=false", "port: 8080"} {
+		if !strings.Contains(plain, want) {
+			t.Errorf("metrics.secure=false lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"scheme: https", "metrics-reader"} {
+		if strings.Contains(plain, unwanted) {
+			t.Errorf("metrics.secure=false still renders %q", unwanted)
+		}
 	}
 }
 
