@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,7 +49,7 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 	owned := k8slabels.SelectorFromSet(k8slabels.Set{managedByLabel: fieldManager})
 	byObject[&corev1.Secret{}] = cache.ByObject{Label: k8slabels.NewSelector().Add(*usage)}
 	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &corev1.ServiceAccount{},
-		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}} {
+		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
 		byObject[o] = cache.ByObject{Label: owned}
 	}
 	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
