@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -85,6 +86,10 @@ func (r *TokenProxyReconciler) applyNetworkPolicy(ctx context.Context, tp *twv1a
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace}}
 	spec := tp.Spec.NetworkPolicy
 	if !spec.Enabled {
+		// Only a policy the cache holds is deleted: an unchanged fleet sends no write.
+		if err := r.Get(ctx, client.ObjectKeyFromObject(np), np); apierrors.IsNotFound(err) {
+			return nil
+		}
 		if err := r.Delete(ctx, np); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete NetworkPolicy: %w", err)
 		}

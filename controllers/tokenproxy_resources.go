@@ -156,6 +156,15 @@ func authDelegatorBinding(fleet types.NamespacedName) string {
 // side, no cache of every ClusterRoleBinding) and deleted with the TokenProxy by
 // deleteAuthDelegator.
 func (r *TokenProxyReconciler) applyAuthDelegator(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
+	// An unchanged fleet sends no write: the binding in the cache already says it all.
+	var have rbacv1.ClusterRoleBinding
+	err := r.Get(ctx, client.ObjectKey{Name: authDelegatorBinding(client.ObjectKeyFromObject(tp))}, &have)
+	if err == nil && have.RoleRef.Kind == "ClusterRole" && have.RoleRef.Name == authDelegatorRole &&
+		len(have.Subjects) == 1 && have.Subjects[0].Kind == rbacv1.ServiceAccountKind &&
+		have.Subjects[0].Namespace == tp.Namespace && have.Subjects[0].Name == proxyName(tp) &&
+		have.Labels[fleetNamespaceLabel] == tp.Namespace {
+		return nil
+	}
 	ac := rbacv1ac.ClusterRoleBinding(authDelegatorBinding(client.ObjectKeyFromObject(tp))).
 		WithLabels(labels(tp)).WithLabels(map[string]string{fleetNamespaceLabel: tp.Namespace}).
 		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(authDelegatorRole)).
