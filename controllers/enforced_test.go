@@ -4,6 +4,7 @@
 package controllers_test
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -212,12 +213,50 @@ var _ = Describe("Enforced, from the replicas' reports", func() {
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the operator deletes an expired Lease: %v", err)
 		}).Should(Succeed())
 
-		By("a Lease that arrives expired never counts")
-		Expect(k8sClient.Create(ctx, replicaLease(ns, "e", 0, "", time.Now().Add(-time.Minute), 15*time.Second))).To(Succeed())
+		By("a Lease that arrives expired never counts, and is deleted when it is not renewed for its duration")
+		Expect(k8sClient.Create(ctx, replicaLease(ns, "e", 0, "", time.Now().Add(-time.Minute), 2*time.Second))).To(Succeed())
+		Consistently(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("3/3")) }, time.Second).Should(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy-e"}, &coordinationv1.Lease{}))
 		}).Should(BeTrue())
 		Expect(proxyStatus(Default, ns).Enforced).To(Equal("3/3"))
+
+	})
+
+	It("counts a replica whose clock runs an hour behind while it renews, by the operator's clock, and deletes it when it stops", func() {
+		ns := newNamespace("enforced-skew")
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(proxyStatus(g, ns).ConfigGeneration).NotTo(BeZero()) }).Should(Succeed())
+		generation, digest := currentDoc(ns)
+		behind := time.Now().Add(-time.Hour)
+		skewed := replicaLease(ns, "s", generation, digest, behind, 2*time.Second)
+		Expect(k8sClient.Create(ctx, skewed)).To(Succeed())
+		renewing, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			defer GinkgoRecover()
+			for t := 1; renewing.Err() == nil; t++ {
+				select {
+				case <-renewing.Done():
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				var le coordinationv1.Lease
+				if k8sClient.Get(renewing, client.ObjectKeyFromObject(skewed), &le) != nil {
+					continue
+				}
+				le.Spec.RenewTime = ptr.To(metav1.NewMicroTime(behind.Add(time.Duration(t) * 500 * time.Millisecond)))
+				_ = k8sClient.Update(renewing, &le)
+			}
+		}()
+		Eventually(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("1/1")) }).Should(Succeed())
+		Consistently(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("1/1")) }, 4*time.Second).Should(Succeed())
+		stop()
+		Eventually(func(g Gomega) {
+			g.Expect(proxyStatus(g, ns).Enforced).To(Equal("0/0"))
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(skewed), &coordinationv1.Lease{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a replica that stopped renewing is deleted: %v", err)
+		}).Should(Succeed())
 	})
 
 	It("takes a rotated Secret as new content of the key: pending until every replica has loaded the new hash", func() {

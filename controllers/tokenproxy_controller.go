@@ -53,6 +53,8 @@ type TokenProxyReconciler struct {
 	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
 	// again when their CRD appears).
 	monitors monitors
+	// renewals tells live replicas by the renewals the operator saw (leases.go).
+	renewals renewals
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -97,22 +98,29 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.T
 		return nil, fmt.Errorf("list Leases: %w", err)
 	}
 	rs := &reports{}
+	r.renewals.keepOnly(client.ObjectKeyFromObject(tp), leases.Items)
 	for i := range leases.Items {
 		le := &leases.Items[i]
 		if !le.DeletionTimestamp.IsZero() {
 			continue
 		}
-		var expires time.Time
-		if le.Spec.RenewTime != nil && le.Spec.LeaseDurationSeconds != nil {
-			expires = le.Spec.RenewTime.Add(time.Duration(*le.Spec.LeaseDurationSeconds) * time.Second)
-		}
+		expires, drop := r.renewals.expiry(client.ObjectKeyFromObject(tp), le, now)
 		if !expires.After(now) {
+			if drop.After(now) {
+				// Not live (yet), but not given up on: a replica whose clock runs behind
+				// shows it by renewing; look again then.
+				if rs.next.IsZero() || drop.Before(rs.next) {
+					rs.next = drop
+				}
+				continue
+			}
 			// Only the version read: a renewal that raced this read survives.
 			rv := le.ResourceVersion
 			err := r.Delete(ctx, le, client.Preconditions{ResourceVersion: &rv})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return nil, fmt.Errorf("delete expired Lease %s: %w", le.Name, err)
 			}
+			r.renewals.forget(le.UID)
 			log.FromContext(ctx).V(1).Info("Deleted an expired replica Lease", "lease", le.Name, "expired", expires)
 			continue
 		}
@@ -133,6 +141,72 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.T
 	}
 	slices.SortFunc(rs.live, func(a, b replicaReport) int { return strings.Compare(a.name, b.name) })
 	return rs, nil
+}
+
+// renewals remembers, per Lease, the renewTime last read and when the operator first
+// read it, on the operator's own clock. A Lease is live while its renewTime plus its
+// duration is in the future, or, for a replica whose clock runs behind, while the
+// operator has seen its renewTime change within the last duration: liveness never
+// depends on the two clocks agreeing. A Lease that is neither is deleted once it has
+// gone a whole duration without a change the operator saw.
+type renewals struct {
+	mu   sync.Mutex
+	seen map[types.UID]renewal
+}
+
+type renewal struct {
+	fleet     types.NamespacedName
+	renewTime time.Time // as the replica wrote it
+	at        time.Time // when the operator first read that value
+	changed   bool      // at is a change the operator saw, not its first sight
+}
+
+// expiry returns when the Lease stops being live (at or before now: not live) and
+// when, unless renewed, it may be deleted.
+func (rn *renewals) expiry(fleet types.NamespacedName, le *coordinationv1.Lease, now time.Time) (expires, drop time.Time) {
+	if le.Spec.RenewTime == nil || le.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}, time.Time{}
+	}
+	d := time.Duration(*le.Spec.LeaseDurationSeconds) * time.Second
+	renewed := le.Spec.RenewTime.Time
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.seen == nil {
+		rn.seen = map[types.UID]renewal{}
+	}
+	prev, ok := rn.seen[le.UID]
+	if !ok || !prev.renewTime.Equal(renewed) {
+		prev = renewal{fleet: fleet, renewTime: renewed, at: now, changed: ok}
+		rn.seen[le.UID] = prev
+	}
+	expires = renewed.Add(d)
+	if prev.changed && prev.at.Add(d).After(expires) {
+		expires = prev.at.Add(d)
+	}
+	return expires, prev.at.Add(d)
+}
+
+// keepOnly forgets the fleet's Leases that are gone (a replica that stopped cleanly
+// deletes its own).
+func (rn *renewals) keepOnly(fleet types.NamespacedName, leases []coordinationv1.Lease) {
+	present := make(map[types.UID]bool, len(leases))
+	for i := range leases {
+		present[leases[i].UID] = true
+	}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for uid, r := range rn.seen {
+		if r.fleet == fleet && !present[uid] {
+			delete(rn.seen, uid)
+		}
+	}
+}
+
+// forget drops a deleted Lease.
+func (rn *renewals) forget(uid types.UID) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	delete(rn.seen, uid)
 }
 
 // requeue is when the next Lease expires, if it is not renewed: time-driven work.
