@@ -126,3 +126,10 @@ func (m *Manifest) Assemble(get func(name string) (data []byte, ok bool)) ([]byt
 	}
 	return doc, nil
 }
+
+// ChunkMatches tells whether a chunk's content is the one its name was made from.
+func ChunkMatches(name string, data []byte) bool {
+	sum := sha256.Sum256(data)
+	h := hex.EncodeToString(sum[:])[:chunkHashLen]
+	return len(name) > chunkHashLen && name[len(name)-chunkHashLen-1:] == "-"+h
+}

@@ -44,6 +44,8 @@ var _ = Describe("Split and Assemble", func() {
 			Expect(c.Data[len(c.Data)-1]).To(Equal(byte('\n')))
 			Expect(c.Name).To(Equal(m.Chunks[i]))
 			Expect(c.Name).To(MatchRegexp(`^fleet-proxy-[0-9a-f]{16}$`))
+			Expect(config.ChunkMatches(c.Name, c.Data)).To(BeTrue())
+			Expect(config.ChunkMatches(c.Name, doc[:10])).To(BeFalse())
 			byName[c.Name] = c.Data
 		}
 
