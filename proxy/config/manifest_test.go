@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -112,3 +113,37 @@ var _ = Describe("Split and Assemble", func() {
 		Expect(err).To(MatchError(ContainSubstring("not the manifest's")))
 	})
 })
+
+// BenchmarkSplitAssemble50000 cuts and puts back the document of 50,000 keys
+// (about 7 MB): the operator's and each proxy's share of a large fleet's reload.
+func BenchmarkSplitAssemble50000(b *testing.B) {
+	doc := largeDocument(50000)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		chunks, m := config.Split(doc, 7, "fleet-proxy", config.MaxInline)
+		byName := make(map[string][]byte, len(chunks))
+		for _, c := range chunks {
+			byName[c.Name] = c.Data
+		}
+		if _, err := m.Assemble(func(name string) ([]byte, bool) { d, ok := byName[name]; return d, ok }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	chunks, _ := config.Split(doc, 7, "fleet-proxy", config.MaxInline)
+	b.ReportMetric(float64(len(chunks)), "chunks")
+	b.ReportMetric(float64(len(doc)), "doc-bytes")
+}
+
+// BenchmarkParse50000 parses the document of 50,000 keys, as each proxy does on a
+// reload of a large fleet.
+func BenchmarkParse50000(b *testing.B) {
+	doc := largeDocument(50000)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := config.Parse(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
