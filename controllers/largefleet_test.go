@@ -5,6 +5,7 @@ package controllers_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -152,11 +153,28 @@ var _ = Describe("A fleet whose config passes 1 MiB", func() {
 		Expect(role.Rules).To(ContainElement(HaveField("ResourceNames", ConsistOf(first[0], first[1], second[1]))))
 
 		changeTeam("green")
+		var third []string
 		Eventually(func(g Gomega) {
 			m3 := manifestOf(g, ns)
 			g.Expect(m3.Generation).To(Equal(m.Generation + 2))
-			g.Expect(names(chunksOf(g, ns))).To(ConsistOf(append(m3.Chunks, second[1])))
+			third = m3.Chunks
+			g.Expect(names(chunksOf(g, ns))).To(ConsistOf(append(slices.Clone(third), second[1])))
 		}, time.Minute).Should(Succeed())
+
+		// A config the proxy would refuse is not written, and the Role keeps naming the
+		// chunks in force.
+		Eventually(func(g Gomega) {
+			var tp twv1alpha1.TokenProxy
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet"}, &tp)).To(Succeed())
+			tp.Spec.Upstreams[1].URL = "http://vllm.models.svc:8000/v1?tenant=a"
+			g.Expect(k8sClient.Update(ctx, &tp)).To(Succeed())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionAccepted).Reason).To(Equal(twv1alpha1.ReasonInvalidConfig))
+		}, time.Minute).Should(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &role)).To(Succeed())
+		Expect(role.Rules).To(ContainElement(HaveField("ResourceNames", ConsistOf(append(slices.Clone(third), second[1])))))
+		Expect(manifestOf(Default, ns).Chunks).To(Equal(third))
 		GinkgoWriter.Printf("done in %s\n", time.Since(start))
 	})
 })
