@@ -45,7 +45,7 @@ func currentDoc(ns string) (int64, string) {
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
 	g, err := strconv.ParseInt(cm.Annotations[twv1alpha1.ConfigGenerationAnnotation], 10, 64)
 	Expect(err).NotTo(HaveOccurred())
-	return g, config.Digest([]byte(cm.Data["proxy.yaml"]))
+	return g, config.Digest(document(Default, ns))
 }
 
 // loadCurrent is a replica that has loaded the fleet's current config.

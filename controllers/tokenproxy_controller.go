@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
-	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Field indexes.
@@ -163,7 +162,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	var ss steps
 	cfg := r.reconcileConfig(ctx, &tp, g, &ss)
-	deploy := r.reconcileWorkload(ctx, &tp, g, &ss)
+	deploy := r.reconcileWorkload(ctx, &tp, g, cfg, &ss)
 	ss.record(stepServiceMonitor, r.applyServiceMonitor(ctx, &tp))
 	requeue, err := r.reconcileStatuses(ctx, &tp, g, cfg, deploy, &ss)
 	if err != nil {
@@ -182,6 +181,9 @@ type configOutcome struct {
 	written    bool
 	generation int64
 	digest     string
+	// chunks are the chunk ConfigMaps of the current and the previous document, which
+	// the proxy's Role lets it get (none when both fit inline).
+	chunks []string
 	// refused is the proxy's own validation error of a document it would refuse,
 	// which is not written (Accepted=False, InvalidConfig; not retried).
 	refused error
@@ -194,17 +196,11 @@ func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alph
 	if err := checkRendered(cfg); err != nil {
 		return configOutcome{refused: err}
 	}
-	generation, err := r.applyConfigMap(ctx, tp, cfg)
+	w, err := r.applyConfig(ctx, tp, cfg)
 	if !ss.record(stepConfigMap, err) {
 		return configOutcome{}
 	}
-	// cfg now carries its generation: its document is the ConfigMap's, whose digest
-	// each replica reports with the generation.
-	doc, err := cfg.Marshal()
-	if !ss.record(stepConfigMap, err) {
-		return configOutcome{}
-	}
-	return configOutcome{written: true, generation: generation, digest: config.Digest(doc)}
+	return configOutcome{written: true, generation: w.generation, digest: w.digest, chunks: w.chunks}
 }
 
 // reconcileStatuses writes the statuses: the fleet's budgets and keys when the config

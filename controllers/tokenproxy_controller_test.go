@@ -87,11 +87,31 @@ func credentialSecret(ns, name string, data map[string]string) *corev1.Secret {
 
 // rendered reads and parses the fleet's proxy config, as the proxy would.
 func rendered(g Gomega, ns string) *config.Config {
-	var cm corev1.ConfigMap
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
-	c, err := config.Parse([]byte(cm.Data["proxy.yaml"]))
+	c, err := config.Parse(document(g, ns))
 	g.Expect(err).NotTo(HaveOccurred(), "the rendered document must load in the proxy")
 	return c
+}
+
+// document reads the fleet's config document as the proxy does: whole from the
+// ConfigMap, or from the chunks its manifest names.
+func document(g Gomega, ns string) []byte {
+	var cm corev1.ConfigMap
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+	if doc, ok := cm.Data["proxy.yaml"]; ok {
+		return []byte(doc)
+	}
+	m, err := config.ParseManifest([]byte(cm.Data[config.ManifestKey]))
+	g.Expect(err).NotTo(HaveOccurred())
+	doc, err := m.Assemble(func(name string) ([]byte, bool) {
+		var chunk corev1.ConfigMap
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &chunk); err != nil {
+			return nil, false
+		}
+		d, ok := chunk.Data[config.ChunkKey]
+		return []byte(d), ok
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	return doc
 }
 
 func budgetStatus(g Gomega, ns, name string) twv1alpha1.TokenBudgetStatus {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -47,45 +46,12 @@ func selectorLabels(tp *twv1alpha1.TokenProxy) map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "tokenwarden-proxy", "app.kubernetes.io/instance": tp.Name}
 }
 
-// applyConfigMap writes the rendered document and returns its generation, which grows
-// by one with every change of the document.
-func (r *TokenProxyReconciler) applyConfigMap(ctx context.Context, tp *twv1alpha1.TokenProxy, cfg *config.Config) (int64, error) {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace}}
-	var generation int64
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
-		prev, _ := strconv.ParseInt(cm.Annotations[generationAnnotation], 10, 64)
-		cfg.Generation = prev
-		doc, err := cfg.Marshal()
-		if err != nil {
-			return err
-		}
-		if cm.Data[configKey] != string(doc) {
-			cfg.Generation = prev + 1
-			if doc, err = cfg.Marshal(); err != nil {
-				return err
-			}
-		}
-		generation = cfg.Generation
-		cm.Labels = labels(tp)
-		if cm.Annotations == nil {
-			cm.Annotations = map[string]string{}
-		}
-		cm.Annotations[generationAnnotation] = strconv.FormatInt(generation, 10)
-		cm.Data = map[string]string{configKey: string(doc)}
-		return controllerutil.SetControllerReference(tp, cm, r.Scheme())
-	})
-	if err != nil {
-		return 0, fmt.Errorf("apply ConfigMap: %w", err)
-	}
-	return generation, nil
-}
-
 // reconcileWorkload runs the fleet: its ServiceAccount and Role (read its own
 // ConfigMap, nothing else), the Deployment, the client and admin Services and the
 // PodDisruptionBudget, each step whatever the others did. It returns the Deployment
 // as applied, or as read when applying it failed (nil when there is none).
-func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) *appsv1.Deployment {
-	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp))
+func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome, ss *steps) *appsv1.Deployment {
+	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp, cfg))
 	deploy, err := r.applyDeployment(ctx, tp, g.credentials)
 	if !ss.record(stepDeployment, err) {
 		deploy = g.deployment
@@ -97,8 +63,8 @@ func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1al
 }
 
 // applyPodIdentity runs the pods' ServiceAccount and the Role that lets them read
-// their own ConfigMap and write their report Leases.
-func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
+// their own ConfigMap (and its chunks) and write their report Leases.
+func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alpha1.TokenProxy, cfg configOutcome) error {
 	name := proxyName(tp)
 	own := func(o client.Object) error { return controllerutil.SetControllerReference(tp, o, r.Scheme()) }
 
@@ -109,22 +75,12 @@ func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alp
 	}); err != nil {
 		return fmt.Errorf("apply ServiceAccount: %w", err)
 	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
-		role.Labels = labels(tp)
-		role.Rules = []rbacv1.PolicyRule{{
-			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name},
-			Verbs: []string{"get", "list", "watch"},
-		}, {
-			// Each replica's report Lease (proxy/report). Its name holds the pod's name,
-			// unknown here, and RBAC cannot limit create by name: the proxy may write any
-			// Lease of its namespace, and no other resource.
-			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			Verbs: []string{"get", "create", "update", "delete"},
-		}}
-		return own(role)
-	}); err != nil {
-		return fmt.Errorf("apply Role: %w", err)
+	var chunks []string
+	if cfg.written {
+		chunks = cfg.chunks
+	}
+	if err := r.applyRole(ctx, tp, chunks, cfg.written); err != nil {
+		return err
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
@@ -137,6 +93,49 @@ func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alp
 	}
 	// The pods' identity may ask the API server who calls their admin endpoints.
 	return r.applyAuthDelegator(ctx, tp)
+}
+
+// applyRole runs the Role of the fleet's pods: get, list and watch on their
+// ConfigMap, get on the chunks named (the current and the previous manifest's: see
+// applyConfig), and their report Leases. Unless known, the chunks it names already
+// are kept.
+func (r *TokenProxyReconciler) applyRole(ctx context.Context, tp *twv1alpha1.TokenProxy, chunks []string, known bool) error {
+	name := proxyName(tp)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
+		if !known {
+			chunks = nil
+			for _, rule := range role.Rules {
+				if slices.Equal(rule.Resources, []string{"configmaps"}) && slices.Equal(rule.Verbs, []string{"get"}) {
+					chunks = rule.ResourceNames
+				}
+			}
+		}
+		role.Labels = labels(tp)
+		role.Rules = []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name},
+			Verbs: []string{"get", "list", "watch"},
+		}}
+		if len(chunks) > 0 {
+			// The chunks of a large fleet's config, by name: the proxy gets each one
+			// its manifest names, and no other ConfigMap.
+			role.Rules = append(role.Rules, rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: slices.Sorted(slices.Values(chunks)),
+				Verbs: []string{"get"},
+			})
+		}
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{
+			// Each replica's report Lease (proxy/report). Its name holds the pod's name,
+			// unknown here, and RBAC cannot limit create by name: the proxy may write any
+			// Lease of its namespace, and no other resource.
+			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "create", "update", "delete"},
+		})
+		return controllerutil.SetControllerReference(tp, role, r.Scheme())
+	}); err != nil {
+		return fmt.Errorf("apply Role: %w", err)
+	}
+	return nil
 }
 
 // authDelegatorRole is the built-in ClusterRole that lets its subjects create

@@ -36,6 +36,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +88,9 @@ type Stack struct {
 
 	mu      sync.Mutex
 	proxies map[string][]*Proxy // by namespace/name of the TokenProxy
+	// kubeconfigs are the fleets whose proxies run as their own ServiceAccount
+	// (AsServiceAccount), by namespace/name: the kubeconfig of its token.
+	kubeconfigs map[string]string
 }
 
 // Proxy is one proxy process.
@@ -119,7 +124,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, proxies: map[string][]*Proxy{}}
+	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, proxies: map[string][]*Proxy{}, kubeconfigs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -215,6 +220,49 @@ func adminReaderToken(ctx context.Context, c client.Client, root string) (string
 	return tr.Status.Token, nil
 }
 
+// AsServiceAccount makes the fleet's proxy processes started from now on talk to the
+// API server as the ServiceAccount <name>-proxy that the operator made for its pods,
+// with the Role it gave them, as they do in a cluster (the others run as an
+// administrator). It waits until the ServiceAccount may read the fleet's ConfigMap.
+func (s *Stack) AsServiceAccount(ctx context.Context, namespace, name string) error {
+	sa := &corev1.ServiceAccount{}
+	if err := poll(ctx, 60*time.Second, func() error {
+		return s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name + "-proxy"}, sa)
+	}); err != nil {
+		return fmt.Errorf("the operator did not make the ServiceAccount %s/%s-proxy: %w", namespace, name, err)
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 60 * 60)}}
+	if err := s.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return err
+	}
+	// Until the operator has bound the Role, and the API server's authorizer sees it,
+	// the proxy cannot read its ConfigMap.
+	as := rest.AnonymousClientConfig(s.Config)
+	as.BearerToken = tr.Status.Token
+	c, err := client.New(as, client.Options{})
+	if err != nil {
+		return err
+	}
+	if err := poll(ctx, 60*time.Second, func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name + "-proxy"}, &corev1.ConfigMap{})
+	}); err != nil {
+		return fmt.Errorf("the ServiceAccount %s/%s-proxy cannot read its ConfigMap: %w", namespace, name, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["stack"] = &clientcmdapi.Cluster{Server: s.Config.Host, CertificateAuthorityData: s.Config.CAData}
+	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "stack", AuthInfo: "proxy", Namespace: namespace}
+	kc.CurrentContext = "proxy"
+	path := filepath.Join(s.dir, fmt.Sprintf("kubeconfig-%s-%s", namespace, name))
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.kubeconfigs[namespace+"/"+name] = path
+	s.mu.Unlock()
+	return nil
+}
+
 // Kubectl runs bin/kubectl against the stack's API server.
 func (s *Stack) Kubectl(args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(s.root, "bin", "kubectl"), append([]string{"--kubeconfig", s.Kubeconfig}, args...)...)
@@ -293,8 +341,14 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	if err != nil {
 		return nil, err
 	}
+	kubeconfig := s.Kubeconfig
+	s.mu.Lock()
+	if kc, ok := s.kubeconfigs[namespace+"/"+name]; ok {
+		kubeconfig = kc
+	}
+	s.mu.Unlock()
 	p.cmd = exec.Command(s.proxyBinary,
-		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", s.Kubeconfig,
+		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", kubeconfig,
 		// Every process shares the host name: each reports itself under its own name,
 		// as a pod does under its pod name.
 		"--replica-name", fmt.Sprintf("%s-proxy-%d", name, i),

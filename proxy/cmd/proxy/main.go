@@ -100,7 +100,7 @@ func splitErrors(err error) []string {
 func run(args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	configPath := fs.String("config", "", "The config document to serve; reloaded when it changes.")
-	configMap := fs.String("configmap", "", "NAMESPACE/NAME of the ConfigMap that holds the config document; reloaded on watch events.")
+	configMap := fs.String("configmap", "", "NAMESPACE/NAME of the ConfigMap that holds the config document, or the manifest of a large one's chunks (manifest.yaml); reloaded on watch events.")
 	configMapKey := fs.String("configmap-key", "proxy.yaml", "The ConfigMap data key that holds the document.")
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig for --configmap outside a cluster (default: in-cluster, then $KUBECONFIG).")
 	listen := fs.String("listen", "", "Override the document's listen address (for several proxies on one machine).")

@@ -1,0 +1,180 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// A large fleet's config passes the 1 MiB of a ConfigMap (issue 14): it travels as
+// content-addressed chunks and a manifest.
+var _ = Describe("A fleet whose config passes 1 MiB", func() {
+	const keys = 1500 // about 800 bytes each with long names, users and teams: 1.2 MB
+
+	// keyName is a 200-character name, unique by i.
+	keyName := func(i int) string { return fmt.Sprintf("k%05d-%s", i, strings.Repeat("n", 193)) }
+	long := func(prefix string, i int) string {
+		return fmt.Sprintf("%s%05d-%s", prefix, i, strings.Repeat("x", 240))
+	}
+
+	chunksOf := func(g Gomega, ns string) []corev1.ConfigMap {
+		var cms corev1.ConfigMapList
+		g.Expect(k8sClient.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{"tokenwarden.io/config-chunk-of": "fleet-proxy"})).To(Succeed())
+		return cms.Items
+	}
+	manifestOf := func(g Gomega, ns string) *config.Manifest {
+		var cm corev1.ConfigMap
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+		g.Expect(cm.Data).NotTo(HaveKey("proxy.yaml"))
+		m, err := config.ParseManifest([]byte(cm.Data[config.ManifestKey]))
+		g.Expect(err).NotTo(HaveOccurred())
+		return m
+	}
+	names := func(cms []corev1.ConfigMap) []string {
+		out := make([]string, 0, len(cms))
+		for _, cm := range cms {
+			out = append(out, cm.Name)
+		}
+		return out
+	}
+
+	It("renders chunks and a manifest, none over the limit, and the fleet is Accepted", func() {
+		ns := newNamespace("large")
+		start := time.Now()
+		// Secrets and ApiKeys, 16 writers at once.
+		var wg sync.WaitGroup
+		errs := make(chan error, keys)
+		next := make(chan int)
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					secret := fmt.Sprintf("s%05d", i)
+					if err := k8sClient.Create(ctx, keySecret(ns, secret, fmt.Sprintf("sk-large-%d", i))); err != nil {
+						errs <- err
+						continue
+					}
+					if err := k8sClient.Create(ctx, apiKey(ns, keyName(i), secret, long("u", i), long("t", i))); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		for i := range keys {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		GinkgoWriter.Printf("created %d Secrets and ApiKeys in %s\n", keys, time.Since(start))
+		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+
+		var m *config.Manifest
+		Eventually(func(g Gomega) {
+			c := rendered(g, ns)
+			g.Expect(c.APIKeys).To(HaveLen(keys))
+			m = manifestOf(g, ns)
+		}, 2*time.Minute).Should(Succeed())
+		doc := document(Default, ns)
+		GinkgoWriter.Printf("rendered %d keys: %d bytes in %d chunks, %s after the keys\n", keys, len(doc), len(m.Chunks), time.Since(start))
+		Expect(len(doc)).To(BeNumerically(">", 1<<20))
+		Expect(m.Digest).To(Equal(config.Digest(doc)))
+		Expect(m.Chunks).To(HaveLen(2))
+
+		chunks := chunksOf(Default, ns)
+		Expect(names(chunks)).To(ConsistOf(m.Chunks))
+		for _, cm := range chunks {
+			Expect(cm.Immutable).To(HaveValue(BeTrue()))
+			Expect(len(cm.Data[config.ChunkKey])).To(BeNumerically("<=", config.MaxInline))
+			Expect(cm.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "tokenwarden"))
+			Expect(metav1.GetControllerOf(&cm)).To(HaveField("Kind", "TokenProxy"))
+		}
+
+		// The pods may get their chunks by name, and no other ConfigMap.
+		var role rbacv1.Role
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &role)).To(Succeed())
+		Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{"fleet-proxy"}, Verbs: []string{"get", "list", "watch"}}))
+		Expect(role.Rules).To(ContainElement(HaveField("ResourceNames", ConsistOf(m.Chunks))))
+
+		Eventually(func(g Gomega) {
+			st := proxyStatus(g, ns)
+			accepted := condition(st.Conditions, twv1alpha1.ConditionAccepted)
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionTrue), accepted.Message)
+			g.Expect(st.ConfigGeneration).To(Equal(m.Generation))
+		}, time.Minute).Should(Succeed())
+
+		// A replica that reports the generation and the whole document's digest has
+		// loaded it.
+		Expect(k8sClient.Create(ctx, loadCurrent(ns, "a"))).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(proxyStatus(g, ns).Enforced).To(Equal("1/1")) }, time.Minute).Should(Succeed())
+
+		// A change of the last key's team changes the last chunk only; the previous
+		// chunk stays until the next change, which deletes it.
+		first := m.Chunks
+		changeTeam := func(team string) {
+			Eventually(func(g Gomega) {
+				k := keyObject(g, ns, keyName(keys-1))
+				k.Spec.Team = team
+				g.Expect(k8sClient.Update(ctx, k)).To(Succeed())
+			}).Should(Succeed())
+		}
+		changeTeam("blue")
+		var second []string
+		Eventually(func(g Gomega) {
+			m2 := manifestOf(g, ns)
+			g.Expect(m2.Generation).To(Equal(m.Generation + 1))
+			second = m2.Chunks
+		}, time.Minute).Should(Succeed())
+		Expect(second[0]).To(Equal(first[0]))
+		Expect(second[1]).NotTo(Equal(first[1]))
+		Expect(names(chunksOf(Default, ns))).To(ConsistOf(first[0], first[1], second[1]))
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &role)).To(Succeed())
+		Expect(role.Rules).To(ContainElement(HaveField("ResourceNames", ConsistOf(first[0], first[1], second[1]))))
+
+		changeTeam("green")
+		var third []string
+		Eventually(func(g Gomega) {
+			m3 := manifestOf(g, ns)
+			g.Expect(m3.Generation).To(Equal(m.Generation + 2))
+			third = m3.Chunks
+			g.Expect(names(chunksOf(g, ns))).To(ConsistOf(append(slices.Clone(third), second[1])))
+		}, time.Minute).Should(Succeed())
+
+		// A config the proxy would refuse is not written, and the Role keeps naming the
+		// chunks in force.
+		Eventually(func(g Gomega) {
+			var tp twv1alpha1.TokenProxy
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet"}, &tp)).To(Succeed())
+			tp.Spec.Upstreams[1].URL = "http://vllm.models.svc:8000/v1?tenant=a"
+			g.Expect(k8sClient.Update(ctx, &tp)).To(Succeed())
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionAccepted).Reason).To(Equal(twv1alpha1.ReasonInvalidConfig))
+		}, time.Minute).Should(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &role)).To(Succeed())
+		Expect(role.Rules).To(ContainElement(HaveField("ResourceNames", ConsistOf(append(slices.Clone(third), second[1])))))
+		Expect(manifestOf(Default, ns).Chunks).To(Equal(third))
+		GinkgoWriter.Printf("done in %s\n", time.Since(start))
+	})
+})

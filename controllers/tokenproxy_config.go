@@ -1,0 +1,198 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// How the config travels (issue 14). A document of at most config.MaxInline bytes
+// stays whole under configKey in the fleet's ConfigMap <fleet>-proxy, as it always
+// has: most fleets, read with kubectl as before. A larger one (a ConfigMap holds at
+// most 1 MiB, about 5,000 keys) is cut into chunks (config.Split), each an immutable
+// ConfigMap <fleet>-proxy-<hash of its content> labelled chunkOfLabel, and the fleet's
+// ConfigMap holds the manifest that names them. The write order keeps every replica on
+// a whole document: the chunks, then the Role that lets the pods get them, then the
+// manifest; a replica applies a manifest once it holds every chunk it names. The
+// chunks of the previous manifest stay (and readable) until the next change, so a
+// replica still reading it is not cut short; older ones are deleted.
+
+// chunkOfLabel on a chunk ConfigMap names the fleet's ConfigMap whose manifest it
+// belongs to.
+const chunkOfLabel = "tokenwarden.io/config-chunk-of"
+
+// previousChunksAnnotation on the fleet's ConfigMap names the chunks of the document
+// before the current one, comma-separated: kept, and readable, until the next change.
+const previousChunksAnnotation = "tokenwarden.io/previous-chunks"
+
+// configWrite is what applyConfig wrote.
+type configWrite struct {
+	generation int64
+	// digest is the whole document's (config.Digest), inline or chunked.
+	digest string
+	// chunks are the chunks of the current and the previous document.
+	chunks []string
+}
+
+// applyConfig writes the rendered document, inline or as chunks and a manifest, and
+// returns its generation, which grows by one with every change of the document.
+func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, cfg *config.Config) (configWrite, error) {
+	name := proxyName(tp)
+	var live corev1.ConfigMap
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: name}, &live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return configWrite{}, fmt.Errorf("get ConfigMap: %w", err)
+	}
+	prev, _ := strconv.ParseInt(live.Annotations[generationAnnotation], 10, 64)
+	cfg.Generation = prev
+	doc, err := cfg.Marshal()
+	if err != nil {
+		return configWrite{}, err
+	}
+	liveDigest, liveChunks := documentOf(&live)
+	previous := splitNames(live.Annotations[previousChunksAnnotation])
+	if liveDigest != config.Digest(doc) {
+		cfg.Generation = prev + 1
+		if doc, err = cfg.Marshal(); err != nil {
+			return configWrite{}, err
+		}
+		previous = liveChunks
+	}
+	w := configWrite{generation: cfg.Generation, digest: config.Digest(doc)}
+
+	data := map[string]string{configKey: string(doc)}
+	var current []string
+	if len(doc) > config.MaxInline {
+		chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
+		for _, c := range chunks {
+			if err := r.createChunk(ctx, tp, c); err != nil {
+				return configWrite{}, err
+			}
+		}
+		mdoc, err := m.Marshal()
+		if err != nil {
+			return configWrite{}, err
+		}
+		data = map[string]string{config.ManifestKey: string(mdoc)}
+		current = m.Chunks
+	}
+	previous = slices.DeleteFunc(slices.Clone(previous), func(n string) bool { return slices.Contains(current, n) })
+	w.chunks = append(slices.Clone(current), previous...)
+	if len(current) > 0 {
+		// The pods may get the new chunks before the manifest names them.
+		if err := r.applyRole(ctx, tp, w.chunks, true); err != nil {
+			return configWrite{}, err
+		}
+	}
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+		cm.Labels = labels(tp)
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[generationAnnotation] = strconv.FormatInt(w.generation, 10)
+		if len(previous) > 0 {
+			cm.Annotations[previousChunksAnnotation] = strings.Join(previous, ",")
+		} else {
+			delete(cm.Annotations, previousChunksAnnotation)
+		}
+		cm.Data = data
+		cm.BinaryData = nil
+		return controllerutil.SetControllerReference(tp, cm, r.Scheme())
+	}); err != nil {
+		return configWrite{}, fmt.Errorf("apply ConfigMap: %w", err)
+	}
+	if err := r.deleteChunks(ctx, tp, w.chunks); err != nil {
+		return configWrite{}, err
+	}
+	return w, nil
+}
+
+// documentOf reads the fleet's ConfigMap as written: the digest of its document and,
+// for a manifest, the chunks it names. A manifest that does not parse has digest "".
+func documentOf(cm *corev1.ConfigMap) (digest string, chunks []string) {
+	if doc, ok := cm.Data[configKey]; ok {
+		return config.Digest([]byte(doc)), nil
+	}
+	if mdoc, ok := cm.Data[config.ManifestKey]; ok {
+		if m, err := config.ParseManifest([]byte(mdoc)); err == nil {
+			return m.Digest, m.Chunks
+		}
+	}
+	return "", nil
+}
+
+func splitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// createChunk creates a chunk's immutable ConfigMap, unless it is there: its name is
+// its content's.
+func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.TokenProxy, c config.Chunk) error {
+	var have corev1.ConfigMap
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.Name}, &have)
+	if err == nil && have.Data[config.ChunkKey] == string(c.Data) {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get ConfigMap %s: %w", c.Name, err)
+	}
+	if err == nil {
+		// Not the content its name says (a ConfigMap the operator did not write):
+		// refuse to name it rather than hand the fleet a document that fails its digest.
+		return fmt.Errorf("ConfigMap %s is in the way of a config chunk of that name, with other content", c.Name)
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: tp.Namespace, Labels: labels(tp)},
+		Data:       map[string]string{config.ChunkKey: string(c.Data)},
+		Immutable:  ptr.To(true),
+	}
+	cm.Labels[chunkOfLabel] = proxyName(tp)
+	if err := controllerutil.SetControllerReference(tp, cm, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create config chunk %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// deleteChunks deletes the fleet's chunks that keep does not name.
+func (r *TokenProxyReconciler) deleteChunks(ctx context.Context, tp *twv1alpha1.TokenProxy, keep []string) error {
+	var cms corev1.ConfigMapList
+	if err := r.List(ctx, &cms, client.InNamespace(tp.Namespace), client.MatchingLabels{chunkOfLabel: proxyName(tp)}); err != nil {
+		return fmt.Errorf("list config chunks: %w", err)
+	}
+	for i := range cms.Items {
+		cm := &cms.Items[i]
+		if slices.Contains(keep, cm.Name) || !metav1.IsControlledBy(cm, tp) {
+			continue
+		}
+		if err := r.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete config chunk %s: %w", cm.Name, err)
+		}
+		log.FromContext(ctx).V(1).Info("Deleted a config chunk no manifest names", "configmap", cm.Name)
+	}
+	return nil
+}
