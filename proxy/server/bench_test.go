@@ -269,20 +269,7 @@ func BenchmarkAdmission(b *testing.B) {
 func BenchmarkHandler(b *testing.B) {
 	backend := benchBackend()
 	defer backend.Close()
-	srv := newBenchServer(b, backend.URL)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
-			req.Header.Set("Authorization", "Bearer sk-alice")
-			w := httptest.NewRecorder()
-			srv.ServeHTTP(w, req)
-			if w.Code != 200 {
-				b.Fatalf("status %d", w.Code)
-			}
-		}
-	})
+	benchHandler(b, backend.URL)
 }
 
 // streamBackend answers every request with a 50-delta chat completion stream that
@@ -305,20 +292,7 @@ func streamBackend() *httptest.Server {
 func BenchmarkHandlerStream(b *testing.B) {
 	backend := streamBackend()
 	defer backend.Close()
-	srv := newBenchServer(b, backend.URL)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
-			req.Header.Set("Authorization", "Bearer sk-alice")
-			w := httptest.NewRecorder()
-			srv.ServeHTTP(w, req)
-			if w.Code != 200 {
-				b.Fatalf("status %d", w.Code)
-			}
-		}
-	})
+	benchHandler(b, backend.URL)
 }
 
 // BenchmarkHandlerGzip is BenchmarkHandler with a gzip answer, as a client that
@@ -336,14 +310,22 @@ func BenchmarkHandlerGzip(b *testing.B) {
 		_, _ = w.Write(body)
 	}))
 	defer backend.Close()
-	srv := newBenchServer(b, backend.URL)
+	benchHandler(b, backend.URL, "Accept-Encoding", "gzip, deflate")
+}
+
+// benchHandler sends benchRequest through the handler in front of backend, from
+// parallel goroutines, with extra header pairs.
+func benchHandler(b *testing.B, backend string, header ...string) {
+	srv := newBenchServer(b, backend)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(benchRequest))
 			req.Header.Set("Authorization", "Bearer sk-alice")
-			req.Header.Set("Accept-Encoding", "gzip, deflate")
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, req)
 			if w.Code != 200 {
