@@ -4,10 +4,7 @@
 package controllers_test
 
 import (
-	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,18 +16,13 @@ import (
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/test/bulk"
 )
 
 // A large fleet's config passes the 1 MiB of a ConfigMap (issue 14): it travels as
 // content-addressed chunks and a manifest.
 var _ = Describe("A fleet whose config passes 1 MiB", func() {
 	const keys = 1500 // about 800 bytes each with long names, users and teams: 1.2 MB
-
-	// keyName is a 200-character name, unique by i.
-	keyName := func(i int) string { return fmt.Sprintf("k%05d-%s", i, strings.Repeat("n", 193)) }
-	long := func(prefix string, i int) string {
-		return fmt.Sprintf("%s%05d-%s", prefix, i, strings.Repeat("x", 240))
-	}
 
 	chunksOf := func(g Gomega, ns string) []corev1.ConfigMap {
 		var cms corev1.ConfigMapList
@@ -56,35 +48,7 @@ var _ = Describe("A fleet whose config passes 1 MiB", func() {
 	It("renders chunks and a manifest, none over the limit, and the fleet is Accepted", func() {
 		ns := newNamespace("large")
 		start := time.Now()
-		// Secrets and ApiKeys, 16 writers at once.
-		var wg sync.WaitGroup
-		errs := make(chan error, keys)
-		next := make(chan int)
-		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range next {
-					secret := fmt.Sprintf("s%05d", i)
-					if err := k8sClient.Create(ctx, keySecret(ns, secret, fmt.Sprintf("sk-large-%d", i))); err != nil {
-						errs <- err
-						continue
-					}
-					if err := k8sClient.Create(ctx, apiKey(ns, keyName(i), secret, long("u", i), long("t", i))); err != nil {
-						errs <- err
-					}
-				}
-			}()
-		}
-		for i := range keys {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			Expect(err).NotTo(HaveOccurred())
-		}
+		Expect(bulk.CreateKeys(ctx, k8sClient, ns, "fleet", keys)).To(Succeed())
 		GinkgoWriter.Printf("created %d Secrets and ApiKeys in %s\n", keys, time.Since(start))
 		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
 		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
@@ -134,7 +98,7 @@ var _ = Describe("A fleet whose config passes 1 MiB", func() {
 		first := m.Chunks
 		changeTeam := func(team string) {
 			Eventually(func(g Gomega) {
-				k := keyObject(g, ns, keyName(keys-1))
+				k := keyObject(g, ns, bulk.KeyName(keys-1))
 				k.Spec.Team = team
 				g.Expect(k8sClient.Update(ctx, k)).To(Succeed())
 			}).Should(Succeed())

@@ -9,17 +9,15 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/test/bulk"
 	"github.com/tokenwarden/tokenwarden/test/stack"
 )
 
@@ -53,43 +51,9 @@ var _ = Describe("A fleet whose config passes 1 MiB", func() {
 		const keys = 1500
 		ctx := context.Background()
 		ns := namespace()
-		keyName := func(i int) string { return fmt.Sprintf("k%05d-%s", i, strings.Repeat("n", 193)) }
-		long := func(prefix string, i int) string {
-			return fmt.Sprintf("%s%05d-%s", prefix, i, strings.Repeat("x", 240))
-		}
 
 		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, keys)
-		next := make(chan int)
-		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range next {
-					secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i), Namespace: ns,
-						Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}},
-						StringData: map[string]string{"key": fmt.Sprintf("sk-large-%d", i)}}
-					key := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Name: keyName(i), Namespace: ns},
-						Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"},
-							SecretRef: twv1alpha1.SecretKeyReference{Name: secret.Name}, User: long("u", i), Team: long("t", i)}}
-					for _, o := range []client.Object{secret, key} {
-						if err := st.Client.Create(ctx, o); err != nil {
-							errs <- err
-						}
-					}
-				}
-			}()
-		}
-		for i := range keys {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			Expect(err).NotTo(HaveOccurred())
-		}
+		Expect(bulk.CreateKeys(ctx, st.Client, ns, "fleet", keys)).To(Succeed())
 		created := time.Since(start)
 		apply(ns, fmt.Sprintf(`
 apiVersion: tokenwarden.io/v1alpha1
@@ -134,7 +98,7 @@ spec:
 		req, err := http.NewRequest(http.MethodPost, proxies[0].URL+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}`))
 		Expect(err).NotTo(HaveOccurred())
-		req.Header.Set("Authorization", "Bearer sk-large-1234")
+		req.Header.Set("Authorization", "Bearer "+bulk.SecretValue(1234))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		Expect(err).NotTo(HaveOccurred())
@@ -143,7 +107,7 @@ spec:
 
 		// An edit of one key: a new chunk, a new manifest, applied by both proxies.
 		edit := time.Now()
-		_, err = st.Kubectl("patch", "apikey/"+keyName(keys-1), "-n", ns, "--type=merge", "-p", `{"spec":{"team":"blue"}}`)
+		_, err = st.Kubectl("patch", "apikey/"+bulk.KeyName(keys-1), "-n", ns, "--type=merge", "-p", `{"spec":{"team":"blue"}}`)
 		Expect(err).NotTo(HaveOccurred())
 		g2 := enforced(ns)
 		Expect(g2).To(Equal(g1 + 1))
