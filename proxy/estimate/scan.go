@@ -415,17 +415,3 @@ func textRaw(raw []byte) int64 {
 	}
 	return (ascii+3)/4 + other
 }
-
-// Fields calls fn with the raw key and the raw value of each top-level field of a
-// JSON object, in order, without decoding them. It fails on anything that is not
-// strict JSON, and on nesting deeper than MaxDepth.
-func Fields(body []byte, fn func(key, value []byte)) error {
-	s := &scanner{b: body}
-	return s.object(func(key []byte) error {
-		v, _, err := s.span(1)
-		if err == nil {
-			fn(key, v)
-		}
-		return err
-	})
-}
