@@ -24,9 +24,9 @@ package controllers
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=system:auth-delegator
 //
 // The operator reads the proxies' report Leases and deletes stale ones; it holds create
-// and update as well because the proxy's Role grants them, and RBAC lets a creator
+// and patch as well because the proxy's Role grants them, and RBAC lets a creator
 // grant only what it holds.
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // The metrics endpoint's authentication and authorization (main.go, --metrics-secure).
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

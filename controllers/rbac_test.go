@@ -6,15 +6,22 @@ package controllers_test
 import (
 	"os"
 	"path/filepath"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
 
 var _ = Describe("The proxy's RBAC", func() {
@@ -71,5 +78,42 @@ var _ = Describe("The proxy's RBAC", func() {
 		Expect(operator.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "again"}, RoleRef: crb.RoleRef, Subjects: crb.Subjects,
 		}, dry)).To(Succeed(), "the proxy's binding to system:auth-delegator")
+	})
+
+	It("lets a proxy renew and delete its own report Lease, and no other Lease of its namespace", func() {
+		ns := newNamespace("leases")
+		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &rbacv1.Role{})
+		}).Should(Succeed())
+		// The proxy as its pods run: the fleet's ServiceAccount.
+		asProxy := rest.CopyConfig(cfg)
+		asProxy.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":fleet-proxy"}
+		proxy, err := client.New(asProxy, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		lease := func(name string, labels map[string]string) *coordinationv1.Lease {
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name),
+					RenewTime: ptr.To(metav1.NewMicroTime(time.Now())), LeaseDurationSeconds: ptr.To(int32(60))}}
+		}
+		renew := func(c client.Client, name string) error {
+			return c.Patch(ctx, lease(name, nil), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"holderIdentity":"renewed"}}`)))
+		}
+
+		mine := lease("fleet-proxy-r1", map[string]string{twv1alpha1.ReplicaConfigMapLabel: "fleet-proxy"})
+		Eventually(func() error { return proxy.Create(ctx, mine) }).Should(Succeed(), "a replica creates its report Lease (once its RoleBinding exists)")
+		Eventually(func() error { return renew(proxy, mine.Name) }).Should(Succeed(), "and renews it once the operator names it in the Role")
+
+		other := lease("some-controller-leader", nil)
+		Expect(k8sClient.Create(ctx, other)).To(Succeed())
+		Expect(apierrors.IsForbidden(renew(proxy, other.Name))).To(BeTrue(), "another Lease cannot be renewed")
+		Expect(apierrors.IsForbidden(proxy.Delete(ctx, other))).To(BeTrue(), "nor deleted")
+		Expect(apierrors.IsForbidden(proxy.Get(ctx, client.ObjectKeyFromObject(other), &coordinationv1.Lease{}))).To(BeTrue(), "nor read")
+		squat := lease("fleet-proxy-squat", nil)
+		Expect(proxy.Create(ctx, squat)).To(Succeed(), "RBAC cannot limit create by name")
+		Consistently(func() bool { return apierrors.IsForbidden(renew(proxy, squat.Name)) }, time.Second).Should(BeTrue(),
+			"a Lease without the fleet's label is never named in the Role")
+
+		Expect(proxy.Delete(ctx, mine)).To(Succeed(), "a replica that stops deletes its own")
 	})
 })

@@ -192,12 +192,12 @@ var _ = Describe("The fleet reconciler", func() {
 		Expect(c.Env).To(ContainElement(HaveField("Name", "TOKENWARDEN_UPSTREAM_CLAUDE_KEY")))
 		Expect(d.OwnerReferences).To(ContainElement(HaveField("Name", "fleet")), "a deleted TokenProxy takes its objects with it")
 
-		By("letting the proxies read only their own ConfigMap, and write their report Leases")
+		By("letting the proxies read only their own ConfigMap, and create report Leases (renewing them by name: see the RBAC specs)")
 		var role rbacv1.Role
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &role)).To(Succeed())
 		Expect(role.Rules).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
 			ResourceNames: []string{"fleet-proxy"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}}}))
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}))
 
 		By("reporting each replica's allowance on the TokenBudgets and the fingerprint on the keys")
 		Eventually(func(g Gomega) {

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -101,6 +103,11 @@ func (r *TokenProxyReconciler) applyPodIdentity(ctx context.Context, tp *twv1alp
 // are kept.
 func (r *TokenProxyReconciler) applyRole(ctx context.Context, tp *twv1alpha1.TokenProxy, chunks []string, known bool) error {
 	name := proxyName(tp)
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.InNamespace(tp.Namespace),
+		client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: name}); err != nil {
+		return fmt.Errorf("list report Leases: %w", err)
+	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tp.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
 		if !known {
@@ -125,17 +132,39 @@ func (r *TokenProxyReconciler) applyRole(ctx context.Context, tp *twv1alpha1.Tok
 			})
 		}
 		role.Rules = append(role.Rules, rbacv1.PolicyRule{
-			// Each replica's report Lease (proxy/report). Its name holds the pod's name,
-			// unknown here, and RBAC cannot limit create by name: the proxy may write any
-			// Lease of its namespace, and no other resource.
+			// Each replica creates its report Lease (proxy/report). Its name holds the
+			// pod's name, unknown here, and RBAC cannot limit create by name.
 			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			Verbs: []string{"get", "create", "update", "delete"},
+			Verbs: []string{"create"},
 		})
+		// Renewing and deleting are granted by name, for the report Leases the fleet's
+		// replicas created: a proxy cannot touch another Lease of its namespace (a
+		// leader election's, say). The proxy never reads a Lease: it creates, then
+		// patches.
+		if names := reportLeaseNames(leases.Items, name); len(names) > 0 {
+			role.Rules = append(role.Rules, rbacv1.PolicyRule{
+				APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: names,
+				Verbs: []string{"patch", "delete"},
+			})
+		}
 		return controllerutil.SetControllerReference(tp, role, r.Scheme())
 	}); err != nil {
 		return fmt.Errorf("apply Role: %w", err)
 	}
 	return nil
+}
+
+// reportLeaseNames are the names of the fleet's report Leases, sorted: Leases with the
+// fleet's ConfigMap label whose name is the ConfigMap's followed by a replica's.
+func reportLeaseNames(leases []coordinationv1.Lease, configMap string) []string {
+	var names []string
+	for _, le := range leases {
+		if strings.HasPrefix(le.Name, configMap+"-") && le.DeletionTimestamp.IsZero() {
+			names = append(names, le.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // authDelegatorRole is the built-in ClusterRole that lets its subjects create

@@ -10,6 +10,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -63,6 +65,8 @@ type Lease struct {
 	owner *metav1.OwnerReference
 	// applied wakes Run: a new config to report now.
 	applied chan struct{}
+	// created: this replica has created its Lease (or found it there): renewals patch it.
+	created bool
 	once    sync.Once
 }
 
@@ -159,21 +163,36 @@ func (l *Lease) write(ctx context.Context) error {
 			le.Spec.AcquireTime = &now
 		}
 	}
-	cur, err := leases.Get(ctx, l.Name(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name(), Namespace: l.Namespace}}
-		fill(le)
-		if _, err := leases.Create(ctx, le, metav1.CreateOptions{}); err != nil {
+	// Create it, then patch it: the proxy never reads a Lease, so its Role may name the
+	// Leases it may patch and delete (the operator adds each report Lease it sees
+	// created) instead of granting every Lease of the namespace.
+	le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: l.Name(), Namespace: l.Namespace}}
+	fill(le)
+	if !l.created {
+		_, err := leases.Create(ctx, le, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			l.created = true
+			return nil
+		case !apierrors.IsAlreadyExists(err):
 			return fmt.Errorf("create: %w", err)
 		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("get: %w", err)
+		l.created = true
 	}
-	fill(cur)
-	if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update: %w", err)
+	meta := map[string]any{"labels": le.Labels, "annotations": le.Annotations}
+	if len(le.OwnerReferences) > 0 {
+		meta["ownerReferences"] = le.OwnerReferences
+	}
+	le.Spec.AcquireTime = nil // kept from the create
+	patch, err := json.Marshal(map[string]any{"metadata": meta, "spec": le.Spec})
+	if err != nil {
+		return err
+	}
+	if _, err := leases.Patch(ctx, l.Name(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			l.created = false // deleted (expired): create it again on the next write
+		}
+		return fmt.Errorf("patch: %w", err)
 	}
 	return nil
 }
