@@ -15,15 +15,10 @@ import (
 )
 
 // accepted is an object's Accepted condition, without its times.
-type accepted struct {
-	Status  metav1.ConditionStatus
-	Reason  string
-	Message string
-}
+type accepted = verdict
 
 func acceptedOf(conds []metav1.Condition) accepted {
-	c := condition(conds, twv1alpha1.ConditionAccepted)
-	return accepted{c.Status, c.Reason, c.Message}
+	return verdictOf(conds, twv1alpha1.ConditionAccepted)
 }
 
 var _ = Describe("Scoped reads", func() {

@@ -6,7 +6,6 @@ package controllers_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -27,9 +26,7 @@ var _ = Describe("The credential Secrets the proxy pods read", func() {
 				"the operator reads only Secrets labelled for its use; " +
 				"the proxy pods cannot start while it is missing; pods already running keep the credential they started with"))
 			deployment(g, ns)
-			var evs corev1.EventList
-			g.Expect(k8sClient.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-			g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", "CredentialSecretNotFound"), HaveField("Type", "Warning"))))
+			g.Expect(warningReasons(g, ns)).To(ContainElement("CredentialSecretNotFound"))
 		}).Should(Succeed())
 
 		By("the Secret created: accepted, and its hash in the pod template")

@@ -41,9 +41,7 @@ var _ = Describe("The fleet reconciler, when a step fails", func() {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy-admin"}, &svc)).To(Succeed(), "the Services step runs")
 		}).Should(Succeed())
 		Eventually(func(g Gomega) {
-			var evs corev1.EventList
-			g.Expect(k8sClient.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-			g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", "ConfigMapFailed"), HaveField("Type", "Warning"))))
+			g.Expect(warningReasons(g, ns)).To(ContainElement("ConfigMapFailed"))
 		}).Should(Succeed())
 
 		By("a scale while the ConfigMap still fails")

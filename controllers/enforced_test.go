@@ -89,15 +89,10 @@ func budgetObject(g Gomega, ns, name string) *twv1alpha1.TokenBudget {
 }
 
 // enforced is an Enforced condition as the tests compare it.
-type enforced struct {
-	Status  metav1.ConditionStatus
-	Reason  string
-	Message string
-}
+type enforced = verdict
 
 func enforcedOf(conds []metav1.Condition) enforced {
-	c := condition(conds, twv1alpha1.ConditionEnforced)
-	return enforced{c.Status, c.Reason, c.Message}
+	return verdictOf(conds, twv1alpha1.ConditionEnforced)
 }
 
 var _ = Describe("Enforced, from the replicas' reports", func() {

@@ -127,6 +127,31 @@ func condition(conds []metav1.Condition, typ string) metav1.Condition {
 	return metav1.Condition{}
 }
 
+// verdict is a condition as the tests compare it, without its times.
+type verdict struct {
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+func verdictOf(conds []metav1.Condition, typ string) verdict {
+	c := condition(conds, typ)
+	return verdict{c.Status, c.Reason, c.Message}
+}
+
+// warningReasons are the reasons of the warning events recorded in a namespace.
+func warningReasons(g Gomega, ns string) []string {
+	var evs corev1.EventList
+	g.Expect(k8sClient.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+	var reasons []string
+	for _, e := range evs.Items {
+		if e.Type == corev1.EventTypeWarning {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
 var _ = Describe("The fleet reconciler", func() {
 	It("renders the fleet's overage rule, IPv6 client prefix and retry patience", func() {
 		ns := newNamespace("overage")

@@ -72,9 +72,7 @@ var _ = Describe("The fleet reconciler, on what the proxy would refuse", func() 
 			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &corev1.ConfigMap{}))
 		}, "500ms").Should(BeTrue(), "no ConfigMap is written")
 		Eventually(func(g Gomega) {
-			var evs corev1.EventList
-			g.Expect(k8sClient.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-			g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", "InvalidConfig"), HaveField("Type", "Warning"))))
+			g.Expect(warningReasons(g, ns)).To(ContainElement("InvalidConfig"))
 		}).Should(Succeed())
 
 		By("a fixed spec rendering and accepting the fleet")

@@ -75,7 +75,7 @@ func apply(ns, manifest string) {
 	Expect(err).NotTo(HaveOccurred())
 }
 
-// fleetManifest is a TokenProxy in front of the stack's fake backend, with one key.
+// fleetManifest is a TokenProxy in front of the stack's fake backend, with two keys.
 func fleetManifest(replicas int, storage string) string {
 	return fmt.Sprintf(`
 apiVersion: tokenwarden.io/v1alpha1
@@ -85,27 +85,23 @@ spec:
   replicas: %d
   upstreams: [{name: fake, url: %q}]
   storage: %s
----
+`, replicas, st.LLMURL, storage) + keyManifest("alice", "") + keyManifest("bob", "")
+}
+
+// keyManifest is the ApiKey "name" of the fleet, user name and team e2e, with its
+// labelled Secret holding sk-e2e-NAME; spec adds fields to the ApiKey's spec.
+func keyManifest(name, spec string) string {
+	return fmt.Sprintf(`---
 apiVersion: v1
 kind: Secret
-metadata: {name: alice-key, labels: {tokenwarden.io/secret: api-key}}
-stringData: {key: sk-e2e-alice}
+metadata: {name: %[1]s-key, labels: {tokenwarden.io/secret: api-key}}
+stringData: {key: sk-e2e-%[1]s}
 ---
 apiVersion: tokenwarden.io/v1alpha1
 kind: ApiKey
-metadata: {name: alice}
-spec: {proxyRef: {name: fleet}, secretRef: {name: alice-key}, user: alice, team: e2e}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: bob-key, labels: {tokenwarden.io/secret: api-key}}
-stringData: {key: sk-e2e-bob}
----
-apiVersion: tokenwarden.io/v1alpha1
-kind: ApiKey
-metadata: {name: bob}
-spec: {proxyRef: {name: fleet}, secretRef: {name: bob-key}, user: bob, team: e2e}
-`, replicas, st.LLMURL, storage)
+metadata: {name: %[1]s}
+spec: {proxyRef: {name: fleet}, secretRef: {name: %[1]s-key}, user: %[1]s, team: e2e%[2]s}
+`, name, spec)
 }
 
 func budgetManifest(name, dimension string, tpm int) string {

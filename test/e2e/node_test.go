@@ -37,17 +37,7 @@ var _ = Describe("The official Node SDKs through a fleet", Ordered, func() {
 		installNodeSDKs(dir)
 		ns := namespace()
 		// carol's own quota holds one request, refilled in a second.
-		p = fleet(ns, 1, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 3000), `
-apiVersion: v1
-kind: Secret
-metadata: {name: carol-key, labels: {tokenwarden.io/secret: api-key}}
-stringData: {key: sk-e2e-carol}
----
-apiVersion: tokenwarden.io/v1alpha1
-kind: ApiKey
-metadata: {name: carol}
-spec: {proxyRef: {name: fleet}, secretRef: {name: carol-key}, user: carol, team: e2e, requestsPerSecond: 1, burstCapacity: 1}
-`)[0]
+		p = fleet(ns, 1, "{type: Memory}", budgetManifest("per-key", "PerAPIKey", 3000), keyManifest("carol", ", requestsPerSecond: 1, burstCapacity: 1"))[0]
 		st.LLM.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 5})
 	})
 
