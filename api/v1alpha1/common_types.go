@@ -95,6 +95,13 @@ const (
 	ReasonRendered         = "Rendered"
 	ReasonPending          = "Pending"
 	ReasonDeploymentReady  = "DeploymentReady"
+	// NeedsRedis, InvalidBudget and ModelNotPriced refuse a TokenBudget
+	// (Accepted=False) that its fleet cannot enforce: a calendar window or a Cost
+	// amount on a fleet with memory storage; a budget the proxy would refuse; a Cost
+	// budget for a model the fleet's spec.models gives no price.
+	ReasonNeedsRedis     = "NeedsRedis"
+	ReasonInvalidBudget  = "InvalidBudget"
+	ReasonModelNotPriced = "ModelNotPriced"
 	ReasonNotReady         = "DeploymentNotReady"
 
 	// Enforced on a TokenBudget or an ApiKey: Enforced (every live replica has loaded
