@@ -102,7 +102,7 @@ const (
 	ReasonNeedsRedis     = "NeedsRedis"
 	ReasonInvalidBudget  = "InvalidBudget"
 	ReasonModelNotPriced = "ModelNotPriced"
-	ReasonNotReady         = "DeploymentNotReady"
+	ReasonNotReady       = "DeploymentNotReady"
 
 	// Enforced on a TokenBudget or an ApiKey: Enforced (every live replica has loaded
 	// it), Pending (a replica has not yet, or none reports) or NotInConfig (the object
