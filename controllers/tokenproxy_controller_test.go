@@ -94,9 +94,12 @@ func rendered(g Gomega, ns string) *config.Config {
 
 // document reads the fleet's config document as the proxy does: whole from the
 // ConfigMap, or from the chunks its manifest names.
-func document(g Gomega, ns string) []byte {
+func document(g Gomega, ns string) []byte { return fleetDocument(g, ns, "fleet") }
+
+// fleetDocument is document for the fleet of that name.
+func fleetDocument(g Gomega, ns, fleet string) []byte {
 	var cm corev1.ConfigMap
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet + "-proxy"}, &cm)).To(Succeed())
 	if doc, ok := cm.Data["proxy.yaml"]; ok {
 		return []byte(doc)
 	}
