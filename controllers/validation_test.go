@@ -102,7 +102,9 @@ var _ = Describe("Validation by the API server", func() {
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.RequestsPerSecond = 10 }),
 			"requestsPerSecond must be 0 when windows are set: write a Requests budget with a window"),
 		Entry("a window both rolling and calendar",
-			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Calendar = &twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay} }),
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Windows[0].Calendar = &twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay}
+			}),
 			"spec.windows[0]: Invalid value: set exactly one of rolling and calendar"),
 		Entry("a window neither rolling nor calendar",
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Rolling = nil }),
@@ -152,7 +154,9 @@ var _ = Describe("Validation by the API server", func() {
 			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay, At: "24:00"}),
 			`spec.windows[0].calendar.at: Invalid value: "24:00": at must be a time of day HH:MM, such as 00:00 or 09:30`),
 		Entry("subjects on a Global budget",
-			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension, s.Subjects = twv1alpha1.DimensionGlobal, []string{"research"} }),
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Dimension, s.Subjects = twv1alpha1.DimensionGlobal, []string{"research"}
+			}),
 			"subjects must not be set on a Global budget: it has one subject, the whole fleet"),
 		Entry("an empty subject",
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Subjects = []string{""} }),
@@ -173,7 +177,9 @@ var _ = Describe("Validation by the API server", func() {
 			func(s *twv1alpha1.TokenBudgetSpec) { s.Amount = twv1alpha1.AmountRequests },
 			"tokensPerMinute and tokensPerDay count tokens: a Requests or Cost budget writes its limits in windows"),
 		Entry("a cost budget without windows",
-			func(s *twv1alpha1.TokenBudgetSpec) { s.Amount, s.TokensPerMinute, s.RequestsPerSecond = twv1alpha1.AmountCost, 0, 10 },
+			func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.TokensPerMinute, s.RequestsPerSecond = twv1alpha1.AmountCost, 0, 10
+			},
 			"amount needs windows (or, for InputTokens and OutputTokens, tokensPerMinute or tokensPerDay): requestsPerSecond counts requests only"),
 		Entry("a PerModel budget with a model and subjects",
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
@@ -195,7 +201,7 @@ var _ = Describe("Validation by the API server", func() {
 				s.Dimension, s.Subjects = twv1alpha1.DimensionPerModel, []string{"gpt-4o", "o3"}
 			}),
 			"each-model": ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = twv1alpha1.DimensionPerModel }),
-			"weekly": calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryWeek, Weekday: twv1alpha1.Weekday("Sunday")}),
+			"weekly":     calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryWeek, Weekday: twv1alpha1.Weekday("Sunday")}),
 			"input-shorthand": func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Amount, s.CountBy, s.Dimension = twv1alpha1.AmountInputTokens, twv1alpha1.CountByModel, twv1alpha1.DimensionPerAPIKey
 			},
