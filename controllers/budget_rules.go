@@ -148,14 +148,16 @@ func subjectsOf(b *twv1alpha1.TokenBudget) []string {
 }
 
 // budgetRules renders a rules-shaped budget. ApiKey subjects are the keys' names in
-// the config: namespace/name of a key in another namespace is namespace_name there.
+// the config: a key of the fleet's namespace is its name there (namespace/name works
+// too), a key of another namespace namespace_name.
 func budgetRules(b *twv1alpha1.TokenBudget) []config.Rule {
 	s := &b.Spec
 	dim := ruleDimensions[s.Dimension]
 	subjects := slices.Clone(subjectsOf(b))
 	if dim == config.RuleAPIKey {
+		home := proxyOf(b).Namespace + "/"
 		for i, k := range subjects {
-			subjects[i] = strings.Replace(k, "/", "_", 1)
+			subjects[i] = strings.Replace(strings.TrimPrefix(k, home), "/", "_", 1)
 		}
 	}
 	var out []config.Rule

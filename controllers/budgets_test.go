@@ -114,6 +114,11 @@ var _ = Describe("Budgets in the rule shape", func() {
 			ruleBudget(ns, "users-shadow", twv1alpha1.DimensionPerUser, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Action, s.Windows = twv1alpha1.ActionWarn, windows(rollingWindow("1M", twv1alpha1.PeriodDay, 0))
 			}),
+			// A key named by namespace/name, as a budget of another namespace would.
+			ruleBudget(ns, "alice-output", twv1alpha1.DimensionPerAPIKey, func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Subjects, s.Amount = []string{ns + "/alice"}, twv1alpha1.AmountOutputTokens
+				s.Windows = windows(rollingWindow("1M", twv1alpha1.PeriodDay, 0))
+			}),
 			// The shorthand fields on a rule-shaped budget: two amounts, two rules.
 			ruleBudget(ns, "batch", twv1alpha1.DimensionPerTeam, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Subjects, s.TokensPerMinute, s.RequestsPerSecond, s.BurstCapacity = []string{"batch"}, 30000, 5, 10
@@ -133,6 +138,8 @@ var _ = Describe("Budgets in the rule shape", func() {
 		}
 
 		want := []config.Rule{
+			{Name: ns + "/alice-output", Dimension: config.RuleAPIKey, Subjects: []string{"alice"}, Amount: config.AmountOutputTokens, Action: block,
+				Windows: []config.Window{{Limit: 1000000, Rolling: &config.Rolling{Period: config.PeriodDay}}}},
 			{Name: ns + "/app-burst", Dimension: config.RuleAPIKey, Amount: config.AmountTokens, Action: block, Windows: []config.Window{minute(200000, 20)}},
 			{Name: ns + "/batch", Dimension: config.RuleTeam, Subjects: []string{"batch"}, Amount: config.AmountTokens, Action: block,
 				Windows: []config.Window{minute(30000, 0)}},
