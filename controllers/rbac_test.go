@@ -86,7 +86,9 @@ var _ = Describe("The proxy's RBAC", func() {
 		}).Should(Succeed())
 		// The proxy as its pods run: the fleet's ServiceAccount, with a token bound to its pod.
 		proxy := asServiceAccount(ns, "fleet-proxy", "r1")
-		lease := func(name string, labels map[string]string) *coordinationv1.Lease { return reportLease(ns, name, labels) }
+		lease := func(name string, labels map[string]string) *coordinationv1.Lease {
+			return reportLease(ns, name, labels)
+		}
 		renew := func(c client.Client, name string) error {
 			return c.Patch(ctx, lease(name, nil), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"holderIdentity":"renewed"}}`)))
 		}
