@@ -84,8 +84,9 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	mgrClient = mgr.GetClient()
+	readsOf = newRefusedReads(mgr.GetClient())
 	Expect((&controllers.TokenProxyReconciler{
-		Client:     mgr.GetClient(),
+		Client:     readsOf,
 		Events:     mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage: "tokenwarden:test",
 	}).SetupWithManager(ctx, mgr)).To(Succeed())
