@@ -27,12 +27,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
@@ -140,6 +143,51 @@ func TestOperatorPod(t *testing.T) {
 	}
 	if strings.Contains(got, "hijack") {
 		t.Errorf("podLabels overrode a selector label:\n%s", got)
+	}
+}
+
+// TestReportLeasePolicy: the chart installs the same report Lease admission policy as
+// config/admission (whose behaviour the controller specs test against the API server),
+// and none with reportLeasePolicy.enabled=false.
+func TestReportLeasePolicy(t *testing.T) {
+	helm := tool(t, "helm")
+	got := run(t, helm, "template", "tw", chartDir, "--show-only", "templates/report-lease-policy.yaml")
+	docs := strings.Split(got, "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("want the policy and its binding, got %d documents:\n%s", len(docs), got)
+	}
+	var policy, wantPolicy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding, wantBinding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, d := range []struct {
+		chart, file string
+		into, want  any
+	}{
+		{docs[0], "report_lease_policy.yaml", &policy, &wantPolicy},
+		{docs[1], "report_lease_policy_binding.yaml", &binding, &wantBinding},
+	} {
+		if err := yaml.UnmarshalStrict([]byte(d.chart), d.into); err != nil {
+			t.Fatalf("the chart's %s: %v", d.file, err)
+		}
+		data, err := os.ReadFile(filepath.Join("..", "..", "config", "admission", d.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(data, d.want); err != nil {
+			t.Fatalf("config/admission/%s: %v", d.file, err)
+		}
+	}
+	if binding.Spec.PolicyName != policy.Name {
+		t.Errorf("the binding names policy %q, the chart's is %q", binding.Spec.PolicyName, policy.Name)
+	}
+	binding.Spec.PolicyName = wantBinding.Spec.PolicyName
+	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) {
+		t.Errorf("the chart's policy differs from config/admission's:\nchart:  %+v\nconfig: %+v", policy.Spec, wantPolicy.Spec)
+	}
+	if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+		t.Errorf("the chart's binding differs from config/admission's:\nchart:  %+v\nconfig: %+v", binding.Spec, wantBinding.Spec)
+	}
+	if off := run(t, helm, "template", "tw", chartDir, "--set", "reportLeasePolicy.enabled=false"); strings.Contains(off, "ValidatingAdmissionPolicy") {
+		t.Errorf("reportLeasePolicy.enabled=false still renders the policy")
 	}
 }
 
