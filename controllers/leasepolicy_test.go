@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,7 +56,7 @@ func refusedByPolicy(msg string) OmegaMatcher {
 }
 
 var _ = Describe("The report Lease admission policy (config/admission)", func() {
-	It("lets a fleet's ServiceAccount create only its own pod's labelled report Lease, and leaves every other account alone", func() {
+	It("lets a fleet's ServiceAccount create and update only its own pod's labelled report Lease, and leaves every other account alone", func() {
 		ns := newNamespace("leasepolicy")
 		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
 		Eventually(func() error {
@@ -70,14 +71,14 @@ var _ = Describe("The report Lease admission policy (config/admission)", func() 
 		// the authorizer sees it: wait for the policy's own refusal.
 		Eventually(func() error {
 			return noPod.Create(ctx, reportLease(ns, "fleet-proxy-"+pod, mine))
-		}).Should(refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet creates its report Lease only with a token bound to its pod"),
+		}).Should(refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet writes its report Lease only with a token bound to its pod"),
 			"a token without the pod-name claim (a legacy Secret token, a TokenRequest for no pod) creates no Lease, not even the right one")
 
 		Expect(proxy.Create(ctx, reportLease(ns, "fleet-proxy-squat", mine))).To(
-			refusedByPolicy("may create only the report Lease of its own pod, fleet-proxy-"+pod+", not fleet-proxy-squat"),
+			refusedByPolicy("may write only the report Lease of its own pod, fleet-proxy-"+pod+", not fleet-proxy-squat"),
 			"another name, even with the fleet's label")
 		Expect(proxy.Create(ctx, reportLease(ns, "fleet-proxy-"+pod, nil))).To(
-			refusedByPolicy("may create only its report Lease, labelled tokenwarden.io/configmap=fleet-proxy"),
+			refusedByPolicy("may write only its report Lease, labelled tokenwarden.io/configmap=fleet-proxy"),
 			"its own name without the label the operator reads")
 		Expect(proxy.Create(ctx, reportLease(ns, "fleet-proxy-"+pod,
 			map[string]string{twv1alpha1.ReplicaConfigMapLabel: "other-proxy"}))).To(
@@ -86,6 +87,24 @@ var _ = Describe("The report Lease admission policy (config/admission)", func() 
 		own := reportLease(ns, "fleet-proxy-"+pod, mine)
 		Expect(proxy.Create(ctx, own)).To(Succeed(), "its own pod's report Lease")
 		Expect(own.Labels).To(Equal(mine))
+
+		By("updates: a replica renews its own Lease, and cannot relabel it or touch a sibling's")
+		patch := func(c client.Client, name, body string) error {
+			return c.Patch(ctx, reportLease(ns, name, nil), client.RawPatch(types.MergePatchType, []byte(body)))
+		}
+		// The Role names the Lease once the operator has seen it.
+		Eventually(func() error {
+			return patch(proxy, own.Name, `{"spec":{"renewTime":"2026-11-30T06:00:05.000000Z"}}`)
+		}).Should(Succeed(), "a renewal")
+		Expect(patch(proxy, own.Name, `{"metadata":{"labels":{"tokenwarden.io/configmap":"other-proxy"}}}`)).To(
+			refusedByPolicy("labelled tokenwarden.io/configmap=fleet-proxy"), "posing as another fleet's replica")
+		const sibling = "fleet-proxy-6f7c9d8b4-b7b7b"
+		Expect(asServiceAccount(ns, "fleet-proxy", sibling).Create(ctx, reportLease(ns, "fleet-proxy-"+sibling, mine))).To(Succeed())
+		Eventually(func() error {
+			return patch(proxy, "fleet-proxy-"+sibling, `{"spec":{"holderIdentity":"`+pod+`"}}`)
+		}).Should(refusedByPolicy("may write only the report Lease of its own pod, fleet-proxy-"+pod+", not fleet-proxy-"+sibling),
+			"a sibling's Lease, which the Role names too")
+		Expect(patch(noPod, own.Name, `{"spec":{"holderIdentity":"x"}}`)).To(refusedByPolicy("only with a token bound to its pod"))
 
 		By("a second fleet in the namespace: neither may create the other's report Lease")
 		other := fleetProxy(ns, 1)
@@ -98,10 +117,10 @@ var _ = Describe("The report Lease admission policy (config/admission)", func() 
 		theirs := map[string]string{twv1alpha1.ReplicaConfigMapLabel: "other-proxy"}
 		Eventually(func() error {
 			return proxy.Create(ctx, reportLease(ns, "other-proxy-"+otherPod, theirs))
-		}).Should(refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet may create only its report Lease"),
+		}).Should(refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet may write only its report Lease"),
 			"the fleet's account, though the other fleet's TokenProxy is a parameter too")
 		Expect(proxy.Create(ctx, reportLease(ns, "other-proxy-"+pod, theirs))).To(
-			refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet may create only its report Lease"), "with its own pod's name")
+			refusedByPolicy("the ServiceAccount fleet-proxy of TokenProxy fleet may write only its report Lease"), "with its own pod's name")
 		Expect(asServiceAccount(ns, "other-proxy", otherPod).Create(ctx, reportLease(ns, "other-proxy-"+otherPod, theirs))).To(Succeed())
 
 		By("every other account: the policy leaves it alone")
