@@ -20,6 +20,9 @@ const (
 	adminPort = 9090
 	// configKey is the ConfigMap key that holds the proxy config document.
 	configKey = "proxy.yaml"
+	// podNameEnv is the proxy's environment variable with its pod's name, the replica
+	// name of its report Lease.
+	podNameEnv = "POD_NAME"
 	// redisPasswordEnv is the proxy's environment variable with the Redis password.
 	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
 )

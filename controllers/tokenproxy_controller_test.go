@@ -218,6 +218,9 @@ var _ = Describe("The fleet reconciler", func() {
 		Expect(c.Args).To(Equal([]string{"--configmap", ns + "/fleet-proxy"}))
 		Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
 		Expect(c.Env).To(ContainElement(HaveField("Name", "TOKENWARDEN_UPSTREAM_CLAUDE_KEY")))
+		Expect(c.Env).To(ContainElement(Equal(corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}})),
+			"the replica's report Lease is named after its pod, as its token's pod-name claim says")
 		Expect(d.OwnerReferences).To(ContainElement(HaveField("Name", "fleet")), "a deleted TokenProxy takes its objects with it")
 
 		By("letting the proxies read only their own ConfigMap, and create report Leases (renewing them by name: see the RBAC specs)")
