@@ -255,11 +255,11 @@ func BenchmarkAdmission(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		e, _ := estimate.Body(chatBody4K)
-		d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, e.Total())
+		d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, budget.Ask{Input: e.Input, Output: e.Output})
 		if err != nil || d.Refusal != nil || d.Hold == nil {
 			b.Fatal("not admitted")
 		}
-		d.Hold.Settle(e.Input + 200)
+		d.Hold.Settle(budget.Used{Input: e.Input, Output: 200})
 	}
 }
 
