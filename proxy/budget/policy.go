@@ -215,7 +215,7 @@ func ruleCounters(r *config.Rule, div int64) []*counter {
 				share = math.Floor(share)
 			}
 			c.rate, c.sharedRate = share/secs, w.Limit/secs
-			c.capacity, c.sharedCapacity = c.rate*burst, c.sharedRate*burst
+			c.capacity, c.sharedCapacity = share*burst/secs, w.Limit*burst/secs
 		case w.Calendar != nil:
 			// A calendar counter lives only in a shared store, whole: it is a fleet total.
 			c.kind, c.name, c.calendar = Calendar, "calendar_"+string(w.Calendar.Every), w.Calendar
