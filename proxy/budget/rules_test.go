@@ -5,6 +5,7 @@ package budget_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -275,5 +276,24 @@ rate_limiting:
 		Expect(r.admitted("bob", "", 600, 0)).To(BeTrue())
 		r.clock.Advance(time.Minute)
 		Expect(r.admitted("bob", "", 400, 0)).To(BeTrue(), "bob has per_api_key's day")
+	})
+})
+
+var _ = Describe("A durable bucket in memory", func() {
+	It("is refused as unavailable, never admitted uncharged, when its map is full", func() {
+		mem := budget.NewMemory(storetest.NewClock(), 1)
+		rolling := func(id string, durable bool) budget.Charge {
+			return budget.Charge{Key: budget.Key{Kind: budget.Rolling, Dim: budget.Team, ID: id, Rule: "r"},
+				Capacity: 10, Rate: 1, SharedCapacity: 10, SharedRate: 1, Amount: 1, Durable: durable}
+		}
+		res, err := mem.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{rolling("a", true)}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Admitted).To(BeTrue())
+		res, err = mem.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{rolling("b", false)}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.TokenSkipped).To(Equal([]bool{true}), "a rolling token bucket fails open on a full map")
+		_, err = mem.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{rolling("c", true)}})
+		var unavailable *budget.UnavailableError
+		Expect(errors.As(err, &unavailable)).To(BeTrue())
 	})
 })

@@ -452,7 +452,9 @@ func slot(k budget.Key) byte {
 
 // index is the 1-based index in keys of the key holding k.
 func (p *spec) index(s *Store, k budget.Key) int {
-	k.Kind = 0
+	if k.Kind < budget.Rolling {
+		k.Kind = 0 // one key holds the id's three buckets of limits
+	}
 	if p.byID != nil {
 		if i, ok := p.byID[k]; ok {
 			return i
