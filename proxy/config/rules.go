@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -191,12 +192,24 @@ func (c *Calendar) WeekdayValue() time.Weekday {
 	return time.Weekday(slices.Index(weekdays, c.Weekday))
 }
 
+// zones caches the loaded time zones by name: time.LoadLocation reads and parses the
+// zone database on every call, and Span runs on every request of a calendar rule.
+var zones sync.Map // string -> *time.Location
+
 // Location loads the calendar's time zone.
 func (c *Calendar) Location() (*time.Location, error) {
 	if c.TimeZone == "" {
 		return time.UTC, nil
 	}
-	return time.LoadLocation(c.TimeZone)
+	if loc, ok := zones.Load(c.TimeZone); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(c.TimeZone)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(c.TimeZone, loc)
+	return loc, nil
 }
 
 // Durable reports whether the rule must not lose its state: a calendar window or a
