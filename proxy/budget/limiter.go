@@ -305,7 +305,7 @@ func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens 
 				named = p.byModel[ident]
 			}
 		}
-		if len(list) == 0 && len(named) == 0 && !(d == Model && p.skipTokens[Model]) {
+		if len(list) == 0 && len(named) == 0 && (d != Model || !p.skipTokens[Model]) {
 			continue
 		}
 		if d != Global && ident == "" {
@@ -415,7 +415,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	}
 	taken := make([]Charge, 0, len(c.toks))
 	for i, ch := range c.toks {
-		if !res.TokenSkipped[i] && !(res.TokenWarned != nil && res.TokenWarned[i]) {
+		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
 			taken = append(taken, ch)
 		}
 	}

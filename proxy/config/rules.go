@@ -303,10 +303,10 @@ func (c *Config) validateRules(errs *fieldErrors) {
 			}
 		}
 		if r.CountBy != "" && oneOf(errs, f+".count_by", r.CountBy, ruleDimensions) {
-			switch {
-			case r.CountBy == RuleGlobal:
+			switch r.CountBy {
+			case RuleGlobal:
 				errs.add(f+".count_by", "cannot fan out by global")
-			case r.CountBy == r.Dimension:
+			case r.Dimension:
 				errs.add(f+".count_by", "is the rule's own dimension %q", r.Dimension)
 			}
 		}
@@ -411,7 +411,7 @@ func (c *Calendar) Span(t time.Time) (start, end time.Time) {
 	}
 	hh, mm := 0, 0
 	if c.At != "" {
-		fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
+		_, _ = fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
 	}
 	lt := t.In(loc)
 	y, mo, d := lt.Date()
