@@ -4,6 +4,7 @@
 package budget
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -37,8 +38,10 @@ type Policy struct {
 	// prices are the models' prices; maxPrice prices a model that has none.
 	prices   map[string]*config.Price
 	maxPrice config.Price
-	// rules are the rule counters by name and window, for Keeps.
+	// rules are the rule counters by name and window, for Keeps; order is each
+	// rule's place in the document.
 	rules map[ruleWindow]*counter
+	order map[string]int
 
 	dims   [Model]dimPolicy
 	models map[string]*dimPolicy
@@ -291,7 +294,7 @@ func NewPolicy(c *config.Config) *Policy {
 	p := &Policy{
 		Divisor: div, cachedWeight: rl.CachedWeight(),
 		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, byModel: map[string][]*counter{},
-		prices: map[string]*config.Price{}, rules: map[ruleWindow]*counter{},
+		prices: map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
 	}
 	if rl.Overage == config.OverageForgive {
 		p.overage = Forgive
@@ -325,6 +328,7 @@ func NewPolicy(c *config.Config) *Policy {
 	replaced := map[string]set{}
 	for i := range rl.Rules {
 		r := &rl.Rules[i]
+		p.order[r.Name] = i
 		for _, ctr := range ruleCounters(r, div) {
 			p.rules[ruleWindow{ctr.rule, ctr.window}] = ctr
 			if ctr.amount != AmountRequests {
@@ -416,6 +420,44 @@ func (p *Policy) price(model string) *config.Price {
 		return pr
 	}
 	return &p.maxPrice
+}
+
+// EffectiveRule describes one rule window in force, for /admin/effective.
+type EffectiveRule struct {
+	Rule      string   `json:"rule"`
+	Window    string   `json:"window"`
+	Dimension string   `json:"dimension"`
+	Subjects  []string `json:"subjects,omitempty"`
+	CountBy   string   `json:"count_by,omitempty"`
+	Models    []string `json:"models,omitempty"`
+	Amount    string   `json:"amount"`
+	Warn      bool     `json:"warn,omitempty"`
+	// Capacity and Rate are what this replica's memory enforces (the divided share):
+	// the bucket's size and its refill per second (0 for a calendar window);
+	// SharedCapacity is the fleet total a shared store holds.
+	Capacity       float64 `json:"capacity"`
+	Rate           float64 `json:"rate_per_second"`
+	SharedCapacity float64 `json:"shared_capacity"`
+}
+
+// EffectiveRules lists every rule window, in document order.
+func (p *Policy) EffectiveRules() []EffectiveRule {
+	ctrs := slices.SortedFunc(maps.Values(p.rules), func(a, b *counter) int {
+		return cmp.Or(cmp.Compare(p.order[a.rule], p.order[b.rule]), cmp.Compare(a.window, b.window))
+	})
+	out := make([]EffectiveRule, 0, len(ctrs))
+	for _, c := range ctrs {
+		e := EffectiveRule{
+			Rule: c.rule, Window: c.name, Dimension: c.dim.String(), Amount: c.amount.String(), Warn: c.warn,
+			Subjects: slices.Sorted(maps.Keys(c.subjects)), Models: slices.Sorted(maps.Keys(c.models)),
+			Capacity: c.capacity, Rate: c.rate, SharedCapacity: c.sharedCapacity,
+		}
+		if c.countBy != NumDimensions {
+			e.CountBy = c.countBy.String()
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // HasRule reports whether a rule of this name is in force.

@@ -6,6 +6,7 @@ package server_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -87,6 +88,24 @@ var _ = Describe("Rules at the proxy", func() {
 		h.llm.Set(fakellm.Behaviour{InputTokens: 500, OutputTokens: 20, CachedTokens: 400})
 		Expect(h.do("POST", "/v1/messages", "sk-alice", `{"model":"claude","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`).code).To(Equal(200))
 		Expect(h.level(budget.TokensMinute, budget.APIKey, "alice", 1000)).To(Equal(1000.0-2*220), "Anthropic's cache_read_input_tokens alike")
+	})
+
+	It("lists each rule window with this replica's share, and drops a removed rule's buckets on reload", func() {
+		doc := strings.Replace(keysDoc, "replicas: 1", "replicas: 2", 1)
+		h := newHarness(doc + `
+  rules:
+  - {name: key-minute, dimension: api_key, windows: [{limit: 6000, rolling: {period: minute, burst_seconds: 20}}]}
+`)
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
+		key := budget.Key{Kind: budget.Rolling, Dim: budget.APIKey, ID: "alice", Rule: "key-minute"}
+		_, ok := h.store.Level(key)
+		Expect(ok).To(BeTrue())
+		eff, _ := h.srv.Effective()
+		Expect(eff.Rules).To(ConsistOf(budget.EffectiveRule{Rule: "key-minute", Window: "minute", Dimension: "api_key", Amount: "tokens",
+			Capacity: 1000, Rate: 50, SharedCapacity: 2000}), "3,000 a minute for each of two replicas, holding 20 s")
+		Expect(h.apply(doc)).To(Succeed())
+		_, ok = h.store.Level(key)
+		Expect(ok).To(BeFalse(), "the rule is gone, and its buckets with it")
 	})
 
 	Describe("on Redis", func() {
