@@ -225,12 +225,28 @@ func NewLimiter(store Store, rec Recorder, clock Clock, async bool) *Limiter {
 	return &Limiter{store: store, rec: rec, clock: clock, async: async}
 }
 
-// CalendarStore is a store that holds calendar windows: it tells which window holds
-// its present, on its own clock.
+// CalendarStore is a store that keeps its own clock for calendar windows (the Redis
+// server's): it tells the present its windows are told on.
 type CalendarStore interface {
-	// CalendarSpan is the window of c that holds the store's present: its start, and
-	// its end in Unix milliseconds on the store's clock.
-	CalendarSpan(c *config.Calendar) (start time.Time, endMillis int64)
+	// CalendarNow is the present as the store's calendar windows see it, and how far
+	// that present is shifted from the store's own clock (0 except in tests, which
+	// stand in another month).
+	CalendarNow() (now time.Time, shift time.Duration)
+}
+
+// span is a calendar window: it started at start and the next one starts at end.
+type span struct{ start, end time.Time }
+
+// spanAt is the calendar window of a counter that holds now; the last one found is
+// kept, so a request computes a window only when one ends.
+func (c *counter) spanAt(now time.Time) *span {
+	sp := c.span.Load()
+	if sp == nil || now.Before(sp.start) || !now.Before(sp.end) {
+		start, end := c.calendar.Span(now)
+		sp = &span{start: start, end: end}
+		c.span.Store(sp)
+	}
+	return sp
 }
 
 // charges are the buckets a request draws on; fixed arrays keep the hot path free of
@@ -265,15 +281,12 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 		ch.Amount = (float64(ask.Input)*pr.Input + float64(ask.Output)*pr.Output) / 1e6
 	}
 	if ctr.kind == Calendar {
-		var start time.Time
+		now, shift := l.clock.Now(), time.Duration(0)
 		if cs, ok := l.store.(CalendarStore); ok {
-			start, ch.EndMillis = cs.CalendarSpan(ctr.calendar)
-		} else {
-			var end time.Time
-			start, end = ctr.calendar.Span(l.clock.Now())
-			ch.EndMillis = end.UnixMilli()
+			now, shift = cs.CalendarNow()
 		}
-		ch.Key.Start = start.Unix()
+		sp := ctr.spanAt(now)
+		ch.Key.Start, ch.EndMillis = sp.start.Unix(), sp.end.Add(-shift).UnixMilli()
 	}
 	if ctr.amount == AmountRequests {
 		c.reqs = append(c.reqs, ch)

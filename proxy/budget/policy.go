@@ -144,8 +144,10 @@ type counter struct {
 	// group identifies what a named-subject counter replaces: the each-subject
 	// counter of the same dimension, count_by, models, amount and window period.
 	group string
-	// stats are the counter's metrics, resolved at first use.
+	// stats are the counter's metrics, resolved at first use; span is a calendar
+	// window's last window.
 	stats *atomic.Pointer[ruleStats]
+	span  *atomic.Pointer[span]
 }
 
 type ruleStats struct{ r RuleRecorder }
@@ -226,7 +228,7 @@ func ruleCounters(r *config.Rule, div int64) []*counter {
 			c.period = 24 * time.Hour
 		}
 		c.group = c.groupKey()
-		c.stats = new(atomic.Pointer[ruleStats])
+		c.stats, c.span = new(atomic.Pointer[ruleStats]), new(atomic.Pointer[span])
 		out = append(out, c)
 	}
 	return out

@@ -24,7 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
-	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Options configure a Store.
@@ -166,13 +165,11 @@ func (s *Store) Key(k budget.Key) string {
 	return b.String()
 }
 
-// CalendarSpan implements budget.CalendarStore: the window of c that holds the
-// present on the Redis server's clock (learned from each reservation's reply).
-func (s *Store) CalendarSpan(c *config.Calendar) (time.Time, int64) {
+// CalendarNow implements budget.CalendarStore: the present on the Redis server's
+// clock, as each reservation's reply tells it.
+func (s *Store) CalendarNow() (time.Time, time.Duration) {
 	shift := time.Duration(s.shift.Load())
-	now := time.Now().Add(time.Duration(s.offset.Load()) + shift)
-	start, end := c.Span(now)
-	return start, end.Add(-shift).UnixMilli()
+	return time.Now().Add(time.Duration(s.offset.Load()) + shift), shift
 }
 
 // SetFallback changes what admission does while Redis is unreachable: admit on fallback
