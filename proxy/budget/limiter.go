@@ -254,9 +254,12 @@ func (c *counter) spanAt(now time.Time) *span {
 type charges struct {
 	reqs   []Charge
 	toks   []Charge
+	res    Reservation
 	reqBuf [NumDimensions]Charge
 	tokBuf [NumDimensions * 2]Charge
 }
+
+var chargesPool = sync.Pool{New: func() any { return new(charges) }}
 
 // add appends the bucket of one counter for a subject.
 func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, by string, ask *Ask) {
@@ -360,12 +363,16 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	if id.Exempt || (id.Key != nil && id.Key.Bypass) {
 		return dec, nil
 	}
-	var c charges
-	l.collect(p, &id, &c, &ask, ask.Input+ask.Output > 0)
+	// The charges are lent by a pool: no store keeps a reservation once Reserve
+	// returns, and the hold keeps its own copy of what it took.
+	c := chargesPool.Get().(*charges)
+	defer chargesPool.Put(c)
+	l.collect(p, &id, c, &ask, ask.Input+ask.Output > 0)
 	if len(c.reqs) == 0 && len(c.toks) == 0 {
 		return dec, nil
 	}
-	res, err := l.store.Reserve(ctx, &Reservation{Requests: c.reqs, Tokens: c.toks})
+	c.res = Reservation{Requests: c.reqs, Tokens: c.toks}
+	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
 		return dec, err
 	}
@@ -388,7 +395,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		l.recordRules(c.reqs, res.RequestWarned, -1)
 	}
 	if !res.Admitted {
-		dec.Refusal = l.refusal(&c, &res, now, view)
+		dec.Refusal = l.refusal(c, &res, now, view)
 		return dec, nil
 	}
 	for i := range c.toks {
