@@ -136,7 +136,10 @@ do
   end
 end
 
-local key, base, level, cap, rate, period, amt, cal, warn, warned = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local key, base, level, cap, rate, period, amt, flg = {}, {}, {}, {}, {}, {}, {}, {}
+-- warned is nil until a warn bucket of the decision does not fit; then one '0' or '1'
+-- per bucket.
+local warned, n
 
 -- check finds the first bucket in first..last that cannot give its amount and may
 -- refuse, the longest wait any of them needs, and marks the warn buckets that cannot.
@@ -145,12 +148,17 @@ local function check(first, last)
   for i = first, last do
     local l, c, r, need = level[i], cap[i], rate[i], amt[i]
     if need > c or l < need then
-      if warn[i] then
+      local f = flg[i]
+      if f % 2 == 1 then
+        if not warned then
+          warned = {}
+          for j = 1, n do warned[j] = '0' end
+        end
         warned[i] = '1'
       else
         if refused == 0 then refused = i - first + 1 end
         local w
-        if cal[i] then w = period[i] - now
+        if f >= 2 then w = period[i] - now
         elseif r <= 0 then w = period[i]
         elseif need > c then
           local debt = 0
@@ -166,11 +174,11 @@ end
 
 local function take(first, last)
   for i = first, last do
-    if warned[i] == '0' then
+    if not (warned and warned[i] == '1') then
       local s, b, l = stored[key[i]], base[i], level[i] - amt[i]
       level[i] = l
       local t = now
-      if cal[i] then t = period[i] end
+      if flg[i] >= 2 then t = period[i] end
       s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, t, cap[i], rate[i]
       dirty[key[i]] = true
     end
@@ -178,15 +186,13 @@ local function take(first, last)
 end
 
 local function decide(nreq, spec)
-  local n = #spec / 36
+  n, warned = #spec / 36, nil
   local pos = 1
-  local anywarn = false
   for i = 1, n do
     local k, slot, f, c, r, p, a
     k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', spec, pos)
     local b = 4 * slot
-    key[i], base[i], cap[i], rate[i], period[i], amt[i] = k, b, c, r, p, a
-    warn[i], cal[i], warned[i] = f % 2 == 1, f % 4 >= 2, '0'
+    key[i], base[i], cap[i], rate[i], period[i], amt[i], flg[i] = k, b, c, r, p, a, f
     local s = stored[k]
     local oc = s[b + 3]
     if oc >= 0 then
@@ -197,7 +203,7 @@ local function decide(nreq, spec)
         if l > oc then l = oc end
       end
       if oc ~= c or orate ~= r then
-        if cal[i] then l = l + c - oc
+        if f >= 2 then l = l + c - oc
         elseif oc > 0 then l = l / oc * c
         else l = c end
       end
@@ -221,11 +227,8 @@ local function decide(nreq, spec)
   -- the longest Duration).
   if not (retry < 9007199254740992) then retry = 9007199254740992 end
   local w = ''
-  for i = 1, n do
-    if warned[i] == '1' then anywarn = true end
-  end
-  if anywarn then w = table.concat(warned, '', 1, n) end
-  return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n)), w, math.floor(now)}
+  if warned then w = table.concat(warned, '', 1, n) end
+  return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n)), w, now - now % 1}
 end
 
 local out = {}
