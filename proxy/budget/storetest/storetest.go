@@ -73,6 +73,14 @@ func day(dim budget.Dimension, id string, tpd float64) budget.Charge {
 	return charge(budget.TokensDay, dim, id, tpd, tpd/86400)
 }
 
+// rule is a rule's rolling bucket of limit an hour, which refills next to nothing
+// while a spec runs.
+func rule(dim budget.Dimension, id, name string, limit float64) budget.Charge {
+	c := charge(budget.Rolling, dim, id, limit, limit/3600)
+	c.Key.Rule = name
+	return c
+}
+
 func requests(dim budget.Dimension, id string, rps, burst float64) budget.Charge {
 	return charge(budget.Requests, dim, id, burst, rps)
 }
@@ -239,6 +247,47 @@ func DescribeStore(name string, f Factory) bool {
 			Expect(res.RefusedBy).To(Equal(budget.Requests))
 			Expect(res.RetryAfter).To(nearWait(time.Second))
 			Expect(level(m)).To(near(m, 0))
+		})
+
+		It("takes, refunds and charges each bucket's own amount, and never takes from a warn bucket that cannot cover it", func() {
+			input := rule(budget.APIKey, "k", "in", 1000)
+			output := rule(budget.APIKey, "k", "out", 500)
+			watch := rule(budget.Global, "", "watch", 900)
+			watch.Warn = true
+			in, out, w := input, output, watch
+			in.Amount, out.Amount, w.Amount = 700, 400, 800
+			res, err := store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out, w}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+			Expect(res.TokenWarned).To(Or(BeNil(), Equal([]bool{false, false, false})))
+			Expect(level(input)).To(near(input, 300))
+			Expect(level(output)).To(near(output, 100))
+			Expect(level(watch)).To(near(watch, 100))
+
+			in.Amount, out.Amount, w.Amount = 200, 50, 200
+			res, err = store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out, w}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue(), "a warn bucket never refuses")
+			Expect(res.TokenWarned).To(Equal([]bool{false, false, true}))
+			Expect(level(watch)).To(near(watch, 100), "and takes nothing when the request does not fit")
+			Expect(level(input)).To(near(input, 100))
+
+			in.Amount, out.Amount = 150, 10
+			res, err = store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeFalse())
+			Expect(res.Refused).To(Equal(0), "the input bucket cannot give its 150")
+			Expect(level(output)).To(near(output, 50), "nothing was taken")
+
+			in.Amount, out.Amount = 100, 300
+			store.Refund(ctx, []budget.Charge{in, out})
+			Expect(level(input)).To(near(input, 200))
+			Expect(level(output)).To(near(output, 350))
+			in.Amount, out.Amount = 250, 10
+			taken := store.Charge(ctx, []budget.Charge{in, out}, budget.Debt)
+			Expect(taken).To(HaveExactElements(near(input, 250), near(output, 10)))
+			Expect(level(input)).To(near(input, -50))
+			Expect(level(output)).To(near(output, 340))
 		})
 
 		It("refunds up to the capacity and no further", func() {
