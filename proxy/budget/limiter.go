@@ -5,6 +5,7 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -60,7 +61,8 @@ type Recorder interface {
 	// window's (called once per window and policy).
 	Rule(rule, window string) RuleRecorder
 	// DurableRefused records a request refused with 503 because a durable rule's
-	// bucket could not be held (Redis unreachable, or a full map).
+	// bucket could not be held (Redis unreachable, or a full map), by the dimension of
+	// its first durable bucket.
 	DurableRefused(d Dimension)
 }
 
@@ -374,6 +376,10 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	c.res = Reservation{Requests: c.reqs, Tokens: c.toks}
 	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
+		var unavailable *UnavailableError
+		if errors.As(err, &unavailable) {
+			l.recordDurable(c)
+		}
 		return dec, err
 	}
 	now := l.clock.Now()
@@ -449,6 +455,18 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	h.record(Reserved)
 	dec.Hold = h
 	return dec, nil
+}
+
+// recordDurable counts a request refused because a durable bucket could not be held.
+func (l *Limiter) recordDurable(c *charges) {
+	for _, group := range [2][]Charge{c.reqs, c.toks} {
+		for i := range group {
+			if group[i].Durable {
+				l.rec.DurableRefused(group[i].Key.Dim)
+				return
+			}
+		}
+	}
 }
 
 // tightest keeps in s the bucket with the least remaining.

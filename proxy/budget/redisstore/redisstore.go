@@ -305,7 +305,6 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 		}
 	}
 	if durable != nil {
-		s.rec.DurableRefused(durable.Key.Dim)
 		return budget.Result{}, &budget.UnavailableError{Err: fmt.Errorf("rule %q must not fail open: %w", durable.Key.Rule, err)}
 	}
 	if fallback == nil {
