@@ -71,6 +71,8 @@ var _ = Describe("Rules at the proxy", func() {
 		Expect(second.code).To(Equal(200), "warn never refuses")
 		Expect(second.header.Get("X-Tokenwarden-Budget-Warning")).To(Equal("watch-keys;window=minute"))
 		Expect(counter(h.m.RuleWarnings.WithLabelValues("watch-keys", "minute"))).To(Equal(1.0))
+		Expect(counter(h.m.RuleAmount.WithLabelValues("watch-keys", "minute", "reserved"))).To(Equal(chatEstimate(10)), "only the first request took from it")
+		Expect(counter(h.m.RuleAmount.WithLabelValues("watch-keys", "minute", "refunded"))).To(Equal(chatEstimate(10)-30), "settled on 10 input and 20 output tokens")
 		Expect(counter(h.m.RuleRequests.WithLabelValues("watch-keys", "minute", "admitted"))).To(Equal(1.0))
 		Expect(h.llm.Requests()).To(HaveLen(2))
 	})
