@@ -142,7 +142,8 @@ type counter struct {
 	period                     time.Duration
 	calendar                   *config.Calendar
 	// group identifies what a named-subject counter replaces: the each-subject
-	// counter of the same dimension, count_by, models, amount and window period.
+	// counter of the same dimension, count_by, models, amount, window period and
+	// action.
 	group string
 	// stats are the counter's metrics, resolved at first use; span is a calendar
 	// window's last window.
@@ -158,7 +159,9 @@ func (c *counter) groupKey() string {
 		ms = append(ms, m)
 	}
 	slices.Sort(ms)
-	return fmt.Sprintf("%d|%d|%q|%d|%s", c.dim, c.countBy, ms, c.amount, c.name)
+	// The action is part of the group: a named warn rule never lifts an enforced
+	// budget, and a named block rule never replaces a watched one.
+	return fmt.Sprintf("%d|%d|%q|%d|%s|%v", c.dim, c.countBy, ms, c.amount, c.name, c.warn)
 }
 
 // limitCounters compiles one dimension's limits: the request bucket, then the minute

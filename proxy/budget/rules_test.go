@@ -90,6 +90,19 @@ var _ = Describe("Rules", func() {
 		Expect(r.admitted("carol", "", 500, 0)).To(BeTrue())
 	})
 
+	It("never lifts an enforced budget for a named warn rule", func() {
+		r := newRig(rulesPolicy(`
+  limits:
+    per_team: {tokens_per_minute: 500}
+  rules:
+  - {name: watch-research, dimension: team, subjects: [research], action: warn, windows: [{limit: 300, rolling: {period: minute}}]}
+`))
+		dec := r.admit("alice", "", 400, 0)
+		Expect(dec.Refusal).To(BeNil())
+		Expect(dec.Warnings).To(Equal([]budget.Warning{{Rule: "watch-research", Window: "minute"}}))
+		Expect(r.admitted("alice", "", 200, 0)).To(BeFalse(), "the team's 500 still refuses")
+	})
+
 	It("counts requests per key per model", func() {
 		r := newRig(rulesPolicy(`
   rules:

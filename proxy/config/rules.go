@@ -46,7 +46,8 @@ func (p *Price) CachedInputPrice() float64 {
 // over which windows, and what happens at the limit (action). The seed-000 `limits`
 // and the per-key overrides are rules too, resolved by the proxy; a rule that names
 // subjects replaces, for those subjects, the each-subject rule of the same dimension,
-// count_by, models, amount and window period, and every other rule stacks.
+// count_by, models, amount, window period and action (a named warn rule never lifts an
+// enforced budget), and every other rule stacks.
 type Rule struct {
 	// Name identifies the rule in refusals, headers, metrics and the admin endpoint;
 	// unique in the document. The operator writes <namespace>/<TokenBudget name>.
