@@ -44,15 +44,22 @@ func (d Dimension) Shared() bool { return d != APIKey }
 type Kind uint8
 
 // Bucket kinds. Each dimension and kind is its own bucket map with its own max_buckets
-// bound.
+// bound. Requests, TokensMinute and TokensDay are the buckets of rate_limiting.limits
+// and the per-key overrides; Rolling and Calendar are the counters of
+// rate_limiting.rules, whatever their amount.
 const (
 	Requests Kind = iota
 	TokensMinute
 	TokensDay
+	// Rolling is a rule's rolling window: a token bucket.
+	Rolling
+	// Calendar is a rule's calendar window: a counter that starts whole at each
+	// anchor. Only a shared store holds one.
+	Calendar
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"requests", "minute", "day"}
+var kindNames = [NumKinds]string{"requests", "minute", "day", "rolling", "calendar"}
 
 // String names the kind; for token kinds it is the period name ("minute", "day").
 func (k Kind) String() string {
@@ -111,9 +118,20 @@ func (a Allowance) Tokens() int64 { return a.n }
 type Key struct {
 	Kind Kind
 	Dim  Dimension
+	// Window is the index of a rule's window in its windows; 0 for limits.
+	Window uint8
 	// ID is the identity within the dimension: the client address, key name, user,
 	// team or model; empty for global.
 	ID string
+	// Rule is the name of the rule a counter belongs to; empty for the buckets of
+	// limits and the per-key overrides.
+	Rule string
+	// By is the count_by value of a rule that fans out (the model of "per key per
+	// model"); empty otherwise.
+	By string
+	// Start is a calendar window's start, in Unix seconds; 0 for a rolling bucket.
+	// Each calendar window is its own counter.
+	Start int64
 }
 
 // Charge is one bucket a reservation draws on, with the parameters in force when the
@@ -129,6 +147,32 @@ type Charge struct {
 	// budget is not divided when every replica draws on the same bucket.
 	SharedCapacity float64
 	SharedRate     float64
+	// Amount is what the operation takes from the bucket (a reservation: 1 on a
+	// request-count bucket), returns to it (a refund) or charges it (an overage), in
+	// the bucket's units: requests, tokens or US dollars.
+	Amount float64
+	// Period is what a zero allowance, which never refills, tells a request to wait;
+	// 0 is the kind's period.
+	Period time.Duration
+	// EndMillis is when a calendar window ends, in Unix milliseconds on the store's
+	// clock: the counter is whole again then, and expires.
+	EndMillis int64
+	// Warn: a request that does not fit takes nothing from this bucket and is still
+	// admitted (a rule with action: warn).
+	Warn bool
+	// Durable: the bucket must never fail open (a calendar window or a cost amount):
+	// a store that cannot hold it refuses with UnavailableError.
+	Durable bool
+	// ctr is the compiled budget the charge comes from.
+	ctr *counter
+}
+
+// WaitPeriod is the wait a zero allowance reports: Period, or the kind's period.
+func (c *Charge) WaitPeriod() time.Duration {
+	if c.Period > 0 {
+		return c.Period
+	}
+	return c.Key.Kind.Period()
 }
 
 // Shared returns the charge with the shared store's parameters in place of the
@@ -151,7 +195,7 @@ func tokenCharge(kind Kind, dim Dimension, id string, a Allowance) Charge {
 func retryAfter(level, amount float64, ch Charge) time.Duration {
 	if ch.Rate <= 0 {
 		// A zero allowance never refills: tell the caller to come back after one period.
-		return ch.Key.Kind.Period()
+		return ch.WaitPeriod()
 	}
 	need := amount - level
 	if amount > ch.Capacity {

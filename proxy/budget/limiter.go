@@ -5,10 +5,14 @@ package budget
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Outcome is what happened to tokens on a bucket.
@@ -53,6 +57,40 @@ type Recorder interface {
 	// RedisPipeline records one pipeline sent to the shared store: how long Redis
 	// took to answer it, and the reservations, refunds and overage charges it carried.
 	RedisPipeline(d time.Duration, reservations, refunds, charges int)
+	// Rule returns the recorder of one rule window, by the rule's name and the
+	// window's (called once per window and policy).
+	Rule(rule, window string) RuleRecorder
+	// DurableRefused records a request refused with 503 because a durable rule's
+	// bucket could not be held (Redis unreachable, or a full map), by the dimension of
+	// its first durable bucket.
+	DurableRefused(d Dimension)
+}
+
+// RuleOutcome is what a rule's window did with one request.
+type RuleOutcome uint8
+
+// Rule outcomes, as the metrics name them.
+const (
+	// RuleAdmitted: the request fit and was charged.
+	RuleAdmitted RuleOutcome = iota
+	// RuleRefused: the window refused the request.
+	RuleRefused
+	// RuleWarned: the request did not fit a warn rule's window; it was admitted and
+	// took nothing from it.
+	RuleWarned
+	NumRuleOutcomes
+)
+
+var ruleOutcomeNames = [NumRuleOutcomes]string{"admitted", "refused", "warned"}
+
+func (o RuleOutcome) String() string { return ruleOutcomeNames[o] }
+
+// RuleRecorder counts one rule window's decisions and the amounts it moved.
+type RuleRecorder interface {
+	// Decision records what the window did with a request.
+	Decision(o RuleOutcome)
+	// Amount records an amount of outcome, in the rule's units.
+	Amount(o Outcome, n float64)
 }
 
 // Identity is who a request is, as far as the dimensions care.
@@ -67,6 +105,40 @@ type Identity struct {
 	Exempt bool
 }
 
+// value is the identity's subject in a dimension; empty when it has none.
+func (id *Identity) value(d Dimension) string {
+	switch d {
+	case Client:
+		return id.Client
+	case Model:
+		return id.Model
+	}
+	if id.Key == nil {
+		return ""
+	}
+	switch d {
+	case APIKey:
+		return id.Key.Name
+	case User:
+		return id.Key.User
+	case Team:
+		return id.Key.Team
+	}
+	return ""
+}
+
+// Ask is what a request asks of its budgets: its input estimate and its output
+// ceiling. A zero Ask (a route that is not charged) draws only on request counts.
+type Ask struct {
+	Input, Output int64
+}
+
+// Used is what a request consumed, as the backend reported it.
+type Used struct {
+	// Input counts every input token, Cached of them read from the prompt cache.
+	Input, Output, Cached int64
+}
+
 // Status is one identity-scoped bucket's state for response headers.
 type Status struct {
 	Present   bool
@@ -76,13 +148,32 @@ type Status struct {
 	Reset time.Time
 }
 
+// Dollars is an identity-scoped cost budget's state for response headers.
+type Dollars struct {
+	Present          bool
+	Limit, Remaining float64
+	Reset            time.Time
+}
+
+// Warning names a warn rule's window that a request did not fit.
+type Warning struct {
+	Rule, Window string
+}
+
 // Refusal says why a request was refused.
 type Refusal struct {
 	// Requests is true for a request-count refusal, false for a token budget.
 	Requests  bool
 	Dimension Dimension
-	// Period is TokensMinute or TokensDay for a token refusal.
+	// Period is TokensMinute or TokensDay for a token refusal by limits; Rolling or
+	// Calendar for one by a rule.
 	Period Kind
+	// Rule, Window and Amount name a refusing rule's window; Rule is empty for
+	// limits. Scoped: the rule is the caller's own (api_key, or counted by api_key),
+	// so a refusal may name it; a shared rule's name and level are never told.
+	Rule, Window string
+	Amount       Amount
+	Scoped       bool
 	// BothPeriods: the refusing dimension has a minute and a day budget, so the
 	// refusal names the period (details.token_budget).
 	BothPeriods bool
@@ -91,21 +182,33 @@ type Refusal struct {
 	// wait lets it in (RetryAfter is then the time its own cost takes to refill). The
 	// refusal names that bucket's dimension and period.
 	LargerThanBucket bool
-	// Bucket is the refusing bucket's capacity and level, set only for the
-	// identity-scoped api_key dimension; a shared dimension never reveals its level.
+	// Asked is what the request reserved on the refusing bucket, in its units.
+	Asked float64
+	// Bucket is the refusing bucket's capacity and level, set only for an
+	// identity-scoped bucket; a shared one never reveals its level. Cost is the same
+	// for a cost budget.
 	Bucket Status
+	Cost   Dollars
 }
 
 // Decision is the outcome of admission.
 type Decision struct {
-	// Hold is the token reservation to settle or release; nil when nothing was
-	// reserved (no token budget applies, or the request was refused).
+	// Hold is the reservation to settle or release; nil when nothing was reserved (no
+	// budget beyond request counts applies, or the request was refused).
 	Hold *Hold
 	// Refusal is non-nil when the request must be refused.
 	Refusal *Refusal
-	// KeyMinute, KeyDay and KeyRequests are the caller's own api_key buckets, for the
-	// x-ratelimit-* headers. Shared dimensions are never reported.
+	// KeyMinute, KeyDay and KeyRequests describe the caller's own tightest buckets,
+	// for the x-ratelimit-* headers: tokens over a window shorter than a day, tokens
+	// over a day or longer, and requests. KeyInput, KeyOutput and KeyCost do the same
+	// for the input_tokens, output_tokens and cost amounts. With limits only they are
+	// the api_key minute, day and request buckets. Shared dimensions are never
+	// reported.
 	KeyMinute, KeyDay, KeyRequests Status
+	KeyInput, KeyOutput            Status
+	KeyCost                        Dollars
+	// Warnings are the warn rules' windows the request did not fit.
+	Warnings []Warning
 }
 
 // Limiter admits requests against a Policy on a Store.
@@ -124,122 +227,159 @@ func NewLimiter(store Store, rec Recorder, clock Clock, async bool) *Limiter {
 	return &Limiter{store: store, rec: rec, clock: clock, async: async}
 }
 
+// CalendarStore is a store that keeps its own clock for calendar windows (the Redis
+// server's): it tells the present its windows are told on.
+type CalendarStore interface {
+	// CalendarNow is the present as the store's calendar windows see it, and how far
+	// that present is shifted from the store's own clock (0 except in tests, which
+	// stand in another month).
+	CalendarNow() (now time.Time, shift time.Duration)
+}
+
+// span is a calendar window: it started at start and the next one starts at end.
+type span struct{ start, end time.Time }
+
+// spanAt is the calendar window of a counter that holds now; the last one found is
+// kept, so a request computes a window only when one ends.
+func (c *counter) spanAt(now time.Time) *span {
+	sp := c.span.Load()
+	if sp == nil || now.Before(sp.start) || !now.Before(sp.end) {
+		start, end := c.calendar.Span(now)
+		sp = &span{start: start, end: end}
+		c.span.Store(sp)
+	}
+	return sp
+}
+
 // charges are the buckets a request draws on; fixed arrays keep the hot path free of
 // allocations for the common case.
 type charges struct {
-	reqs    []Charge
-	reqDims []Dimension
-	toks    []Charge
-	both    []bool // per token charge: its dimension has both periods
-	reqBuf  [NumDimensions]Charge
-	reqDBuf [NumDimensions]Dimension
-	tokBuf  [NumDimensions * 2]Charge
-	bothBuf [NumDimensions * 2]bool
-	keyMin  int // index in toks of the api_key minute bucket, or -1
-	keyDay  int
-	keyReq  int // index in reqs of the api_key request bucket, or -1
+	reqs   []Charge
+	toks   []Charge
+	res    Reservation
+	reqBuf [NumDimensions]Charge
+	tokBuf [NumDimensions * 2]Charge
 }
 
-func (c *charges) addDim(dim Dimension, id string, minute, day Allowance, rate, burst float64, both, tokens bool) {
-	if !tokens {
-		minute, day = Unlimited(), Unlimited()
+var chargesPool = sync.Pool{New: func() any { return new(charges) }}
+
+// add appends the bucket of one counter for a subject.
+func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, by string, ask *Ask) {
+	ch := Charge{
+		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: ident, Rule: ctr.rule, By: by},
+		Capacity: ctr.capacity, Rate: ctr.rate, SharedCapacity: ctr.sharedCapacity, SharedRate: ctr.sharedRate,
+		Period: ctr.period, Warn: ctr.warn, Durable: ctr.durable, ctr: ctr,
 	}
-	if rate > 0 {
-		if dim == APIKey {
-			c.keyReq = len(c.reqs)
-		}
-		c.reqs = append(c.reqs, Charge{Key: Key{Kind: Requests, Dim: dim, ID: id}, Capacity: burst, Rate: rate, SharedCapacity: burst, SharedRate: rate})
-		c.reqDims = append(c.reqDims, dim)
+	switch ctr.amount {
+	case AmountRequests:
+		ch.Amount = 1
+	case AmountTokens:
+		ch.Amount = float64(ask.Input + ask.Output)
+	case AmountInput:
+		ch.Amount = float64(ask.Input)
+	case AmountOutput:
+		ch.Amount = float64(ask.Output)
+	case AmountCost:
+		// Cached input is unknown until the backend answers: it is reserved at the full
+		// input price.
+		pr := p.price(id.Model)
+		ch.Amount = (float64(ask.Input)*pr.Input + float64(ask.Output)*pr.Output) / 1e6
 	}
-	if minute.Limited() {
-		if dim == APIKey {
-			c.keyMin = len(c.toks)
+	if ctr.kind == Calendar {
+		now, shift := l.clock.Now(), time.Duration(0)
+		if cs, ok := l.store.(CalendarStore); ok {
+			now, shift = cs.CalendarNow()
 		}
-		c.toks = append(c.toks, tokenCharge(TokensMinute, dim, id, minute))
-		c.both = append(c.both, both)
+		sp := ctr.spanAt(now)
+		ch.Key.Start, ch.EndMillis = sp.start.Unix(), sp.end.Add(-shift).UnixMilli()
 	}
-	if day.Limited() {
-		if dim == APIKey {
-			c.keyDay = len(c.toks)
-		}
-		c.toks = append(c.toks, tokenCharge(TokensDay, dim, id, day))
-		c.both = append(c.both, both)
+	if ctr.amount == AmountRequests {
+		c.reqs = append(c.reqs, ch)
+	} else {
+		c.toks = append(c.toks, ch)
 	}
 }
 
-// collect resolves the buckets of every configured dimension the identity has (the
-// token buckets only when tokens is set), and counts the token dimensions skipped for a
-// missing identity.
-func (l *Limiter) collect(p *Policy, id *Identity, c *charges, tokens bool) {
-	c.reqs, c.reqDims, c.toks, c.both = c.reqBuf[:0], c.reqDBuf[:0], c.tokBuf[:0], c.bothBuf[:0]
-	c.keyMin, c.keyDay, c.keyReq = -1, -1, -1
-	for d := Global; d < Model; d++ {
-		dp := &p.dims[d]
-		var ident string
+// collect resolves the buckets of every counter the identity draws on (beyond request
+// counts only when tokens is set), and counts the dimensions skipped for a missing
+// identity.
+func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
+	c.reqs, c.toks = c.reqBuf[:0], c.tokBuf[:0]
+	for d := Global; d < NumDimensions; d++ {
+		list := p.counters[d]
+		var named []*counter
+		ident := id.value(d)
 		switch d {
-		case Global:
-		case Client:
-			ident = id.Client
 		case APIKey:
-			if id.Key != nil {
-				kp := id.Key
-				c.addDim(APIKey, kp.Name, kp.minute, kp.day, kp.reqRate, kp.reqBurst, kp.bothPeriods, tokens)
-			} else if dp.configured && tokens {
-				l.skip(APIKey, dp)
+			if id.Key == nil {
+				if tokens && p.skipTokens[APIKey] {
+					l.rec.Skipped("token_budget_api_key")
+				}
+				continue
 			}
-			continue
-		case User:
-			if id.Key != nil {
-				ident = id.Key.User
-			}
-		case Team:
-			if id.Key != nil {
-				ident = id.Key.Team
+			list = id.Key.counters
+		case Model:
+			if ident != "" {
+				named = p.byModel[ident]
 			}
 		}
-		if !dp.configured {
+		if len(list) == 0 && len(named) == 0 && (d != Model || !p.skipTokens[Model]) {
 			continue
 		}
 		if d != Global && ident == "" {
-			if tokens {
-				l.skip(d, dp)
+			if tokens && p.skipTokens[d] {
+				l.rec.Skipped("token_budget_" + d.String())
 			}
 			continue
 		}
-		c.addDim(d, ident, dp.minute, dp.day, dp.reqRate, dp.reqBurst, dp.bothPeriods, tokens)
+		l.addAll(p, named, id, ident, c, ask, tokens)
+		l.addAll(p, list, id, ident, c, ask, tokens)
 	}
-	if len(p.models) > 0 {
-		if id.Model == "" {
-			if tokens {
-				l.rec.Skipped("token_budget_model")
-			}
-		} else if mp := p.models[id.Model]; mp != nil {
-			c.addDim(Model, id.Model, mp.minute, mp.day, mp.reqRate, mp.reqBurst, mp.bothPeriods, tokens)
+}
+
+func (l *Limiter) addAll(p *Policy, list []*counter, id *Identity, ident string, c *charges, ask *Ask, tokens bool) {
+	for _, ctr := range list {
+		switch {
+		case !tokens && ctr.amount != AmountRequests,
+			ctr.subjects != nil && !ctr.subjects.has(ident),
+			ctr.excluded != nil && ctr.excluded.has(ident),
+			ctr.models != nil && !ctr.models.has(id.Model):
+			continue
 		}
+		var by string
+		if ctr.countBy != NumDimensions {
+			if by = id.value(ctr.countBy); by == "" {
+				continue
+			}
+		}
+		c.add(l, p, ctr, id, ident, by, ask)
 	}
 }
 
-func (l *Limiter) skip(d Dimension, dp *dimPolicy) {
-	if dp.minute.Limited() || dp.day.Limited() {
-		l.rec.Skipped("token_budget_" + d.String())
-	}
-}
-
-// Admit reserves amount tokens (and one request) on every bucket the identity draws
-// on, all or nothing. An amount of 0 (a route that is not charged) takes only the
-// request-count buckets. An error means the store could not decide; nothing was taken.
-func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int64) (Decision, error) {
+// Admit reserves, on every bucket the identity draws on, the request's amount in
+// that bucket's units, all or nothing. A zero ask (a route that is not charged) takes
+// only the request-count buckets. An error means the store could not decide; nothing
+// was taken.
+func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (Decision, error) {
 	var dec Decision
 	if id.Exempt || (id.Key != nil && id.Key.Bypass) {
 		return dec, nil
 	}
-	var c charges
-	l.collect(p, &id, &c, amount > 0)
+	// The charges are lent by a pool: no store keeps a reservation once Reserve
+	// returns, and the hold keeps its own copy of what it took.
+	c := chargesPool.Get().(*charges)
+	defer chargesPool.Put(c)
+	l.collect(p, &id, c, &ask, ask.Input+ask.Output > 0)
 	if len(c.reqs) == 0 && len(c.toks) == 0 {
 		return dec, nil
 	}
-	res, err := l.store.Reserve(ctx, &Reservation{Requests: c.reqs, Tokens: c.toks, Amount: amount})
+	c.res = Reservation{Requests: c.reqs, Tokens: c.toks}
+	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
+		var unavailable *UnavailableError
+		if errors.As(err, &unavailable) {
+			l.recordDurable(c)
+		}
 		return dec, err
 	}
 	now := l.clock.Now()
@@ -250,39 +390,91 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, amount int6
 		}
 		return ch
 	}
-	if c.keyReq >= 0 && !res.RequestSkipped[c.keyReq] {
-		dec.KeyRequests = status(view(c.reqs[c.keyReq]), res.RequestLevels[c.keyReq], now)
+	for i := range c.reqs {
+		ch := &c.reqs[i]
+		if ch.ctr.scoped && !ch.Warn && !res.RequestSkipped[i] {
+			tightest(&dec.KeyRequests, view(*ch), res.RequestLevels[i], now)
+		}
 	}
 	if res.Admitted || res.RefusedBy != Requests {
 		l.recordSkipped(c.reqs, res.RequestSkipped)
+		l.recordRules(c.reqs, res.RequestWarned, -1)
 	}
 	if !res.Admitted {
-		dec.Refusal = l.refusal(&c, &res, float64(amount), now, view)
+		dec.Refusal = l.refusal(c, &res, now, view)
 		return dec, nil
 	}
-	if c.keyMin >= 0 && !res.TokenSkipped[c.keyMin] {
-		dec.KeyMinute = status(view(c.toks[c.keyMin]), res.TokenLevels[c.keyMin], now)
-	}
-	if c.keyDay >= 0 && !res.TokenSkipped[c.keyDay] {
-		dec.KeyDay = status(view(c.toks[c.keyDay]), res.TokenLevels[c.keyDay], now)
+	for i := range c.toks {
+		ch := &c.toks[i]
+		if !ch.ctr.scoped || ch.Warn || res.TokenSkipped[i] {
+			continue
+		}
+		v, level := view(*ch), res.TokenLevels[i]
+		switch ch.ctr.amount {
+		case AmountTokens:
+			if ch.Key.Kind == TokensDay || ch.Key.Kind == Calendar || ch.ctr.period >= 24*time.Hour {
+				tightest(&dec.KeyDay, v, level, now)
+			} else {
+				tightest(&dec.KeyMinute, v, level, now)
+			}
+		case AmountInput:
+			tightest(&dec.KeyInput, v, level, now)
+		case AmountOutput:
+			tightest(&dec.KeyOutput, v, level, now)
+		case AmountCost:
+			if !dec.KeyCost.Present || level < dec.KeyCost.Remaining {
+				dec.KeyCost = Dollars{Present: true, Limit: v.Capacity, Remaining: max(level, 0), Reset: reset(v, level, now)}
+			}
+		}
 	}
 	l.recordSkipped(c.toks, res.TokenSkipped)
+	l.recordRules(c.toks, res.TokenWarned, -1)
+	for i, w := range res.RequestWarned {
+		if w {
+			dec.Warnings = append(dec.Warnings, Warning{Rule: c.reqs[i].Key.Rule, Window: c.reqs[i].ctr.name})
+		}
+	}
+	for i, w := range res.TokenWarned {
+		if w {
+			dec.Warnings = append(dec.Warnings, Warning{Rule: c.toks[i].Key.Rule, Window: c.toks[i].ctr.name})
+		}
+	}
 	taken := make([]Charge, 0, len(c.toks))
 	for i, ch := range c.toks {
-		if !res.TokenSkipped[i] {
+		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
 			taken = append(taken, ch)
 		}
 	}
 	if len(taken) == 0 {
 		return dec, nil
 	}
-	h := &Hold{l: l, store: res.Backend, charges: taken, amount: amount, overage: p.overage}
+	h := &Hold{l: l, store: res.Backend, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model)}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
-	h.record(Reserved, float64(amount))
+	h.record(Reserved)
 	dec.Hold = h
 	return dec, nil
+}
+
+// recordDurable counts a request refused because a durable bucket could not be held.
+func (l *Limiter) recordDurable(c *charges) {
+	for _, group := range [2][]Charge{c.reqs, c.toks} {
+		for i := range group {
+			if group[i].Durable {
+				l.rec.DurableRefused(group[i].Key.Dim)
+				return
+			}
+		}
+	}
+}
+
+// tightest keeps in s the bucket with the least remaining.
+func tightest(s *Status, c Charge, level float64, now time.Time) {
+	if s.Present && float64(s.Remaining) <= math.Floor(level) {
+		return
+	}
+	*s = status(c, level, now)
 }
 
 // recordSkipped counts the buckets a full map admitted without charge, under seed
@@ -305,30 +497,77 @@ func (l *Limiter) recordSkipped(charges []Charge, skipped []bool) {
 	}
 }
 
-// refusal describes a store's refusal. Of the token buckets, one smaller than the
-// whole request is named in preference to the first that refused: waiting cannot cure
-// it, and the caller should hear that rather than a time to wait.
-func (l *Limiter) refusal(c *charges, res *Result, amount float64, now time.Time, view func(Charge) Charge) *Refusal {
+// recordRules counts each rule window's decision: admitted, warned, or refused for
+// the one at index refused.
+func (l *Limiter) recordRules(charges []Charge, warned []bool, refused int) {
+	for i := range charges {
+		ch := &charges[i]
+		if ch.Key.Rule == "" {
+			continue
+		}
+		o := RuleAdmitted
+		switch {
+		case i == refused:
+			o = RuleRefused
+		case refused >= 0:
+			continue
+		case warned != nil && warned[i]:
+			o = RuleWarned
+		}
+		l.stats(ch.ctr).Decision(o)
+	}
+}
+
+// stats is a rule counter's recorder, resolved once per policy.
+func (l *Limiter) stats(c *counter) RuleRecorder {
+	if s := c.stats.Load(); s != nil {
+		return s.r
+	}
+	s := &ruleStats{r: l.rec.Rule(c.rule, c.name)}
+	c.stats.Store(s)
+	return s.r
+}
+
+// refusal describes a store's refusal. Of the buckets beyond request counts, one
+// smaller than what the request reserves on it is named in preference to the first
+// that refused: waiting cannot cure it, and the caller should hear that rather than a
+// time to wait.
+func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Charge) Charge) *Refusal {
 	r := &Refusal{RetryAfter: res.RetryAfter}
+	var ch *Charge
+	var level float64
 	if res.RefusedBy == Requests {
 		r.Requests = true
-		r.Dimension = c.reqDims[res.Refused]
-		l.rec.RequestRefusal(r.Dimension)
-		return r
-	}
-	i := res.Refused
-	for j, ch := range c.toks {
-		if !res.TokenSkipped[j] && amount > view(ch).Capacity {
-			i, r.LargerThanBucket = j, true
-			break
+		ch, level = &c.reqs[res.Refused], res.RequestLevels[res.Refused]
+		l.recordRules(c.reqs, nil, res.Refused)
+		if ch.Key.Rule == "" {
+			l.rec.RequestRefusal(ch.Key.Dim)
+		}
+	} else {
+		i := res.Refused
+		for j := range c.toks {
+			if !res.TokenSkipped[j] && !c.toks[j].Warn && c.toks[j].Amount > view(c.toks[j]).Capacity {
+				i, r.LargerThanBucket = j, true
+				break
+			}
+		}
+		ch, level = &c.toks[i], res.TokenLevels[i]
+		l.recordRules(c.toks, nil, i)
+		if ch.Key.Rule == "" {
+			l.rec.TokenRefusal(ch.Key.Dim, ch.Key.Kind)
 		}
 	}
-	ch := c.toks[i]
-	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, c.both[i]
-	if r.Dimension == APIKey {
-		r.Bucket = status(view(ch), res.TokenLevels[i], now)
+	ctr := ch.ctr
+	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, ctr.both
+	r.Rule, r.Window, r.Amount, r.Scoped, r.Asked = ch.Key.Rule, ctr.name, ctr.amount, ctr.scoped, ch.Amount
+	if ctr.scoped {
+		v := view(*ch)
+		if ctr.amount == AmountCost {
+			r.Cost = Dollars{Present: true, Limit: v.Capacity, Remaining: max(level, 0), Reset: reset(v, level, now)}
+		} else {
+			r.Bucket = status(v, level, now)
+		}
 	}
-	l.rec.TokenRefusal(r.Dimension, r.Period)
 	return r
 }
 
@@ -336,44 +575,93 @@ func (l *Limiter) refusal(c *charges, res *Result, amount float64, now time.Time
 // and is whole again only once it has repaid the debt and refilled. Every number
 // saturates rather than wraps.
 func status(c Charge, level float64, now time.Time) Status {
-	s := Status{Present: true, Limit: saturatedInt(c.Capacity), Remaining: saturatedInt(math.Floor(level)), Reset: now}
-	if c.Rate > 0 && level < c.Capacity {
-		s.Reset = now.Add(Seconds((c.Capacity - level) / c.Rate))
-	}
-	return s
+	return Status{Present: true, Limit: saturatedInt(c.Capacity), Remaining: saturatedInt(math.Floor(level)), Reset: reset(c, level, now)}
 }
 
-// Hold is one admitted request's token reservation. Exactly one of Settle or Release
-// takes effect; later calls do nothing, so every path may call Release on its way out.
+// reset is when a bucket is whole again: a calendar window at its end.
+func reset(c Charge, level float64, now time.Time) time.Time {
+	switch {
+	case c.Key.Kind == Calendar:
+		return time.UnixMilli(c.EndMillis)
+	case c.Rate > 0 && level < c.Capacity:
+		return now.Add(Seconds((c.Capacity - level) / c.Rate))
+	}
+	return now
+}
+
+// Hold is one admitted request's reservation. Exactly one of Settle or Release takes
+// effect; later calls do nothing, so every path may call Release on its way out.
 type Hold struct {
-	l       *Limiter
+	l *Limiter
+	// store holds the reservation; charges are its buckets, each with the amount it
+	// took.
 	store   Store
 	charges []Charge
-	amount  int64
 	key     string
 	// overage is the rule in force when the hold was taken.
-	overage Overage
-	done    atomic.Bool
+	overage      Overage
+	cachedWeight float64
+	price        *config.Price
+	done         atomic.Bool
 }
 
-// Settle replaces the reservation with the usage the backend reported: the unused
-// part is refunded to every bucket; an overage is charged to every bucket, and one
-// that cannot cover it goes into debt (at most one capacity below zero) or, under
-// overage: forgive, gives nothing.
-func (h *Hold) Settle(used int64) bool {
+// used is what a request consumed in one counter's units.
+func (h *Hold) used(a Amount, u Used) float64 {
+	cached := float64(min(max(u.Cached, 0), u.Input))
+	input := float64(u.Input)
+	if cached > 0 && h.cachedWeight != 1 {
+		input += (h.cachedWeight - 1) * cached
+	}
+	switch a {
+	case AmountTokens:
+		if input == float64(u.Input) {
+			// In integers first, as the reservation was: a total the floats would round.
+			return float64(u.Input + u.Output)
+		}
+		return input + float64(u.Output)
+	case AmountInput:
+		return input
+	case AmountOutput:
+		return float64(u.Output)
+	case AmountCost:
+		return dollars(h.price, u)
+	}
+	return 0
+}
+
+// Settle replaces the reservation with the usage the backend reported, bucket by
+// bucket in each bucket's units: the unused part is refunded; an overage is charged,
+// and a bucket that cannot cover it goes into debt (at most one capacity below zero)
+// or, under overage: forgive, gives nothing.
+func (h *Hold) Settle(u Used) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
 	h.run(func() {
-		// In floats: a usage the backend reported can be anything an int64 holds.
-		delta := float64(h.amount) - float64(used)
-		switch {
-		case delta > 0:
-			h.store.Refund(context.Background(), h.charges, delta)
-			h.record(Refunded, delta)
-		case delta < 0:
-			taken := h.store.Charge(context.Background(), h.charges, -delta, h.overage)
-			h.recordTaken(Charged, taken)
+		// The hold is done: its charges become the settlement's, refunds first, each
+		// with its delta (in floats: a usage the backend reported can be anything an
+		// int64 holds).
+		refunds := 0
+		for i := range h.charges {
+			ch := &h.charges[i]
+			ch.Amount -= h.used(ch.ctr.amount, u)
+			if ch.Amount > 0 {
+				h.charges[refunds], h.charges[i] = h.charges[i], h.charges[refunds]
+				refunds++
+			}
+		}
+		back, over := h.charges[:refunds], h.charges[refunds:]
+		over = slices.DeleteFunc(over, func(c Charge) bool { return c.Amount == 0 })
+		if len(back) > 0 {
+			h.store.Refund(context.Background(), back)
+			h.recordEach(Refunded, back, nil)
+		}
+		if len(over) > 0 {
+			for i := range over {
+				over[i].Amount = -over[i].Amount
+			}
+			taken := h.store.Charge(context.Background(), over, h.overage)
+			h.recordEach(Charged, over, taken)
 		}
 	})
 	return true
@@ -386,8 +674,8 @@ func (h *Hold) Release() bool {
 		return false
 	}
 	h.run(func() {
-		h.store.Refund(context.Background(), h.charges, float64(h.amount))
-		h.record(Refunded, float64(h.amount))
+		h.store.Refund(context.Background(), h.charges)
+		h.record(Refunded)
 	})
 	return true
 }
@@ -416,29 +704,27 @@ func (l *Limiter) Wait(ctx context.Context) error {
 	}
 }
 
-// record counts n tokens of outcome on every bucket of the hold.
-func (h *Hold) record(o Outcome, n float64) {
-	var buf [NumDimensions * 2]float64
-	each := buf[:0]
-	if len(h.charges) > len(buf) {
-		each = make([]float64, 0, len(h.charges))
-	}
-	each = each[:len(h.charges)]
-	for i := range each {
-		each[i] = n
-	}
-	h.recordTaken(o, each)
-}
+// record counts each bucket's amount of outcome.
+func (h *Hold) record(o Outcome) { h.recordEach(o, h.charges, nil) }
 
-// recordTaken counts what each bucket took: per period bucket, once per dimension (the
-// most any of its periods took), and once for the key (the most any bucket took). A
-// bucket that took nothing is not counted.
-func (h *Hold) recordTaken(o Outcome, taken []float64) {
+// recordEach counts what each bucket took (taken, or else its charge's amount): the
+// limits' token buckets per period, once per dimension (the most any of its periods
+// took), and once for the key (the most any bucket took); the rules' per rule
+// window. A bucket that took nothing is not counted.
+func (h *Hold) recordEach(o Outcome, charges []Charge, taken []float64) {
 	var perDim [NumDimensions]float64
 	most := 0.0
-	for i, c := range h.charges {
-		n := taken[i]
+	for i := range charges {
+		c := &charges[i]
+		n := c.Amount
+		if taken != nil {
+			n = taken[i]
+		}
 		if !(n > 0) {
+			continue
+		}
+		if c.Key.Rule != "" {
+			h.l.stats(c.ctr).Amount(o, n)
 			continue
 		}
 		h.l.rec.PeriodTokens(c.Key.Dim, c.Key.Kind, o, n)
@@ -484,3 +770,14 @@ func (NopRecorder) RedisUnavailable(Dimension, string) {}
 
 // RedisPipeline implements Recorder.
 func (NopRecorder) RedisPipeline(time.Duration, int, int, int) {}
+
+// Rule implements Recorder.
+func (NopRecorder) Rule(string, string) RuleRecorder { return nopRule{} }
+
+// DurableRefused implements Recorder.
+func (NopRecorder) DurableRefused(Dimension) {}
+
+type nopRule struct{}
+
+func (nopRule) Decision(RuleOutcome)    {}
+func (nopRule) Amount(Outcome, float64) {}

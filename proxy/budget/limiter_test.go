@@ -87,13 +87,13 @@ var _ = Describe("The limiter", func() {
 			rec := newTally()
 			clock := storetest.NewClock()
 			l := budget.NewLimiter(budget.NewMemory(clock, 100), rec, clock, false)
-			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, 500)
+			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: 500})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(dec.Hold).NotTo(BeNil())
 			// 500 reserved, 1,400 used: 900 more, which global holds, the key's minute
 			// bucket (100 left) only as a debt bounded at -600 (700), and its day bucket
 			// (500 left) as a debt of 400.
-			Expect(dec.Hold.Settle(1400)).To(BeTrue())
+			Expect(dec.Hold.Settle(budget.Used{Input: 1400})).To(BeTrue())
 			Expect(rec.period["global/minute/charged"]).To(Equal(global))
 			Expect(rec.period["api_key/minute/charged"]).To(Equal(key))
 			Expect(rec.period["api_key/day/charged"]).To(Equal(key * 900 / 700))
@@ -110,10 +110,10 @@ var _ = Describe("The limiter", func() {
 			clock := storetest.NewClock()
 			l := budget.NewLimiter(budget.NewMemory(clock, 100), newTally(), clock, false)
 			// 550 tokens are spent first, where they fit.
-			if dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, 550); err == nil && dec.Hold != nil {
-				dec.Hold.Settle(550)
+			if dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: 550}); err == nil && dec.Hold != nil {
+				dec.Hold.Settle(budget.Used{Input: 550})
 			}
-			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, amount)
+			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: amount})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(dec.Refusal).NotTo(BeNil())
 			Expect(dec.Refusal.LargerThanBucket).To(Equal(larger))
@@ -136,10 +136,10 @@ var _ = Describe("The limiter", func() {
 `)
 		clock := storetest.NewClock()
 		l := budget.NewLimiter(budget.NewMemory(clock, 100), newTally(), clock, false)
-		dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, 600)
+		dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: 600})
 		Expect(err).NotTo(HaveOccurred())
-		dec.Hold.Settle(900) // 300 owed
-		dec, err = l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, 100)
+		dec.Hold.Settle(budget.Used{Input: 900}) // 300 owed
+		dec, err = l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: 100})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dec.Refusal).NotTo(BeNil())
 		Expect(dec.Refusal.RetryAfter).To(Equal(40 * time.Second))
@@ -154,14 +154,14 @@ var _ = Describe("The limiter", func() {
 `)
 		clock := storetest.NewClock()
 		l := budget.NewLimiter(budget.NewMemory(clock, 100), newTally(), clock, false)
-		dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, math.MaxInt64/4)
+		dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: math.MaxInt64 / 4})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dec.Refusal).To(BeNil())
 		Expect(dec.KeyMinute.Limit).To(Equal(int64(math.MaxInt64)))
 		Expect(dec.KeyMinute.Remaining).To(BeNumerically(">", 0))
 		Expect(dec.KeyMinute.Reset).To(BeTemporally(">", clock.Now()))
-		Expect(dec.Hold.Settle(math.MaxInt64)).To(BeTrue(), "an absurd usage settles without wrapping")
-		dec, err = l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, math.MaxInt64/4)
+		Expect(dec.Hold.Settle(budget.Used{Input: math.MaxInt64})).To(BeTrue(), "an absurd usage settles without wrapping")
+		dec, err = l.Admit(ctx, p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: math.MaxInt64 / 4})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dec.Refusal).NotTo(BeNil(), "the budget is spent")
 		Expect(dec.Refusal.RetryAfter).To(BeNumerically(">", 0))
@@ -179,7 +179,7 @@ var _ = Describe("The limiter", func() {
 		clock := storetest.NewClock()
 		l := budget.NewLimiter(budget.NewMemory(clock, 1), rec, clock, false)
 		for _, client := range []string{"192.0.2.1", "192.0.2.2"} {
-			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: client}, 100)
+			dec, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: client}, budget.Ask{Input: 100})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(dec.Refusal).To(BeNil())
 		}

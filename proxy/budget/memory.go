@@ -5,6 +5,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -159,33 +160,55 @@ func (m *Memory) Reserve(_ context.Context, r *Reservation) (Result, error) {
 	defer unlock()
 
 	var bufR, bufT [NumDimensions * 2]*bucket
-	reqs := check(m, r.Requests, 1, now, bufR[:0], res.RequestLevels, res.RequestSkipped, &res, Requests)
+	reqs, err := check(m, r.Requests, now, bufR[:0], res.RequestLevels, res.RequestSkipped, &res.RequestWarned, &res, Requests)
+	if err != nil {
+		return Result{}, err
+	}
 	if !res.Admitted {
 		return res, nil
 	}
-	amount := float64(r.Amount)
-	toks := check(m, r.Tokens, amount, now, bufT[:0], res.TokenLevels, res.TokenSkipped, &res, TokensMinute)
-	take(reqs, 1, res.RequestLevels)
+	toks, err := check(m, r.Tokens, now, bufT[:0], res.TokenLevels, res.TokenSkipped, &res.TokenWarned, &res, TokensMinute)
+	if err != nil {
+		return Result{}, err
+	}
+	take(reqs, nil, res.RequestLevels)
 	if !res.Admitted {
 		return res, nil
 	}
-	take(toks, amount, res.TokenLevels)
+	take(toks, r.Tokens, res.TokenLevels)
 	return res, nil
 }
 
-// check looks every charge's bucket up and records which cannot cover amount. Skipped
-// buckets (a full map) come back nil.
-func check(m *Memory, charges []Charge, amount float64, now time.Time, bs []*bucket, levels []float64, skipped []bool, res *Result, kind Kind) []*bucket {
-	for i, c := range charges {
-		b := m.get(c, now, true)
+// check looks every charge's bucket up and records which cannot cover its amount.
+// Skipped buckets (a full map) and warn buckets that cannot cover it come back nil: they
+// take nothing. A durable bucket that cannot be created is an UnavailableError.
+func check(m *Memory, charges []Charge, now time.Time, bs []*bucket, levels []float64, skipped []bool, warned *[]bool, res *Result, kind Kind) ([]*bucket, error) {
+	for i := range charges {
+		c := &charges[i]
+		b := m.get(*c, now, true)
 		bs = append(bs, b)
 		if b == nil {
+			if c.Durable {
+				return nil, &UnavailableError{Err: fmt.Errorf("the %s bucket map of the %s dimension is full, and rule %q must not fail open", c.Key.Kind, c.Key.Dim, c.Key.Rule)}
+			}
 			skipped[i] = true
 			levels[i] = -1
 			continue
 		}
 		levels[i] = b.level
+		amount := c.Amount
+		if kind == Requests {
+			amount = 1
+		}
 		if amount > b.capacity || b.level < amount {
+			if c.Warn {
+				if *warned == nil {
+					*warned = make([]bool, len(charges))
+				}
+				(*warned)[i] = true
+				bs[i] = nil
+				continue
+			}
 			if res.Admitted {
 				res.Admitted, res.Refused = false, i
 				res.RefusedBy = kind
@@ -193,15 +216,21 @@ func check(m *Memory, charges []Charge, amount float64, now time.Time, bs []*buc
 					res.RefusedBy = c.Key.Kind
 				}
 			}
-			res.RetryAfter = max(res.RetryAfter, retryAfter(b.level, amount, c))
+			res.RetryAfter = max(res.RetryAfter, retryAfter(b.level, amount, *c))
 		}
 	}
-	return bs
+	return bs, nil
 }
 
-func take(bs []*bucket, amount float64, levels []float64) {
+// take takes each charge's amount from its bucket; 1 from each when charges is nil
+// (request counts).
+func take(bs []*bucket, charges []Charge, levels []float64) {
 	for i, b := range bs {
 		if b != nil {
+			amount := 1.0
+			if charges != nil {
+				amount = charges[i].Amount
+			}
 			b.level -= amount
 			levels[i] = b.level
 		}
@@ -218,19 +247,19 @@ func scaled(amount float64, c Charge, b *bucket) float64 {
 }
 
 // Refund implements Store.
-func (m *Memory) Refund(_ context.Context, charges []Charge, amount float64) {
+func (m *Memory) Refund(_ context.Context, charges []Charge) {
 	now := m.clock.Now()
 	unlock := m.lockAll(charges)
 	defer unlock()
 	for _, c := range charges {
 		if b := m.getForSettle(c, now); b != nil {
-			b.level = min(b.capacity, b.level+scaled(amount, c, b))
+			b.level = min(b.capacity, b.level+scaled(c.Amount, c, b))
 		}
 	}
 }
 
 // Charge implements Store.
-func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64, overage Overage) []float64 {
+func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) []float64 {
 	now := m.clock.Now()
 	taken := make([]float64, len(charges))
 	unlock := m.lockAll(charges)
@@ -244,10 +273,13 @@ func (m *Memory) Charge(_ context.Context, charges []Charge, amount float64, ove
 		if b == nil {
 			continue
 		}
-		a := scaled(amount, c, b)
+		a := scaled(c.Amount, c, b)
 		level := b.level
 		switch {
 		case level >= a:
+			b.level = level - a
+		case c.Key.Kind == Calendar:
+			// A calendar counter records the whole usage.
 			b.level = level - a
 		case overage == Debt && level > -b.capacity:
 			b.level = max(level-a, -b.capacity)

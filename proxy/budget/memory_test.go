@@ -37,7 +37,7 @@ var _ = Describe("memory sweep", func() {
 		m := budget.NewMemory(clock, 100)
 		full := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Client, ID: "a"}, Capacity: 600, Rate: 10}
 		drawn := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Client, ID: "a"}, Capacity: 86400, Rate: 1}
-		_, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{full, drawn}, Amount: 600})
+		_, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{full, drawn}, 600)})
 		Expect(err).NotTo(HaveOccurred())
 		clock.Advance(61 * time.Second)
 		m.Sweep()
@@ -53,10 +53,10 @@ var _ = Describe("memory sweep", func() {
 		clock := storetest.NewClock()
 		m := budget.NewMemory(clock, 100)
 		owed := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "k"}, Capacity: 600, Rate: 10}
-		res, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{owed}, Amount: 600})
+		res, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{owed}, 600)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Admitted).To(BeTrue())
-		m.Charge(context.Background(), []budget.Charge{owed}, 600, budget.Debt)
+		m.Charge(context.Background(), budget.WithAmount([]budget.Charge{owed}, 600), budget.Debt)
 		m.Sweep()
 		l, ok := m.Level(owed.Key)
 		Expect(ok).To(BeTrue())
@@ -79,13 +79,13 @@ var _ = Describe("memory bucket maps", func() {
 		ctx := context.Background()
 		for i := range 10 {
 			c := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Client, ID: fmt.Sprint("2001:db8::", i)}, Capacity: 600, Rate: 10}
-			_, err := m.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{c}, Amount: 1})
+			_, err := m.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{c}, 1)})
 			Expect(err).NotTo(HaveOccurred())
 		}
 		for _, d := range []budget.Dimension{budget.APIKey, budget.User, budget.Team, budget.Model, budget.Global} {
 			for _, k := range []budget.Kind{budget.Requests, budget.TokensMinute, budget.TokensDay} {
 				c := budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: "x"}, Capacity: 600, Rate: 10}
-				res, err := m.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{c}, Amount: 1})
+				res, err := m.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{c}, 1)})
 				Expect(err).NotTo(HaveOccurred())
 				Expect(res.TokenSkipped).To(Equal([]bool{false}), "%v/%v has a map of its own", d, k)
 			}

@@ -27,7 +27,7 @@ func BenchmarkBucketMemory(b *testing.B) {
 				for i := range n {
 					id := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
 					c := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Client, ID: id}, Capacity: 1000, Rate: 1000.0 / 60}
-					if _, err := m.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{c}, Amount: 10}); err != nil {
+					if _, err := m.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{c}, 10)}); err != nil {
 						b.Fatal(err)
 					}
 				}

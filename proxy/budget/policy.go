@@ -4,47 +4,237 @@
 package budget
 
 import (
+	"cmp"
+	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
-// Policy is one config's limits, resolved: every token allowance divided by the
-// replica count, every per-key override applied. It is immutable; a reload builds a
-// new one.
+// Policy is one config's limits and rules, resolved: every limit and rule compiled
+// into the counters a request may draw on (counter), every rolling allowance divided
+// by the replica count, every per-key override and named-subject rule applied. It is
+// immutable; a reload builds a new one.
 type Policy struct {
 	// Divisor is the budget division in force.
 	Divisor int64
 	// overage is what settlement does with an overage a bucket cannot cover.
 	overage Overage
-	dims    [Model]dimPolicy
-	models  map[string]*dimPolicy
-	keys    map[string]*KeyPolicy // by name
+	// cachedWeight is what a cached input token counts in tokens and input_tokens.
+	cachedWeight float64
+	// counters are each dimension's counters, checked per request: the limits'
+	// buckets, then the rules in document order. api_key has none here: each key
+	// holds its own (KeyPolicy.counters). model holds its each-subject rules here and
+	// its named ones (per_model, rules with subjects) in byModel.
+	counters [NumDimensions][]*counter
+	byModel  map[string][]*counter
+	// skipTokens: the dimension has a counter beyond requests, so a request without
+	// the dimension's identity is counted as skipped (rate_limit_skipped_total).
+	skipTokens [NumDimensions]bool
+	// prices are the models' prices; maxPrice prices a model that has none.
+	prices   map[string]*config.Price
+	maxPrice config.Price
+	// rules are the rule counters by name and window, for Keeps; order is each
+	// rule's place in the document.
+	rules map[ruleWindow]*counter
+	order map[string]int
+
+	dims   [Model]dimPolicy
+	models map[string]*dimPolicy
+	keys   map[string]*KeyPolicy // by name
 }
 
-// dimPolicy is one dimension's resolved limits.
-type dimPolicy struct {
-	limits       config.DimensionLimits // as configured: the fleet totals
-	minute, day  Allowance
-	reqRate      float64
-	reqBurst     float64
-	bothPeriods  bool
-	configured   bool
-	requestLimit bool
+type ruleWindow struct {
+	rule   string
+	window uint8
 }
 
-func newDimPolicy(l config.DimensionLimits, divisor int64) dimPolicy {
-	p := dimPolicy{
-		limits:      l,
-		minute:      Divide(l.TokensPerMinute, divisor),
-		day:         Divide(l.TokensPerDay, divisor),
-		bothPeriods: l.TokensPerMinute > 0 && l.TokensPerDay > 0,
+// Amount is what a counter counts.
+type Amount uint8
+
+// Amounts, as rules name them.
+const (
+	// AmountTokens is input plus output tokens, as limits count them.
+	AmountTokens Amount = iota
+	AmountInput
+	AmountOutput
+	AmountRequests
+	// AmountCost is US dollars.
+	AmountCost
+	NumAmounts
+)
+
+var amountNames = [NumAmounts]string{"tokens", "input_tokens", "output_tokens", "requests", "cost"}
+
+// String is the amount as rules name it.
+func (a Amount) String() string {
+	if a < NumAmounts {
+		return amountNames[a]
 	}
-	p.reqRate, p.reqBurst = requestBucket(l.RequestsPerSecond, l.BurstCapacity)
-	p.requestLimit = p.reqRate > 0
-	p.configured = p.minute.Limited() || p.day.Limited() || p.requestLimit
-	return p
+	return "unknown"
+}
+
+var configAmounts = map[config.Amount]Amount{
+	config.AmountTokens: AmountTokens, config.AmountInputTokens: AmountInput, config.AmountOutputTokens: AmountOutput,
+	config.AmountRequests: AmountRequests, config.AmountCost: AmountCost,
+}
+
+var configDims = map[config.RuleDimension]Dimension{
+	config.RuleGlobal: Global, config.RuleClient: Client, config.RuleAPIKey: APIKey,
+	config.RuleUser: User, config.RuleTeam: Team, config.RuleModel: Model,
+}
+
+type set map[string]struct{}
+
+func setOf(names []string) set {
+	if len(names) == 0 {
+		return nil
+	}
+	s := make(set, len(names))
+	for _, n := range names {
+		s[n] = struct{}{}
+	}
+	return s
+}
+
+func (s set) has(n string) bool {
+	_, ok := s[n]
+	return ok
+}
+
+// counter is one compiled budget: which requests it governs, what it counts, over
+// which window, with what allowance, and what happens at its limit. A request draws
+// on one bucket of it: the one of its subject (and count_by value).
+type counter struct {
+	// rule is the rule's name; empty for limits and the per-key overrides.
+	rule string
+	// window is the window's index in the rule; name is how refusals, headers and
+	// metrics name it: a rolling period (second, minute, hour, day) or
+	// calendar_day, calendar_week, calendar_month.
+	window uint8
+	name   string
+	dim    Dimension
+	kind   Kind
+	amount Amount
+	// countBy fans the counter out by a second dimension; NumDimensions: none.
+	countBy Dimension
+	// subjects, when set, are the only subjects it applies to; excluded are the
+	// subjects a named-subject counter replaces it for.
+	subjects, excluded set
+	// models, when set, are the only models it applies to.
+	models set
+	warn   bool
+	// durable: a calendar window or a cost amount, never failing open.
+	durable bool
+	// both: a limits token bucket whose dimension has a minute and a day budget.
+	both bool
+	// scoped: the counter is the caller's own (api_key, or counted by api_key), so a
+	// refusal may name it and headers may report it.
+	scoped bool
+	// capacity and rate are this replica's (divided) share; sharedCapacity and
+	// sharedRate the fleet totals a shared store holds.
+	capacity, rate             float64
+	sharedCapacity, sharedRate float64
+	period                     time.Duration
+	calendar                   *config.Calendar
+	// group identifies what a named-subject counter replaces: the each-subject
+	// counter of the same dimension, count_by, models, amount, window period and
+	// action.
+	group string
+	// stats are the counter's metrics, resolved at first use; span is a calendar
+	// window's last window.
+	stats *atomic.Pointer[ruleStats]
+	span  *atomic.Pointer[span]
+}
+
+type ruleStats struct{ r RuleRecorder }
+
+func (c *counter) groupKey() string {
+	ms := make([]string, 0, len(c.models))
+	for m := range c.models {
+		ms = append(ms, m)
+	}
+	slices.Sort(ms)
+	// The action is part of the group: a named warn rule never lifts an enforced
+	// budget, and a named block rule never replaces a watched one.
+	return fmt.Sprintf("%d|%d|%q|%d|%s|%v", c.dim, c.countBy, ms, c.amount, c.name, c.warn)
+}
+
+// limitCounters compiles one dimension's limits: the request bucket, then the minute
+// and day token buckets.
+func limitCounters(dim Dimension, rps, burst, tpm, tpd, div int64) []*counter {
+	var out []*counter
+	base := counter{dim: dim, countBy: NumDimensions, scoped: dim == APIKey, both: tpm > 0 && tpd > 0}
+	if rate, capacity := requestBucket(rps, burst); rate > 0 {
+		c := base
+		c.kind, c.amount, c.name, c.period = Requests, AmountRequests, "second", time.Second
+		c.capacity, c.rate, c.sharedCapacity, c.sharedRate = capacity, rate, capacity, rate
+		out = append(out, &c)
+	}
+	for _, t := range []struct {
+		kind  Kind
+		total int64
+	}{{TokensMinute, tpm}, {TokensDay, tpd}} {
+		a := Divide(t.total, div)
+		if !a.Limited() {
+			continue
+		}
+		c := base
+		c.kind, c.amount, c.name, c.period = t.kind, AmountTokens, t.kind.String(), t.kind.Period()
+		ch := tokenCharge(t.kind, dim, "", a)
+		c.capacity, c.rate, c.sharedCapacity, c.sharedRate = ch.Capacity, ch.Rate, ch.SharedCapacity, ch.SharedRate
+		out = append(out, &c)
+	}
+	for _, c := range out {
+		c.group = c.groupKey()
+	}
+	return out
+}
+
+// ruleCounters compiles one rule: a counter per window.
+func ruleCounters(r *config.Rule, div int64) []*counter {
+	var out []*counter
+	for i, w := range r.Windows {
+		c := &counter{
+			rule: r.Name, window: uint8(i), dim: configDims[r.Dimension], countBy: NumDimensions,
+			amount: configAmounts[r.Amount], subjects: setOf(r.Subjects), models: setOf(r.Models),
+			warn: r.Action == config.ActionWarn, durable: r.Durable(),
+		}
+		if r.CountBy != "" {
+			c.countBy = configDims[r.CountBy]
+		}
+		c.scoped = c.dim == APIKey || c.countBy == APIKey
+		switch {
+		case w.Rolling != nil:
+			c.kind, c.name, c.period = Rolling, string(w.Rolling.Period), w.Rolling.Period.Duration()
+			secs := c.period.Seconds()
+			burst := w.Rolling.BurstSeconds
+			if burst <= 0 {
+				burst = secs
+			}
+			// Every number written is a fleet total: a replica's memory holds its share,
+			// whole numbers floored as limits' are.
+			share := w.Limit / float64(max(div, 1))
+			if c.amount != AmountCost {
+				share = math.Floor(share)
+			}
+			c.rate, c.sharedRate = share/secs, w.Limit/secs
+			c.capacity, c.sharedCapacity = share*burst/secs, w.Limit*burst/secs
+		case w.Calendar != nil:
+			// A calendar counter lives only in a shared store, whole: it is a fleet total.
+			c.kind, c.name, c.calendar = Calendar, "calendar_"+string(w.Calendar.Every), w.Calendar
+			c.capacity, c.sharedCapacity = w.Limit, w.Limit
+			c.period = 24 * time.Hour
+		}
+		c.group = c.groupKey()
+		c.stats, c.span = new(atomic.Pointer[ruleStats]), new(atomic.Pointer[span])
+		out = append(out, c)
+	}
+	return out
 }
 
 // requestBucket resolves a request rate and burst: the burst defaults to one second of
@@ -59,42 +249,144 @@ func requestBucket(rps, burst int64) (rate, capacity float64) {
 	return float64(rps), float64(burst)
 }
 
-// KeyPolicy is one API key: its identity and its resolved per_api_key limits (the
-// dimension's defaults with the key's overrides applied).
+// dimPolicy is one dimension's limits as configured and divided, for Keeps and
+// Effective.
+type dimPolicy struct {
+	limits       config.DimensionLimits // as configured: the fleet totals
+	minute, day  Allowance
+	reqRate      float64
+	reqBurst     float64
+	configured   bool
+	requestLimit bool
+}
+
+func newDimPolicy(l config.DimensionLimits, divisor int64) dimPolicy {
+	p := dimPolicy{
+		limits: l,
+		minute: Divide(l.TokensPerMinute, divisor),
+		day:    Divide(l.TokensPerDay, divisor),
+	}
+	p.reqRate, p.reqBurst = requestBucket(l.RequestsPerSecond, l.BurstCapacity)
+	p.requestLimit = p.reqRate > 0
+	p.configured = p.minute.Limited() || p.day.Limited() || p.requestLimit
+	return p
+}
+
+// KeyPolicy is one API key: its identity and its resolved api_key budgets (the
+// dimension's limits with the key's overrides applied, and the api_key rules that
+// apply to it).
 type KeyPolicy struct {
 	Name   string
 	User   string
 	Team   string
 	Bypass bool
-	// minute is the key's minute allowance: its divided rate_limit_tokens_per_minute
-	// override when set, otherwise per_api_key's.
+	// minute and day are the key's allowances: its divided overrides when set,
+	// otherwise per_api_key's.
 	minute, day Allowance
 	reqRate     float64
 	reqBurst    float64
-	bothPeriods bool
-	// configuredTPM is the minute fleet total the key's allowance comes from.
-	configuredTPM int64
+	// configuredTPM and configuredTPD are the fleet totals the allowances come from.
+	configuredTPM, configuredTPD int64
+	// counters are the key's api_key counters.
+	counters []*counter
 }
 
-// NewPolicy resolves a validated config's limits.
+// NewPolicy resolves a validated config's limits and rules.
 func NewPolicy(c *config.Config) *Policy {
 	div := c.Divisor()
-	l := &c.RateLimiting.Limits
-	p := &Policy{Divisor: div, models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}}
-	if c.RateLimiting.Overage == config.OverageForgive {
+	rl := &c.RateLimiting
+	l := &rl.Limits
+	p := &Policy{
+		Divisor: div, cachedWeight: rl.CachedWeight(),
+		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, byModel: map[string][]*counter{},
+		prices: map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
+	}
+	if rl.Overage == config.OverageForgive {
 		p.overage = Forgive
 	}
-	p.dims[Global] = newDimPolicy(l.Global, div)
-	p.dims[Client] = newDimPolicy(l.PerClient, div)
-	p.dims[APIKey] = newDimPolicy(l.PerAPIKey, div)
-	p.dims[User] = newDimPolicy(l.PerUser, div)
-	p.dims[Team] = newDimPolicy(l.PerTeam, div)
-	for m, ml := range l.PerModel {
+	for i := range c.Models {
+		if pr := c.Models[i].Price; pr != nil {
+			p.prices[c.Models[i].Name] = pr
+			p.maxPrice.Input = max(p.maxPrice.Input, pr.Input, pr.CachedInputPrice())
+			p.maxPrice.Output = max(p.maxPrice.Output, pr.Output)
+		}
+	}
+	dimLimits := [Model]config.DimensionLimits{l.Global, l.PerClient, l.PerAPIKey, l.PerUser, l.PerTeam}
+	for d := Global; d < Model; d++ {
+		p.dims[d] = newDimPolicy(dimLimits[d], div)
+		if d != APIKey {
+			dl := dimLimits[d]
+			p.counters[d] = limitCounters(d, dl.RequestsPerSecond, dl.BurstCapacity, dl.TokensPerMinute, dl.TokensPerDay, div)
+		}
+		p.skipTokens[d] = p.dims[d].minute.Limited() || p.dims[d].day.Limited()
+	}
+	for _, m := range slices.Sorted(maps.Keys(l.PerModel)) {
+		ml := l.PerModel[m]
 		dp := newDimPolicy(ml, div)
 		p.models[m] = &dp
+		p.byModel[m] = limitCounters(Model, ml.RequestsPerSecond, ml.BurstCapacity, ml.TokensPerMinute, ml.TokensPerDay, div)
+	}
+	p.skipTokens[Model] = len(l.PerModel) > 0
+
+	// Rules, and what each named-subject counter replaces.
+	var named, apiKeyEach []*counter
+	replaced := map[string]set{}
+	for i := range rl.Rules {
+		r := &rl.Rules[i]
+		p.order[r.Name] = i
+		for _, ctr := range ruleCounters(r, div) {
+			p.rules[ruleWindow{ctr.rule, ctr.window}] = ctr
+			if ctr.amount != AmountRequests {
+				p.skipTokens[ctr.dim] = true
+			}
+			switch {
+			case ctr.subjects != nil:
+				named = append(named, ctr)
+				if replaced[ctr.group] == nil {
+					replaced[ctr.group] = set{}
+				}
+				for s := range ctr.subjects {
+					replaced[ctr.group][s] = struct{}{}
+				}
+			case ctr.dim == APIKey:
+				apiKeyEach = append(apiKeyEach, ctr)
+			default:
+				p.counters[ctr.dim] = append(p.counters[ctr.dim], ctr)
+			}
+		}
+	}
+	for d := range p.counters {
+		for _, ctr := range p.counters[d] {
+			ctr.excluded = replaced[ctr.group]
+		}
+	}
+	for _, ctr := range apiKeyEach {
+		ctr.excluded = replaced[ctr.group]
+	}
+	for _, ctr := range named {
+		if ctr.dim == Model {
+			for m := range ctr.subjects {
+				p.byModel[m] = append(p.byModel[m], ctr)
+			}
+		} else if ctr.dim != APIKey {
+			p.counters[ctr.dim] = append(p.counters[ctr.dim], ctr)
+		}
 	}
 	for _, k := range c.APIKeys {
-		p.keys[k.Name] = p.newKeyPolicy(k, div)
+		kp := p.newKeyPolicy(k, div)
+		// A named api_key rule replaces the key's limit of the same amount and period.
+		kp.counters = slices.DeleteFunc(kp.counters, func(x *counter) bool { return replaced[x.group].has(k.Name) })
+		for _, ctr := range apiKeyEach {
+			if !ctr.excluded.has(k.Name) {
+				kp.counters = append(kp.counters, ctr)
+			}
+		}
+		for _, ctr := range named {
+			if ctr.dim == APIKey && ctr.subjects.has(k.Name) {
+				kp.counters = append(kp.counters, ctr)
+			}
+		}
+		p.keys[k.Name] = kp
 	}
 	return p
 }
@@ -102,14 +394,17 @@ func NewPolicy(c *config.Config) *Policy {
 func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	d := &p.dims[APIKey]
 	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Bypass: k.Bypass, minute: d.minute, day: d.day}
-	tpm := d.limits.TokensPerMinute
+	tpm, tpd := d.limits.TokensPerMinute, d.limits.TokensPerDay
 	if k.RateLimitTokensPerMinute > 0 {
 		// Every number written on a resource is a fleet total: the override is divided too.
 		tpm = k.RateLimitTokensPerMinute
 		kp.minute = Divide(tpm, div)
 	}
-	kp.configuredTPM = tpm
-	kp.bothPeriods = tpm > 0 && d.limits.TokensPerDay > 0
+	if k.RateLimitTokensPerDay > 0 {
+		tpd = k.RateLimitTokensPerDay
+		kp.day = Divide(tpd, div)
+	}
+	kp.configuredTPM, kp.configuredTPD = tpm, tpd
 	rps := d.limits.RequestsPerSecond
 	if k.RateLimit > 0 {
 		rps = k.RateLimit
@@ -119,7 +414,73 @@ func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 		burst = k.RateLimitBurst
 	}
 	kp.reqRate, kp.reqBurst = requestBucket(rps, burst)
+	kp.counters = limitCounters(APIKey, rps, burst, tpm, tpd, div)
 	return kp
+}
+
+// price is a model's price; a model without one is priced at the highest prices of
+// the table, so that a model missing from it is never free.
+func (p *Policy) price(model string) *config.Price {
+	if pr := p.prices[model]; pr != nil {
+		return pr
+	}
+	return &p.maxPrice
+}
+
+// EffectiveRule describes one rule window in force, for /admin/effective.
+type EffectiveRule struct {
+	Rule      string   `json:"rule"`
+	Window    string   `json:"window"`
+	Dimension string   `json:"dimension"`
+	Subjects  []string `json:"subjects,omitempty"`
+	CountBy   string   `json:"count_by,omitempty"`
+	Models    []string `json:"models,omitempty"`
+	Amount    string   `json:"amount"`
+	Warn      bool     `json:"warn,omitempty"`
+	// Capacity and Rate are what this replica's memory enforces (the divided share):
+	// the bucket's size and its refill per second (0 for a calendar window);
+	// SharedCapacity is the fleet total a shared store holds.
+	Capacity       float64 `json:"capacity"`
+	Rate           float64 `json:"rate_per_second"`
+	SharedCapacity float64 `json:"shared_capacity"`
+}
+
+// EffectiveRules lists every rule window, in document order.
+func (p *Policy) EffectiveRules() []EffectiveRule {
+	ctrs := slices.SortedFunc(maps.Values(p.rules), func(a, b *counter) int {
+		return cmp.Or(cmp.Compare(p.order[a.rule], p.order[b.rule]), cmp.Compare(a.window, b.window))
+	})
+	out := make([]EffectiveRule, 0, len(ctrs))
+	for _, c := range ctrs {
+		e := EffectiveRule{
+			Rule: c.rule, Window: c.name, Dimension: c.dim.String(), Amount: c.amount.String(), Warn: c.warn,
+			Subjects: slices.Sorted(maps.Keys(c.subjects)), Models: slices.Sorted(maps.Keys(c.models)),
+			Capacity: c.capacity, Rate: c.rate, SharedCapacity: c.sharedCapacity,
+		}
+		if c.countBy != NumDimensions {
+			e.CountBy = c.countBy.String()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// HasRule reports whether a rule of this name is in force.
+func (p *Policy) HasRule(name string) bool { return p.rules[ruleWindow{name, 0}] != nil }
+
+// Cost is what usage of a model costs in US dollars at its price (cached input at the
+// cached_input price); false for a model without a price.
+func (p *Policy) Cost(model string, u Used) (float64, bool) {
+	pr := p.prices[model]
+	if pr == nil {
+		return 0, false
+	}
+	return dollars(pr, u), true
+}
+
+func dollars(pr *config.Price, u Used) float64 {
+	cached := float64(min(max(u.Cached, 0), u.Input))
+	return ((float64(u.Input)-cached)*pr.Input + cached*pr.CachedInputPrice() + float64(u.Output)*pr.Output) / 1e6
 }
 
 // Overage is the rule for an overage a bucket cannot cover.
@@ -131,6 +492,10 @@ func (p *Policy) Key(name string) *KeyPolicy { return p.keys[name] }
 // Keeps reports whether a bucket still belongs to this policy; a reload drops the
 // buckets of dimensions, models and keys that are gone.
 func (p *Policy) Keeps(k Key) bool {
+	if k.Rule != "" {
+		c := p.rules[ruleWindow{k.Rule, k.Window}]
+		return c != nil && c.dim == k.Dim && c.kind == k.Kind
+	}
 	var minute, day Allowance
 	var reqs bool
 	switch k.Dim {
@@ -205,7 +570,7 @@ func (p *Policy) Effective() []Effective {
 		kp := p.keys[name]
 		out = append(out, Effective{
 			Dimension: APIKey.String(), Key: name,
-			ConfiguredTokensPerMinute: kp.configuredTPM, ConfiguredTokensPerDay: p.dims[APIKey].limits.TokensPerDay,
+			ConfiguredTokensPerMinute: kp.configuredTPM, ConfiguredTokensPerDay: kp.configuredTPD,
 			TokensPerMinute: allowancePtr(kp.minute), TokensPerDay: allowancePtr(kp.day),
 			RequestsPerSecond: kp.reqRate, BurstCapacity: kp.reqBurst,
 		})

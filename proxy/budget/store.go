@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// Reservation is what admission asks a store to take, all or nothing.
+// Reservation is what admission asks a store to take, all or nothing. Every charge
+// takes its own Amount.
 type Reservation struct {
-	// Requests are request-count buckets; each takes 1.
+	// Requests are the buckets that count requests; each takes 1.
 	Requests []Charge
-	// Tokens are token buckets; each takes Amount.
+	// Tokens are the buckets of every other amount (tokens, input or output tokens,
+	// US dollars); each takes its charge's Amount.
 	Tokens []Charge
-	// Amount is the request's estimate: input estimate plus output ceiling.
-	Amount int64
 }
 
 // Result is a store's answer to a Reservation.
@@ -38,6 +38,10 @@ type Result struct {
 	// their dimension's map was full; they were admitted without charge (fail open).
 	RequestSkipped []bool
 	TokenSkipped   []bool
+	// RequestWarned and TokenWarned mark warn buckets the request did not fit: they
+	// took nothing, and did not refuse. Nil when none did.
+	RequestWarned []bool
+	TokenWarned   []bool
 	// Backend is the store that holds the reservation; settlement goes back to it.
 	Backend Store
 	// Shared is true when a shared store decided on the fleet totals (the charges'
@@ -48,16 +52,20 @@ type Result struct {
 // Store keeps bucket state. Implementations: Memory, and the Redis store.
 type Store interface {
 	// Reserve takes a Reservation all or nothing: request buckets first (a refusal
-	// takes nothing), then token buckets (a refusal takes only the request buckets).
-	// An error means the store could not decide; nothing was taken.
+	// takes nothing), then the other buckets (a refusal takes only the request
+	// buckets). A warn bucket that cannot cover its amount takes nothing and refuses
+	// nothing. An error means the store could not decide; nothing was taken. A
+	// durable bucket the store cannot hold (a full map, an unreachable backend) is
+	// an UnavailableError, never a fail-open.
 	Reserve(ctx context.Context, r *Reservation) (Result, error)
-	// Refund returns amount to each bucket, never above its capacity.
-	Refund(ctx context.Context, charges []Charge, amount float64)
-	// Charge takes an overage of amount from each bucket. A bucket that holds it gives
-	// it; one that does not gives what overage says: with Debt it goes below zero, at
-	// most to minus its capacity, and with Forgive it gives nothing. It reports what
-	// each bucket gave, in the charges' units (0 for a bucket that gave nothing).
-	Charge(ctx context.Context, charges []Charge, amount float64, overage Overage) []float64
+	// Refund returns each charge's Amount to its bucket, never above its capacity.
+	Refund(ctx context.Context, charges []Charge)
+	// Charge takes an overage, each charge's Amount, from its bucket. A bucket that
+	// holds it gives it; one that does not gives what overage says: with Debt it goes
+	// below zero, at most to minus its capacity, and with Forgive it gives nothing. A
+	// calendar counter records the whole overage, whatever overage says. It reports
+	// what each bucket gave, in the charges' units (0 for a bucket that gave nothing).
+	Charge(ctx context.Context, charges []Charge, overage Overage) []float64
 	// Prune drops the buckets that keep reports false (a dimension or key gone).
 	Prune(keep func(Key) bool)
 	// Close releases the store's resources.
@@ -70,3 +78,14 @@ type UnavailableError struct{ Err error }
 
 func (e *UnavailableError) Error() string { return "budget store unavailable: " + e.Err.Error() }
 func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// WithAmount returns a copy of charges, each with the same amount: an operation that
+// takes, returns or charges one amount on every bucket.
+func WithAmount(charges []Charge, amount float64) []Charge {
+	out := make([]Charge, len(charges))
+	for i, c := range charges {
+		c.Amount = amount
+		out[i] = c
+	}
+	return out
+}

@@ -163,6 +163,11 @@ rate_limiting:
 			"bypass exempts the key from every limit"),
 		Entry("a burst with no rate", "rate_limiting: {limits: {global: {burst_capacity: 5}}}",
 			"burst_capacity: has no effect without requests_per_second"),
+		Entry("an in-memory rule with no division", "rate_limiting: {rules: [{name: r, dimension: global, windows: [{limit: 5, rolling: {period: minute}}]}]}",
+			"in-memory token budgets with no budget_division"),
+		Entry("a rule's rolling window divided down to nothing",
+			"rate_limiting: {budget_division: {replicas: 10}, rules: [{name: r, dimension: global, amount: requests, windows: [{limit: 9, rolling: {period: second}}]}]}",
+			"rate_limiting.rules[0].windows[0].limit: 9 divided among 10 replicas is 0 per replica"),
 	)
 })
 

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -45,7 +46,8 @@ func (p *Price) CachedInputPrice() float64 {
 // over which windows, and what happens at the limit (action). The seed-000 `limits`
 // and the per-key overrides are rules too, resolved by the proxy; a rule that names
 // subjects replaces, for those subjects, the each-subject rule of the same dimension,
-// count_by, models, amount and window period, and every other rule stacks.
+// count_by, models, amount, window period and action (a named warn rule never lifts an
+// enforced budget), and every other rule stacks.
 type Rule struct {
 	// Name identifies the rule in refusals, headers, metrics and the admin endpoint;
 	// unique in the document. The operator writes <namespace>/<TokenBudget name>.
@@ -191,12 +193,24 @@ func (c *Calendar) WeekdayValue() time.Weekday {
 	return time.Weekday(slices.Index(weekdays, c.Weekday))
 }
 
+// zones caches the loaded time zones by name: time.LoadLocation reads and parses the
+// zone database on every call, and Span runs on every request of a calendar rule.
+var zones sync.Map // string -> *time.Location
+
 // Location loads the calendar's time zone.
 func (c *Calendar) Location() (*time.Location, error) {
 	if c.TimeZone == "" {
 		return time.UTC, nil
 	}
-	return time.LoadLocation(c.TimeZone)
+	if loc, ok := zones.Load(c.TimeZone); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(c.TimeZone)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(c.TimeZone, loc)
+	return loc, nil
 }
 
 // Durable reports whether the rule must not lose its state: a calendar window or a
@@ -290,10 +304,10 @@ func (c *Config) validateRules(errs *fieldErrors) {
 			}
 		}
 		if r.CountBy != "" && oneOf(errs, f+".count_by", r.CountBy, ruleDimensions) {
-			switch {
-			case r.CountBy == RuleGlobal:
+			switch r.CountBy {
+			case RuleGlobal:
 				errs.add(f+".count_by", "cannot fan out by global")
-			case r.CountBy == r.Dimension:
+			case r.Dimension:
 				errs.add(f+".count_by", "is the rule's own dimension %q", r.Dimension)
 			}
 		}
@@ -398,7 +412,7 @@ func (c *Calendar) Span(t time.Time) (start, end time.Time) {
 	}
 	hh, mm := 0, 0
 	if c.At != "" {
-		fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
+		_, _ = fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
 	}
 	lt := t.In(loc)
 	y, mo, d := lt.Date()

@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -276,8 +277,8 @@ func (c *Config) Warnings() []string {
 	rl := &c.RateLimiting
 	tokens := false
 	rl.Limits.Each(func(_ string, d DimensionLimits) { tokens = tokens || d.HasTokens() })
-	keyOverrides := slices.ContainsFunc(c.APIKeys, func(k APIKey) bool { return k.RateLimitTokensPerMinute > 0 })
-	if rl.Storage == StorageMemory && (tokens || keyOverrides) && rl.BudgetDivision.Replicas == 0 {
+	keyOverrides := slices.ContainsFunc(c.APIKeys, func(k APIKey) bool { return k.RateLimitTokensPerMinute > 0 || k.RateLimitTokensPerDay > 0 })
+	if rl.Storage == StorageMemory && (tokens || keyOverrides || len(rl.Rules) > 0) && rl.BudgetDivision.Replicas == 0 {
 		w = append(w, "rate_limiting: in-memory token budgets with no budget_division: every replica enforces the whole budget, so N replicas admit N times it; set rate_limiting.budget_division.replicas to the number of replicas (1 for a single proxy), or use storage: redis")
 	}
 	if rl.Storage == StorageRedis && rl.BudgetDivision.Replicas > 1 {
@@ -297,6 +298,14 @@ func (c *Config) Warnings() []string {
 			}
 		}
 	})
+	for i, r := range rl.Rules {
+		for j, win := range r.Windows {
+			// Whole-number rolling windows are divided with floor in a replica's memory.
+			if win.Rolling != nil && r.Amount != AmountCost && win.Limit > 0 && math.Floor(win.Limit/float64(div)) == 0 {
+				w = append(w, fmt.Sprintf("rate_limiting.rules[%d].windows[%d].limit: %v divided among %d replicas is 0 per replica: every request it governs is refused while it is held in memory", i, j, win.Limit, div))
+			}
+		}
+	}
 	catchAll := slices.ContainsFunc(c.Upstreams, func(u Upstream) bool { return len(u.Models) == 0 })
 	if !catchAll {
 		for _, m := range sortedKeys(rl.Limits.PerModel) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
@@ -50,6 +51,11 @@ type Metrics struct {
 	ConfigLastReload prometheus.Gauge       // tokenwarden_config_last_reload_success_timestamp_seconds
 	RestartRequired  prometheus.Gauge       // tokenwarden_config_restart_required
 
+	RuleRequests     *prometheus.CounterVec // tokenwarden_rule_requests_total{rule,window,outcome}
+	RuleWarnings     *prometheus.CounterVec // tokenwarden_rule_warnings_total{rule,window}
+	RuleAmount       *prometheus.CounterVec // tokenwarden_rule_amount_total{rule,window,outcome}
+	Spend            *prometheus.CounterVec // tokenwarden_spend_dollars_total{model}
+	DurableRefusals  *prometheus.CounterVec // tokenwarden_durable_refusals_total{dimension}
 	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
 	BucketMapFullVec *prometheus.CounterVec // tokenwarden_bucket_map_full_total{dimension,kind}
 
@@ -180,6 +186,26 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_config_restart_required",
 			Help: "1 while the config in force changed a setting that takes effect only at the next restart (listed in /admin/effective restart_required), else 0.",
 		}),
+		RuleRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_rule_requests_total",
+			Help: "Requests a rule's window decided, by rule name, window (second, minute, hour, day, calendar_day, calendar_week, calendar_month) and outcome (admitted, refused, warned).",
+		}, []string{"rule", "window", "outcome"}),
+		RuleWarnings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_rule_warnings_total",
+			Help: "Requests a warn rule's window would have refused: admitted, taking nothing from it, with an x-tokenwarden-budget-warning header.",
+		}, []string{"rule", "window"}),
+		RuleAmount: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_rule_amount_total",
+			Help: "Amounts moved on a rule's window, in the rule's units (tokens, requests or US dollars), by rule name, window and outcome (reserved, refunded, charged).",
+		}, []string{"rule", "window", "outcome"}),
+		Spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_spend_dollars_total",
+			Help: "US dollars the backends' reported usage costs at the models' prices, by model (priced models only).",
+		}, []string{"model"}),
+		DurableRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_durable_refusals_total",
+			Help: "Requests answered 503 because a calendar or cost rule's counter could not be held (Redis unreachable, or a full bucket map): such a rule never fails open.",
+		}, dim),
 		BucketsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_buckets",
 			Help: "Buckets held in this replica's memory, by dimension and kind (requests, minute, day); max_buckets bounds each.",
@@ -192,7 +218,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
-		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec)
+		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
+		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.Spend, m.DurableRefusals)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -202,7 +229,7 @@ func New(reg prometheus.Registerer) *Metrics {
 				m.periodTokens[d][k][o] = m.TokenBudgetPeriodTokens.WithLabelValues(ds, k.String(), o.String())
 			}
 		}
-		for k := budget.Kind(0); k < budget.NumKinds; k++ {
+		for k := budget.Requests; k <= budget.TokensDay; k++ {
 			m.mapFull[d][k] = m.BucketMapFullVec.WithLabelValues(ds, k.String())
 		}
 		m.refusals[d] = m.TokenBudgetRefusals.WithLabelValues(ds)
@@ -253,8 +280,13 @@ func (m *Metrics) Skipped(label string) { m.SkippedVec.WithLabelValues(label).In
 
 // BucketMapFull implements budget.Recorder.
 func (m *Metrics) BucketMapFull(d budget.Dimension, k budget.Kind) {
-	if d < budget.NumDimensions && k < budget.NumKinds {
+	switch {
+	case d >= budget.NumDimensions || k >= budget.NumKinds:
+	case m.mapFull[d][k] != nil:
 		m.mapFull[d][k].Inc()
+	default:
+		// A rule's map: its series appears with its first full map.
+		m.BucketMapFullVec.WithLabelValues(d.String(), k.String()).Inc()
 	}
 }
 
@@ -279,6 +311,62 @@ func (m *Metrics) RedisPipeline(d time.Duration, reservations, refunds, charges 
 			m.redisOps[i].Add(float64(n))
 		}
 	}
+}
+
+// Rule implements budget.Recorder: one rule window's series, resolved once.
+func (m *Metrics) Rule(rule, window string) budget.RuleRecorder {
+	r := &ruleMetrics{warnings: m.RuleWarnings.WithLabelValues(rule, window)}
+	for o := budget.RuleOutcome(0); o < budget.NumRuleOutcomes; o++ {
+		r.decisions[o] = m.RuleRequests.WithLabelValues(rule, window, o.String())
+	}
+	for o := budget.Outcome(0); o < budget.NumOutcomes; o++ {
+		r.amounts[o] = m.RuleAmount.WithLabelValues(rule, window, o.String())
+	}
+	return r
+}
+
+// ForgetRules drops the series of rules no longer configured.
+func (m *Metrics) ForgetRules(keep func(rule string) bool) {
+	for _, vec := range []*prometheus.CounterVec{m.RuleRequests, m.RuleWarnings, m.RuleAmount} {
+		labels := map[string]bool{}
+		metrics := make(chan prometheus.Metric, 64)
+		go func() { vec.Collect(metrics); close(metrics) }()
+		for mt := range metrics {
+			var pb dto.Metric
+			if mt.Write(&pb) == nil {
+				for _, lp := range pb.GetLabel() {
+					if lp.GetName() == "rule" {
+						labels[lp.GetValue()] = true
+					}
+				}
+			}
+		}
+		for rule := range labels {
+			if !keep(rule) {
+				vec.DeletePartialMatch(prometheus.Labels{"rule": rule})
+			}
+		}
+	}
+}
+
+type ruleMetrics struct {
+	decisions [budget.NumRuleOutcomes]prometheus.Counter
+	amounts   [budget.NumOutcomes]prometheus.Counter
+	warnings  prometheus.Counter
+}
+
+func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
+	r.decisions[o].Inc()
+	if o == budget.RuleWarned {
+		r.warnings.Inc()
+	}
+}
+
+func (r *ruleMetrics) Amount(o budget.Outcome, n float64) { r.amounts[o].Add(n) }
+
+// DurableRefused implements budget.Recorder.
+func (m *Metrics) DurableRefused(d budget.Dimension) {
+	m.DurableRefusals.WithLabelValues(d.String()).Inc()
 }
 
 // RedisUnavailable implements budget.Recorder.

@@ -26,7 +26,9 @@ type Effective struct {
 	Upstreams  []EffectiveUpstrm  `json:"upstreams"`
 	APIKeys    []EffectiveKey     `json:"api_keys"`
 	Limits     []budget.Effective `json:"limits"`
-	Warnings   []string           `json:"warnings"`
+	// Rules are the rule windows in force, with this replica's allowance.
+	Rules    []budget.EffectiveRule `json:"rules"`
+	Warnings []string               `json:"warnings"`
 	// RestartRequired names the fields of this config that differ from the ones the
 	// process started with and take effect only at its next restart (listen
 	// addresses, storage, how the store reaches Redis); empty when none.
@@ -58,7 +60,7 @@ func (s *Server) Effective() (Effective, bool) {
 	e := Effective{
 		Generation: c.Generation, Digest: rt.digest, LoadedAt: rt.loadedAt,
 		Storage: string(c.RateLimiting.Storage), Divisor: rt.policy.Divisor, AuthMode: string(c.Auth.Mode),
-		Limits: rt.policy.Effective(), Warnings: c.Warnings(),
+		Limits: rt.policy.Effective(), Rules: rt.policy.EffectiveRules(), Warnings: c.Warnings(),
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
 		RestartRequired: append([]string{}, rt.restartRequired...),
 	}

@@ -255,11 +255,67 @@ func BenchmarkAdmission(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		e, _ := estimate.Body(chatBody4K)
-		d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, e.Total())
+		d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, budget.Ask{Input: e.Input, Output: e.Output})
 		if err != nil || d.Refusal != nil || d.Hold == nil {
 			b.Fatal("not admitted")
 		}
-		d.Hold.Settle(e.Input + 200)
+		d.Hold.Settle(budget.Used{Input: e.Input, Output: 200})
+	}
+}
+
+// BenchmarkAdmissionRules compares, in one run (-count interleaves them), the
+// admission work of BenchmarkAdmission on seed 000's shape (limits: 15 buckets) and on
+// ten rules that all apply to the request: tokens, input, output, requests and cost
+// amounts, named and each-subject, count_by, rolling windows with bursts and a
+// calendar month in Berlin.
+func BenchmarkAdmissionRules(b *testing.B) {
+	big := config.DimensionLimits{RequestsPerSecond: 1 << 40, TokensPerMinute: 1 << 50, TokensPerDay: 1 << 50}
+	tok := config.DimensionLimits{TokensPerMinute: 1 << 50, TokensPerDay: 1 << 50}
+	keys := []config.APIKey{{Name: "alice", User: "alice", Team: "research"}}
+	limits := &config.Config{APIKeys: keys, RateLimiting: config.RateLimiting{Limits: config.Limits{
+		Global: big, PerClient: big, PerAPIKey: big, PerUser: tok, PerTeam: tok,
+		PerModel: map[string]config.DimensionLimits{"gpt-4o": tok},
+	}}}
+	rolling := func(limit float64, period config.Period, burst float64) []config.Window {
+		return []config.Window{{Limit: limit, Rolling: &config.Rolling{Period: period, BurstSeconds: burst}}}
+	}
+	const huge = 1 << 50
+	rules := &config.Config{
+		APIKeys: keys,
+		Models:  []config.Model{{Name: "gpt-4o", Price: &config.Price{Input: 2.5, Output: 10}}},
+		RateLimiting: config.RateLimiting{Rules: []config.Rule{
+			{Name: "fleet", Dimension: config.RuleGlobal, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "research", Dimension: config.RuleTeam, Subjects: []string{"research"}, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodMinute, 20)},
+			{Name: "key-input", Dimension: config.RuleAPIKey, Amount: config.AmountInputTokens, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "key-output", Dimension: config.RuleAPIKey, Amount: config.AmountOutputTokens, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "key-model-rpm", Dimension: config.RuleAPIKey, CountBy: config.RuleModel, Amount: config.AmountRequests, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "user-hour", Dimension: config.RuleUser, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodHour, 600)},
+			{Name: "gpt-4o-day", Dimension: config.RuleModel, Subjects: []string{"gpt-4o"}, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodDay, 0)},
+			{Name: "client-rps", Dimension: config.RuleClient, Amount: config.AmountRequests, Windows: rolling(huge, config.PeriodSecond, 0)},
+			{Name: "team-dollars", Dimension: config.RuleTeam, Amount: config.AmountCost, Windows: rolling(huge, config.PeriodDay, 0)},
+			{Name: "key-month", Dimension: config.RuleAPIKey, Amount: config.AmountTokens,
+				Windows: []config.Window{{Limit: huge, Calendar: &config.Calendar{Every: config.EveryMonth, TimeZone: "Europe/Berlin"}}}},
+		}},
+	}
+	for _, c := range []struct {
+		name string
+		cfg  *config.Config
+	}{{"limits-15-buckets", limits}, {"rules-10", rules}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := budget.NewPolicy(c.cfg)
+			l := budget.NewLimiter(budget.NewMemory(budget.SystemClock{}, 1<<20), metrics.New(prometheus.NewRegistry()), budget.SystemClock{}, false)
+			ctx := context.Background()
+			b.SetBytes(int64(len(chatBody4K)))
+			b.ReportAllocs()
+			for b.Loop() {
+				e, _ := estimate.Body(chatBody4K)
+				d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, budget.Ask{Input: e.Input, Output: e.Output})
+				if err != nil || d.Refusal != nil || d.Hold == nil {
+					b.Fatal("not admitted")
+				}
+				d.Hold.Settle(budget.Used{Input: e.Input, Output: 200})
+			}
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
@@ -151,11 +152,14 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	}
 	rb := &refusalBody{details: details}
 	var msg string
-	if r.Requests {
+	switch {
+	case r.Rule != "":
+		msg = ex.ruleRefusal(h, r, rb, secs)
+	case r.Requests:
 		rb.limitType = "requests"
 		details["dimension"] = r.Dimension.String()
 		msg = fmt.Sprintf("request rate limit exceeded on the %s dimension; retry after %ds", r.Dimension, secs)
-	} else {
+	default:
 		rb.limitType = "token_budget"
 		details["token_dimension"] = r.Dimension.String()
 		details["requested_tokens"] = ex.est.Total()
@@ -198,6 +202,64 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	ex.fail(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg, rb)
 }
 
+// ruleRefusal describes a refusal by a rule's window: its dimension, window and
+// amount, and, for the caller's own rule (api_key, or counted by api_key), its name
+// and level. A shared rule's name and level are never told.
+func (ex *exchange) ruleRefusal(h http.Header, r *budget.Refusal, rb *refusalBody, secs int64) string {
+	d := rb.details
+	d["dimension"] = r.Dimension.String()
+	d["window"] = r.Window
+	d["amount"] = r.Amount.String()
+	unit := r.Amount.String()
+	asked := strconv.FormatFloat(r.Asked, 'f', -1, 64)
+	switch r.Amount {
+	case budget.AmountRequests:
+		rb.limitType = "requests"
+	case budget.AmountCost:
+		rb.limitType = "cost_budget"
+		unit, asked = "US dollars", dollarString(r.Asked)
+		d["requested_dollars"] = r.Asked
+	default:
+		rb.limitType = "token_budget"
+		d["requested_tokens"] = int64(r.Asked)
+	}
+	if r.Dimension == budget.Model {
+		d["model"] = ex.est.Model
+	}
+	what := fmt.Sprintf("a budget of the %s dimension (%s window)", r.Dimension, r.Window)
+	if r.Scoped {
+		d["rule"] = r.Rule
+		what = fmt.Sprintf("your budget %q (%s window)", r.Rule, r.Window)
+		var hw headerWriter
+		switch {
+		case r.Cost.Present:
+			d["limit_dollars"], d["remaining_dollars"] = r.Cost.Limit, r.Cost.Remaining
+			hw.cost(r.Cost)
+		case r.Bucket.Present:
+			d["capacity"], d["remaining"] = r.Bucket.Limit, r.Bucket.Remaining
+			switch r.Amount {
+			case budget.AmountInput:
+				hw.family(&inputTokens, r.Bucket)
+			case budget.AmountOutput:
+				hw.family(&outputTokens, r.Bucket)
+			}
+		}
+		hw.flush(h)
+	}
+	if r.LargerThanBucket {
+		return fmt.Sprintf("this request reserves %s %s, more than the whole of %s: no wait lets it in, so do not retry it; send a smaller request", asked, unit, what)
+	}
+	if r.Period == budget.Calendar {
+		return fmt.Sprintf("%s is spent until the window resets: this request reserves %s %s; retry after %ds", what, asked, unit, secs)
+	}
+	return fmt.Sprintf("%s exceeded: this request reserves %s %s; retry after %ds", what, asked, unit, secs)
+}
+
+// dollarString formats US dollars to the micro-dollar.
+func dollarString(v float64) string {
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
+
 // setLimitHeaders reports the caller's own buckets: its api_key token budgets (the
 // x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
 // its request-count quota; on an Anthropic route, the same budgets under Anthropic's
@@ -221,6 +283,15 @@ func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Fa
 		hw.int("X-Ratelimit-Remaining-Requests", s.Remaining)
 		hw.duration("X-Ratelimit-Reset-Requests", s.Reset, now)
 	}
+	if d.KeyInput.Present {
+		hw.family(&inputTokens, d.KeyInput)
+	}
+	if d.KeyOutput.Present {
+		hw.family(&outputTokens, d.KeyOutput)
+	}
+	if d.KeyCost.Present {
+		hw.cost(d.KeyCost)
+	}
 	if family == Anthropic {
 		switch {
 		case d.KeyMinute.Present:
@@ -231,16 +302,70 @@ func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Fa
 		if s.Present {
 			hw.anthropic(&anthropicRequests, s)
 		}
+		if d.KeyInput.Present {
+			hw.anthropic(&anthropicInput, d.KeyInput)
+		}
+		if d.KeyOutput.Present {
+			hw.anthropic(&anthropicOutput, d.KeyOutput)
+		}
 	}
 	hw.flush(h)
+	if len(d.Warnings) > 0 {
+		h.Set(budgetWarningHeader, warningValue(d.Warnings))
+	}
 }
+
+// budgetWarningHeader names the warn rules' windows a request did not fit.
+const budgetWarningHeader = "X-Tokenwarden-Budget-Warning"
+
+// warningValue is the warning header's value: RULE;window=WINDOW for each window the
+// request did not fit, joined by ", ".
+func warningValue(ws []budget.Warning) string {
+	var b strings.Builder
+	for i, w := range ws {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(w.Rule)
+		b.WriteString(";window=")
+		b.WriteString(w.Window)
+	}
+	return b.String()
+}
+
+// family reports a bucket under one of this proxy's header families (limit,
+// remaining, reset as a Unix time).
+func (w *headerWriter) family(names *[3]string, s budget.Status) {
+	w.int(names[0], s.Limit)
+	w.int(names[1], s.Remaining)
+	w.int(names[2], unixCeil(s.Reset))
+}
+
+// cost reports the caller's tightest cost budget in US dollars.
+func (w *headerWriter) cost(d budget.Dollars) {
+	for i, v := range [2]float64{d.Limit, d.Remaining} {
+		if w.b == nil {
+			w.b = w.buf[:0]
+		}
+		w.b = strconv.AppendFloat(w.b, math.Round(v*1e6)/1e6, 'f', -1, 64)
+		w.add(costHeaders[i])
+	}
+	w.int(costHeaders[2], unixCeil(d.Reset))
+}
+
+// This proxy's header families for the input_tokens, output_tokens and cost amounts.
+var (
+	inputTokens  = [3]string{"X-Ratelimit-Input-Tokens-Limit", "X-Ratelimit-Input-Tokens-Remaining", "X-Ratelimit-Input-Tokens-Reset"}
+	outputTokens = [3]string{"X-Ratelimit-Output-Tokens-Limit", "X-Ratelimit-Output-Tokens-Remaining", "X-Ratelimit-Output-Tokens-Reset"}
+	costHeaders  = [3]string{"X-Tokenwarden-Budget-Cost-Limit", "X-Tokenwarden-Budget-Cost-Remaining", "X-Tokenwarden-Budget-Cost-Reset"}
+)
 
 // headerWriter sets a batch of headers with two allocations: every value is formatted
 // into one buffer that becomes one string, and the value slices share one backing
 // array. The rate limit headers are on every answer, so this is the hot path.
 type headerWriter struct {
-	keys [24]string
-	ends [24]int
+	keys [40]string
+	ends [40]int
 	n    int
 	buf  [512]byte
 	b    []byte
@@ -294,11 +419,12 @@ func (w *headerWriter) anthropic(names *[3]string, s budget.Status) {
 	w.add(names[2])
 }
 
-// Anthropic's header families, as canonical keys. Its input-tokens and output-tokens
-// families have no budget here to report.
+// Anthropic's header families, as canonical keys.
 var (
 	anthropicTokens   = [3]string{"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"}
 	anthropicRequests = [3]string{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"}
+	anthropicInput    = [3]string{"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"}
+	anthropicOutput   = [3]string{"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"}
 )
 
 func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
@@ -236,13 +237,16 @@ func (st *settler) finish() {
 
 func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
-	if ex.hold.Settle(u.Total()) {
+	if ex.hold.Settle(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}) {
 		s.metrics.Settlements.WithLabelValues("settled").Inc()
 	}
 	// The model label stays bounded: a model the config names, or "other".
 	model := "other"
 	if ex.rt.knownModels[ex.est.Model] {
 		model = ex.est.Model
+	}
+	if cost, ok := ex.rt.policy.Cost(ex.est.Model, budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}); ok {
+		s.metrics.Spend.WithLabelValues(ex.est.Model).Add(cost)
 	}
 	s.metrics.Usage.WithLabelValues(model, "input").Add(float64(u.Input))
 	s.metrics.Usage.WithLabelValues(model, "output").Add(float64(u.Output))

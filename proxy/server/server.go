@@ -161,6 +161,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	s.applyLive(rt, origin)
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
+	s.metrics.ForgetRules(rt.policy.HasRule)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
 	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
 	for _, w := range cfg.Warnings() {
@@ -259,11 +260,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	client := rt.clientAddr(r)
 	id := budget.Identity{Key: key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
 	id.Client = rt.clientIdentity(client)
-	var amount int64
+	var ask budget.Ask
 	if rtInfo.charged {
-		amount = ex.est.Total()
+		ask = budget.Ask{Input: ex.est.Input, Output: ex.est.Output}
 	}
-	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, amount)
+	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, ask)
 	if err != nil {
 		var unavailable *budget.UnavailableError
 		if errors.As(err, &unavailable) {

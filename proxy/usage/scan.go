@@ -59,6 +59,10 @@ const (
 	fOutput
 	fCacheCreation
 	fCacheRead
+	// fDetailsCached is OpenAI's prompt_tokens_details.cached_tokens and the Responses
+	// API's input_tokens_details.cached_tokens: the part of the input count read
+	// from the prompt cache.
+	fDetailsCached
 	numFields
 )
 
@@ -71,6 +75,8 @@ func usageNode(act action) *node {
 		"output_tokens":               field(fOutput),
 		"cache_creation_input_tokens": field(fCacheCreation),
 		"cache_read_input_tokens":     field(fCacheRead),
+		"prompt_tokens_details":       obj(map[string]*node{"cached_tokens": field(fDetailsCached)}),
+		"input_tokens_details":        obj(map[string]*node{"cached_tokens": field(fDetailsCached)}),
 	}}
 }
 
@@ -811,11 +817,14 @@ func (s *scanner) typeIs(t string) bool {
 }
 
 // merge applies a report onto u; absent counts keep their value, so Anthropic's
-// message_delta (cumulative output, sometimes input) updates message_start.
-func (r *report) merge(u *Usage, cache *[2]int64, input *int64) {
+// message_delta (cumulative output, sometimes input) updates message_start. cache
+// holds Anthropic's cache creation and cache read counts (which its input_tokens does
+// not include) and the cached count of OpenAI's and the Responses API's details
+// (which their input count includes).
+func (r *report) merge(u *Usage, cache *[3]int64, input *int64) {
 	has := func(f int) bool { return r.has&(1<<f) != 0 }
 	if has(fPrompt) {
-		*input, cache[0], cache[1] = r.v[fPrompt], 0, 0
+		*input, cache[0], cache[1], cache[2] = r.v[fPrompt], 0, 0, 0
 	}
 	if has(fInput) {
 		*input = r.v[fInput]
@@ -826,6 +835,9 @@ func (r *report) merge(u *Usage, cache *[2]int64, input *int64) {
 	if has(fCacheRead) {
 		cache[1] = r.v[fCacheRead]
 	}
+	if has(fDetailsCached) {
+		cache[2] = r.v[fDetailsCached]
+	}
 	if has(fCompletion) {
 		u.Output = r.v[fCompletion]
 	}
@@ -835,5 +847,7 @@ func (r *report) merge(u *Usage, cache *[2]int64, input *int64) {
 	if r.has != 0 {
 		u.Found = true
 		u.Input = *input + cache[0] + cache[1]
+		// Cached counts saturate like every count (at MaxInt64/4), so the sum holds.
+		u.Cached = min(cache[1]+cache[2], u.Input)
 	}
 }

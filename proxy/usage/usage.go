@@ -19,6 +19,10 @@ type Usage struct {
 	Input int64
 	// Output counts the generated tokens.
 	Output int64
+	// Cached counts the input tokens read from the backend's prompt cache, a part of
+	// Input: OpenAI's usage.prompt_tokens_details.cached_tokens, the Responses API's
+	// usage.input_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens.
+	Cached int64
 	// Found is true when the backend reported usage.
 	Found bool
 }
@@ -83,7 +87,7 @@ func (b *Body) Write(p []byte) (int, error) {
 // Usage is the usage the body reported, if any.
 func (b *Body) Usage() Usage {
 	var u Usage
-	var cache [2]int64
+	var cache [3]int64
 	var input int64
 	for i := 0; i < b.sc.nreports; i++ {
 		b.sc.reports[i].merge(&u, &cache, &input)
@@ -137,7 +141,7 @@ type Stream struct {
 	done int
 
 	u     Usage
-	cache [2]int64
+	cache [3]int64
 	input int64
 	// final is true once a usage report other than message_start's arrived.
 	final bool
@@ -288,7 +292,7 @@ func (s *Stream) Final(inputEstimate int64) Usage {
 	case s.u.Found && s.final:
 		return s.u
 	case s.u.Found:
-		return Usage{Input: s.u.Input, Output: max(s.u.Output, s.deltas), Found: true}
+		return Usage{Input: s.u.Input, Output: max(s.u.Output, s.deltas), Cached: s.u.Cached, Found: true}
 	}
 	return Usage{Input: inputEstimate, Output: s.deltas, Found: true}
 }

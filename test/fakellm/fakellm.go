@@ -28,6 +28,9 @@ type Behaviour struct {
 	// InputTokens and OutputTokens are the usage reported. OutputTokens is also the
 	// number of stream deltas (one word each).
 	InputTokens, OutputTokens int64
+	// CachedTokens, when positive, reports that many of the input tokens as read from
+	// the prompt cache, in each family's field (non-streamed chat and messages).
+	CachedTokens int64
 	// OmitUsage leaves usage out of every response and stream.
 	OmitUsage bool
 	// Latency delays the response headers.
@@ -262,7 +265,11 @@ func chatResponse(b Behaviour, model string, chat bool) map[string]any {
 		resp["choices"] = []map[string]any{{"index": 0, "finish_reason": "stop", "text": text(b)}}
 	}
 	if !b.OmitUsage {
-		resp["usage"] = map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}
+		u := map[string]any{"prompt_tokens": b.InputTokens, "completion_tokens": b.OutputTokens, "total_tokens": b.InputTokens + b.OutputTokens}
+		if b.CachedTokens > 0 {
+			u["prompt_tokens_details"] = map[string]any{"cached_tokens": b.CachedTokens}
+		}
+		resp["usage"] = u
 	}
 	return resp
 }
@@ -286,7 +293,12 @@ func messagesResponse(b Behaviour, model string) map[string]any {
 		"content": []map[string]any{{"type": "text", "text": text(b)}},
 	}
 	if !b.OmitUsage {
-		resp["usage"] = map[string]any{"input_tokens": b.InputTokens, "output_tokens": b.OutputTokens}
+		u := map[string]any{"input_tokens": b.InputTokens, "output_tokens": b.OutputTokens}
+		if b.CachedTokens > 0 {
+			// Anthropic's input_tokens leaves out the tokens read from the cache.
+			u["input_tokens"], u["cache_read_input_tokens"] = b.InputTokens-b.CachedTokens, b.CachedTokens
+		}
+		resp["usage"] = u
 	}
 	return resp
 }

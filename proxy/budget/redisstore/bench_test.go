@@ -67,7 +67,7 @@ func benchReserveSettle(b *testing.B, parallelism int) {
 	b.StopTimer()
 	reserveCalls, reserveUsec := stats()
 	b.StartTimer()
-	run(func() { s.Refund(ctx, r.Tokens, 300) })
+	run(func() { s.Refund(ctx, budget.WithAmount(r.Tokens, 300)) })
 	b.StopTimer()
 	allCalls, allUsec := stats()
 	b.ReportMetric(float64(reserveCalls)/float64(b.N), "calls/admission")
@@ -143,11 +143,11 @@ func BenchmarkKeyMemory(b *testing.B) {
 				defer wg.Done()
 				for i := w; i < keys; i += 64 {
 					id := fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)
-					r := &budget.Reservation{Amount: 100}
+					r := &budget.Reservation{}
 					for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
 						secs := k.Period().Seconds()
 						r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: budget.Client, ID: id},
-							SharedCapacity: 100000, SharedRate: 100000 / secs})
+							SharedCapacity: 100000, SharedRate: 100000 / secs, Amount: 100})
 					}
 					if _, err := s.Reserve(ctx, r); err != nil {
 						b.Error(err)

@@ -3,5 +3,11 @@
 
 package redisstore
 
+import "time"
+
 // AdjustScript lets tests load one script without the other.
 var ChargeScript = chargeScript
+
+// ShiftCalendar moves the present the store tells calendar windows by, so a test can
+// stand in any month (a daylight-saving change, a short February).
+func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,6 @@ type call struct {
 	kind        callKind
 	reservation *budget.Reservation
 	charges     []budget.Charge
-	amount      float64
 	overage     budget.Overage
 	refunds     *refunds
 	done        chan reply
@@ -135,7 +135,7 @@ func (r *refunds) finish(err error) {
 
 // gather adds a refund to the refunds gathering, starting them if none are, and
 // returns them.
-func (s *Store) gather(charges []budget.Charge, amount float64) *refunds {
+func (s *Store) gather(charges []budget.Charge) *refunds {
 	s.refundMu.Lock()
 	defer s.refundMu.Unlock()
 	r := s.gathering
@@ -150,7 +150,7 @@ func (s *Store) gather(charges []budget.Charge, amount float64) *refunds {
 		if _, ok := r.amounts[b]; !ok {
 			r.order = append(r.order, b)
 		}
-		r.amounts[b] += amount
+		r.amounts[b] += ch.Amount
 	}
 	return r
 }
@@ -248,7 +248,7 @@ func (s *Store) send(batch []call) {
 	for _, c := range charges {
 		p := newSpec(len(c.charges))
 		for _, ch := range c.charges {
-			p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, c.amount)
+			p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, ch.Amount)
 		}
 		calls = append(calls, sent{script: chargeScript, keys: p.keys, args: []any{p.buf, c.overage.String()}})
 	}
@@ -358,9 +358,10 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 	for _, e := range refund {
 		p.add(s, e.key, e.capacity, e.rate, e.amount)
 	}
+	p.buf = slices.Grow(p.buf, (buckets-len(refund))*(decideSpecSize-specSize))
 	ends := make([]int, 1, 1+reserves)
 	ends[0] = len(p.buf)
-	args := make([]any, 1, 1+3*reserves)
+	args := make([]any, 1, 1+2*reserves)
 	for _, c := range batch {
 		if reserves == 0 {
 			break
@@ -369,18 +370,19 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 			continue
 		}
 		r := c.reservation
-		for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
-			for _, ch := range group {
-				p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, float64(ch.Key.Kind.Period().Milliseconds()))
-			}
+		for i := range r.Requests {
+			p.addDecide(s, &r.Requests[i], 1)
+		}
+		for i := range r.Tokens {
+			p.addDecide(s, &r.Tokens[i], r.Tokens[i].Amount)
 		}
 		ends = append(ends, len(p.buf))
-		args = append(args, len(r.Requests), r.Amount, nil)
+		args = append(args, len(r.Requests), nil)
 	}
 	// The spec buffer grew while it was filled: slice it once it is complete.
 	args[0] = p.buf[:ends[0]]
 	for i := 1; i < len(ends); i++ {
-		args[3*i] = p.buf[ends[i-1]:ends[i]]
+		args[2*i] = p.buf[ends[i-1]:ends[i]]
 	}
 	return p.keys, args
 }
@@ -406,15 +408,53 @@ func newSpec(buckets int) *spec {
 // add appends one bucket with the script's three numbers for it.
 func (p *spec) add(s *Store, k budget.Key, x, y, z float64) {
 	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, k)))
-	p.buf = append(p.buf, byte(k.Kind))
+	p.buf = append(p.buf, slot(k))
 	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(x))
 	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(y))
 	p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(z))
 }
 
+// Flags of a bucket in a reservation's spec.
+const (
+	flagWarn     = 1
+	flagCalendar = 2
+)
+
+// addDecide appends one bucket of a reservation: its flags, shared capacity and rate,
+// the wait of a zero allowance (or a calendar window's end, in Unix milliseconds),
+// and what it takes.
+func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
+	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, ch.Key)))
+	p.buf = append(p.buf, slot(ch.Key))
+	var flags byte
+	wait := float64(ch.WaitPeriod().Milliseconds())
+	if ch.Warn {
+		flags |= flagWarn
+	}
+	if ch.Key.Kind == budget.Calendar {
+		flags |= flagCalendar
+		wait = float64(ch.EndMillis)
+	}
+	p.buf = append(p.buf, flags)
+	for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {
+		p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(v))
+	}
+}
+
+// slot is the bucket's slot in its key: limits keep an id's request, minute and day
+// buckets in one key; a rule's counter has a key of its own.
+func slot(k budget.Key) byte {
+	if k.Kind < budget.Rolling {
+		return byte(k.Kind)
+	}
+	return 0
+}
+
 // index is the 1-based index in keys of the key holding k.
 func (p *spec) index(s *Store, k budget.Key) int {
-	k.Kind = 0
+	if k.Kind < budget.Rolling {
+		k.Kind = 0 // one key holds the id's three buckets of limits
+	}
 	if p.byID != nil {
 		if i, ok := p.byID[k]; ok {
 			return i

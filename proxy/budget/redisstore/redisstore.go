@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,12 @@ type Store struct {
 	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
 	// admission skips Redis after a failure.
 	downUntil atomic.Int64
+	// offset is the Redis server's clock minus this replica's (nanoseconds), as the
+	// last reservation found it: calendar windows are told on the server's clock.
+	offset atomic.Int64
+	// shift moves the calendar windows' present, in nanoseconds (tests: a
+	// daylight-saving month).
+	shift atomic.Int64
 	// calls queue script calls for the workers that send them in pipelines: under
 	// load many reservations and settlements share one round trip and one syscall.
 	calls chan call
@@ -135,10 +142,20 @@ func New(o Options) (*Store, error) {
 func (s *Store) Client() *redis.Client { return s.c }
 
 // Key is the Redis key that holds a bucket: {prefix}:DIMENSION:ID, one key for the
-// id's request, minute and day buckets. Every key carries the same hash tag, so one
-// request's keys always share a slot.
+// id's request, minute and day buckets of limits; a rule's counter has its own,
+// {prefix}:rule:RULE:WINDOW:DIMENSION:LEN:ID:BY, with @START for a calendar window
+// (LEN, the id's length, keeps an id and a count_by value that hold colons apart).
+// Every key carries the same hash tag, so one request's keys always share a slot.
 func (s *Store) Key(k budget.Key) string {
 	dim := k.Dim.String()
+	if k.Rule != "" {
+		key := s.prefix + "rule:" + k.Rule + ":" + strconv.Itoa(int(k.Window)) + ":" + dim + ":" +
+			strconv.Itoa(len(k.ID)) + ":" + k.ID + ":" + k.By
+		if k.Kind == budget.Calendar {
+			key += "@" + strconv.FormatInt(k.Start, 10)
+		}
+		return key
+	}
 	var b strings.Builder
 	b.Grow(len(s.prefix) + len(dim) + 1 + len(k.ID))
 	b.WriteString(s.prefix)
@@ -146,6 +163,13 @@ func (s *Store) Key(k budget.Key) string {
 	b.WriteByte(':')
 	b.WriteString(k.ID)
 	return b.String()
+}
+
+// CalendarNow implements budget.CalendarStore: the present on the Redis server's
+// clock, as each reservation's reply tells it.
+func (s *Store) CalendarNow() (time.Time, time.Duration) {
+	shift := time.Duration(s.shift.Load())
+	return time.Now().Add(time.Duration(s.offset.Load()) + shift), shift
 }
 
 // SetFallback changes what admission does while Redis is unreachable: admit on fallback
@@ -201,14 +225,6 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 
 func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, error) {
 	n := len(r.Requests) + len(r.Tokens)
-	out, ok := val.([]any)
-	if !ok || len(out) != 5 {
-		return budget.Result{}, fmt.Errorf("redis reserve script: reply %v, want 5 values", val)
-	}
-	levels, ok := out[4].(string)
-	if !ok || len(levels) != 8*n {
-		return budget.Result{}, fmt.Errorf("redis reserve script: levels of %d bytes, want %d", len(levels), 8*n)
-	}
 	res := budget.Result{
 		Backend:        s,
 		Shared:         true,
@@ -216,6 +232,27 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 		TokenLevels:    make([]float64, len(r.Tokens)),
 		RequestSkipped: make([]bool, len(r.Requests)),
 		TokenSkipped:   make([]bool, len(r.Tokens)),
+	}
+	out, ok := val.([]any)
+	if !ok || len(out) != 7 {
+		return budget.Result{}, fmt.Errorf("redis reserve script: reply %v, want 7 values", val)
+	}
+	if ms, ok := out[6].(int64); ok {
+		s.offset.Store(ms*int64(time.Millisecond) - time.Now().UnixNano())
+	}
+	if w, ok := out[5].(string); ok && len(w) == n {
+		res.RequestWarned, res.TokenWarned = make([]bool, len(r.Requests)), make([]bool, len(r.Tokens))
+		for i := range n {
+			if i < len(r.Requests) {
+				res.RequestWarned[i] = w[i] == '1'
+			} else {
+				res.TokenWarned[i-len(r.Requests)] = w[i] == '1'
+			}
+		}
+	}
+	levels, ok := out[4].(string)
+	if !ok || len(levels) != 8*n {
+		return budget.Result{}, fmt.Errorf("redis reserve script: levels of %d bytes, want %d", len(levels), 8*n)
 	}
 	res.Admitted = out[0].(int64) == 1
 	if !res.Admitted {
@@ -245,6 +282,19 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 	if fallback != nil {
 		action = "fallback_memory"
 	}
+	var durable *budget.Charge
+	for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
+		for i := range group {
+			if group[i].Durable && durable == nil {
+				durable = &group[i]
+			}
+		}
+	}
+	if durable != nil {
+		// A calendar window or a cost amount lives only in Redis: it never falls back
+		// to a replica's memory, which would start it whole.
+		action = "fail_closed"
+	}
 	var seen [budget.NumDimensions]bool
 	for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
 		for _, c := range group {
@@ -253,6 +303,9 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 				s.rec.RedisUnavailable(c.Key.Dim, action)
 			}
 		}
+	}
+	if durable != nil {
+		return budget.Result{}, &budget.UnavailableError{Err: fmt.Errorf("rule %q must not fail open: %w", durable.Key.Rule, err)}
 	}
 	if fallback == nil {
 		return budget.Result{}, &budget.UnavailableError{Err: err}
@@ -266,13 +319,13 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // follow one another, a settlement costs no call of its own. A refund that cannot
 // reach Redis is dropped: the bucket returns the budget at its refill rate, which
 // bounds the loss to one window.
-func (s *Store) Refund(_ context.Context, charges []budget.Charge, amount float64) {
-	if len(charges) == 0 || amount <= 0 {
+func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
+	if len(charges) == 0 {
 		return
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
 	// a request.
-	r := s.gather(charges, amount)
+	r := s.gather(charges)
 	select {
 	case <-r.done:
 		if r.err != nil {
@@ -292,12 +345,12 @@ func millis(ms int64) time.Duration {
 }
 
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
-func (s *Store) Charge(_ context.Context, charges []budget.Charge, amount float64, overage budget.Overage) []float64 {
+func (s *Store) Charge(_ context.Context, charges []budget.Charge, overage budget.Overage) []float64 {
 	taken := make([]float64, len(charges))
 	if len(charges) == 0 {
 		return taken
 	}
-	rep := s.run(call{kind: chargeCall, charges: charges, amount: amount, overage: overage})
+	rep := s.run(call{kind: chargeCall, charges: charges, overage: overage})
 	out, ok := rep.val.(string)
 	if rep.err != nil || !ok || len(out) != 8*len(charges) {
 		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)
@@ -352,7 +405,7 @@ func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) 
 	if len(v) != 96 {
 		return 0, false, fmt.Errorf("key %s: %d bytes, want 96", s.Key(k), len(v))
 	}
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[32*int(k.Kind)+8*i:])) }
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[32*int(slot(k))+8*i:])) }
 	level, last, capacity, rate := f(0), f(1), f(2), f(3)
 	if capacity < 0 {
 		return 0, false, nil

@@ -140,12 +140,12 @@ func everyDimension(amount int64) *budget.Reservation {
 // everyDimensionOf is a reservation of amount on six dimensions times two periods for
 // one id, each bucket holding total for the fleet, divided among 4 replicas.
 func everyDimensionOf(amount int64, id string, total float64) *budget.Reservation {
-	r := &budget.Reservation{Amount: amount}
+	r := &budget.Reservation{}
 	for d := budget.Global; d < budget.NumDimensions; d++ {
 		for _, k := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
 			secs := k.Period().Seconds()
 			r.Tokens = append(r.Tokens, budget.Charge{Key: budget.Key{Kind: k, Dim: d, ID: id},
-				Capacity: total / 4, Rate: total / 4 / secs, SharedCapacity: total, SharedRate: total / secs})
+				Capacity: total / 4, Rate: total / 4 / secs, SharedCapacity: total, SharedRate: total / secs, Amount: float64(amount)})
 		}
 	}
 	return r
@@ -171,7 +171,7 @@ var _ = Describe("The Redis store", func() {
 		Expect(afterReserve - before).To(Equal(int64(100)))
 		GinkgoWriter.Printf("reserve script on 12 buckets: %.1f µs per call in Redis\n", usec)
 		for i := 0; i < 100; i++ {
-			s.Refund(ctx, everyDimension(0).Tokens, 500)
+			s.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 500))
 		}
 		afterSettle, _ := commandstat(s, "evalsha")
 		Expect(afterSettle - afterReserve).To(Equal(int64(100)))
@@ -185,9 +185,9 @@ var _ = Describe("The Redis store", func() {
 			_, err := s.Reserve(ctx, everyDimension(10))
 			Expect(err).NotTo(HaveOccurred())
 		}
-		s.Refund(ctx, everyDimension(0).Tokens, 5)
-		s.Refund(ctx, everyDimension(0).Tokens, 5)
-		s.Charge(ctx, everyDimension(0).Tokens, 5, budget.Debt)
+		s.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 5))
+		s.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 5))
+		s.Charge(ctx, budget.WithAmount(everyDimension(0).Tokens, 5), budget.Debt)
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("reserve"))).To(Equal(3.0))
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("refund"))).To(Equal(2.0))
 		Expect(testutil.ToFloat64(m.RedisOperations.WithLabelValues("charge"))).To(Equal(1.0))
@@ -206,7 +206,7 @@ var _ = Describe("The Redis store", func() {
 		d := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 86400, SharedRate: 1}
 		t := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "research"}, SharedCapacity: 600, SharedRate: 10}
 		start := time.Now()
-		_, err := s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{req}, Tokens: []budget.Charge{m, d, t}, Amount: 300})
+		_, err := s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{req}, Tokens: budget.WithAmount([]budget.Charge{m, d, t}, 300)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(s.Key(m.Key)).To(MatchRegexp(`^\{t\d+\}:api_key:alice$`))
 		Expect(s.Key(d.Key)).To(Equal(s.Key(m.Key)))
@@ -227,7 +227,7 @@ var _ = Describe("The Redis store", func() {
 			Expect(err).NotTo(HaveOccurred())
 			return l
 		}).Should(BeNumerically("~", 600, 1e-9))
-		s.Refund(ctx, []budget.Charge{m}, 100)
+		s.Refund(ctx, budget.WithAmount([]budget.Charge{m}, 100))
 		Expect(s.Client().PTTL(ctx, s.Key(m.Key)).Val()).To(BeNumerically("~", 301*time.Second, time.Second))
 		for _, c := range []budget.Charge{req, m, d} {
 			_, ok, err := s.Level(ctx, c.Key)
@@ -252,7 +252,7 @@ var _ = Describe("The Redis store", func() {
 		reqs := func(key string) budget.Charge {
 			return budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: key}, SharedCapacity: 80, SharedRate: still}
 		}
-		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{team}, Amount: 0})).To(HaveField("Admitted", true)) // loads the script
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{team}, 0)})).To(HaveField("Admitted", true)) // loads the script
 		before, _ := commandstat(s, "evalsha")
 
 		Expect(own.Pause()).To(Succeed())
@@ -264,7 +264,7 @@ var _ = Describe("The Redis store", func() {
 				defer wg.Done()
 				var err error
 				results[i], err = s.Reserve(ctx, &budget.Reservation{Requests: []budget.Charge{reqs([]string{"a", "b"}[i%2])},
-					Tokens: []budget.Charge{team}, Amount: 1000})
+					Tokens: budget.WithAmount([]budget.Charge{team}, 1000)})
 				Expect(err).NotTo(HaveOccurred())
 			}()
 		}
@@ -319,7 +319,7 @@ var _ = Describe("The Redis store", func() {
 			go func() {
 				defer wg.Done()
 				for i := w; i < ids; i += 64 {
-					res, err := s.Reserve(ctx, &budget.Reservation{Tokens: charges(i), Amount: 1000})
+					res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount(charges(i), 1000)})
 					Expect(err).NotTo(HaveOccurred())
 					Expect(res.Admitted).To(BeTrue())
 				}
@@ -332,7 +332,7 @@ var _ = Describe("The Redis store", func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.Refund(ctx, charges(i), 400)
+				s.Refund(ctx, budget.WithAmount(charges(i), 400))
 			}()
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -355,16 +355,16 @@ var _ = Describe("The Redis store", func() {
 		Expect(err).NotTo(HaveOccurred())
 		start := time.Now()
 		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: "alice"}, SharedCapacity: 1000, SharedRate: still}
-		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 1000})).To(HaveField("Admitted", true))
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 1000)})).To(HaveField("Admitted", true))
 		before, _ := commandstat(s, "evalsha")
 
 		refunded := make(chan struct{})
 		go func() {
 			defer close(refunded)
-			s.Refund(ctx, []budget.Charge{m}, 600)
+			s.Refund(ctx, budget.WithAmount([]budget.Charge{m}, 600))
 		}()
 		Consistently(refunded, 100*time.Millisecond).ShouldNot(BeClosed(), "the refund waits for a pipeline")
-		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 500})
+		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 500)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Admitted).To(BeTrue(), "the reservation sees the refund")
 		Expect(res.TokenLevels[0]).To(BeNumerically("~", 100, slack(still, start)))
@@ -376,7 +376,7 @@ var _ = Describe("The Redis store", func() {
 		last := make(chan struct{})
 		go func() {
 			defer close(last)
-			s.Refund(ctx, []budget.Charge{m}, 100)
+			s.Refund(ctx, budget.WithAmount([]budget.Charge{m}, 100))
 		}()
 		Consistently(last, 50*time.Millisecond).ShouldNot(BeClosed())
 		Expect(s.Close()).To(Succeed())
@@ -392,7 +392,7 @@ var _ = Describe("The Redis store", func() {
 		global := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Global}, SharedCapacity: 1e7, SharedRate: still}
 		// 100 holds of 5,000 tokens, on the global day bucket and one of two teams.
 		for i := 0; i < 100; i++ {
-			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{global, team([]string{"a", "b"}[i%2])}, Amount: 5000})
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{global, team([]string{"a", "b"}[i%2])}, 5000)})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Admitted).To(BeTrue())
 		}
@@ -406,7 +406,7 @@ var _ = Describe("The Redis store", func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.Refund(ctx, []budget.Charge{global, team([]string{"a", "b"}[i%2])}, float64(1000+i))
+				s.Refund(ctx, budget.WithAmount([]budget.Charge{global, team([]string{"a", "b"}[i%2])}, float64(1000+i)))
 			}()
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -433,7 +433,7 @@ var _ = Describe("The Redis store", func() {
 		m := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.User, ID: "eve"}, SharedCapacity: 600, SharedRate: 10}
 		// Another program's values: a short string, then a day bucket of infinite size.
 		Expect(s.Client().Set(ctx, s.Key(m.Key), "not a bucket", 0).Err()).To(Succeed())
-		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 100)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Shared && res.Admitted).To(BeTrue())
 		Expect(res.TokenLevels[0]).To(BeNumerically("~", 500, 1e-6), "an unreadable key is a full bucket")
@@ -444,7 +444,7 @@ var _ = Describe("The Redis store", func() {
 			slot(i, x)
 		}
 		Expect(s.Client().Set(ctx, s.Key(m.Key), v, 0).Err()).To(Succeed())
-		res, err = s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+		res, err = s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 100)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Shared && res.Admitted).To(BeTrue())
 		ttl, err := s.Client().Do(ctx, "PTTL", s.Key(m.Key)).Int64()
@@ -457,7 +457,7 @@ var _ = Describe("The Redis store", func() {
 		start := time.Now()
 		x := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "x"}, SharedCapacity: 10000, SharedRate: still}
 		y := budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.Team, ID: "y"}, SharedCapacity: 10000, SharedRate: still}
-		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})).To(HaveField("Admitted", true))
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{x}, 1000)})).To(HaveField("Admitted", true))
 
 		// Only the charge script survives; the next pipeline holds an overage charge,
 		// which runs, and a reservation, which finds no script.
@@ -467,15 +467,15 @@ var _ = Describe("The Redis store", func() {
 		var wg sync.WaitGroup
 		for i := 0; i < 2; i++ { // occupy both workers
 			wg.Add(1)
-			go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{y}, 1, budget.Debt) }()
+			go func() { defer wg.Done(); s.Charge(ctx, budget.WithAmount([]budget.Charge{y}, 1), budget.Debt) }()
 		}
 		time.Sleep(50 * time.Millisecond)
 		wg.Add(2)
-		go func() { defer wg.Done(); s.Charge(ctx, []budget.Charge{x}, 400, budget.Debt) }()
+		go func() { defer wg.Done(); s.Charge(ctx, budget.WithAmount([]budget.Charge{x}, 400), budget.Debt) }()
 		var res budget.Result
 		go func() {
 			defer wg.Done()
-			res, _ = s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{x}, Amount: 1000})
+			res, _ = s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{x}, 1000)})
 		}()
 		time.Sleep(100 * time.Millisecond)
 		Expect(own.Resume()).To(Succeed())
@@ -496,7 +496,7 @@ var _ = Describe("The Redis store", func() {
 			go func() {
 				defer wg.Done()
 				_, _ = s.Reserve(ctx, everyDimension(10))
-				s.Refund(ctx, everyDimension(0).Tokens, 5)
+				s.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 5))
 			}()
 		}
 		Expect(s.Close()).To(Succeed())
@@ -597,8 +597,8 @@ var _ = Describe("The Redis store", func() {
 			res, err := fleet.Reserve(ctx, everyDimension(1000))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared && res.Admitted).To(BeTrue())
-			fleet.Refund(ctx, everyDimension(0).Tokens, 500)
-			fleet.Charge(ctx, everyDimension(0).Tokens, 100, budget.Debt)
+			fleet.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 500))
+			fleet.Charge(ctx, budget.WithAmount(everyDimension(0).Tokens, 100), budget.Debt)
 			reader, err := redisstore.New(redisstore.Options{URL: own.URL(), Prefix: "fleet-a", Clock: storetest.NewClock()}) // the default user may GET
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(reader.Close)
@@ -621,13 +621,13 @@ var _ = Describe("The Redis store", func() {
 			}
 			alice := bucket(budget.APIKey, "alice")
 			for i := range 5 {
-				res, err := local.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{bucket(budget.Client, fmt.Sprint("2001:db8:", i, "::/64")), alice}, Amount: 100})
+				res, err := local.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{bucket(budget.Client, fmt.Sprint("2001:db8:", i, "::/64")), alice}, 100)})
 				Expect(err).NotTo(HaveOccurred())
 				Expect(res.Shared).To(BeFalse())
 				Expect(res.Admitted).To(BeTrue())
 				Expect(res.TokenSkipped).To(Equal([]bool{i >= 2, false}), "client %d", i)
 			}
-			res, err := local.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{alice}, Amount: 101})
+			res, err := local.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{alice}, 101)})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Admitted).To(BeFalse(), "alice's share of 600 is down to 100")
 		})
@@ -731,7 +731,7 @@ var _ = Describe("Shared buckets and replica clocks", func() {
 		admitted := 0
 		for i := 0; i < 20; i++ {
 			s := []*redisstore.Store{ahead, behind}[i%2]
-			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 100)})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared).To(BeTrue())
 			if res.Admitted {

@@ -25,8 +25,12 @@ import "github.com/redis/go-redis/v9"
 // and three numbers that depend on the script. A binary spec keeps a call to a few
 // arguments: Redis parses, and Lua converts, one value instead of five per bucket.
 
-// specSize is the bytes of one bucket in a spec.
-const specSize = 27
+// specSize is the bytes of one bucket in a spec; decideSpecSize of one bucket in a
+// reservation's spec, which adds the flags and the amount.
+const (
+	specSize       = 27
+	decideSpecSize = 36
+)
 
 // bucketLib is the code both scripts share: reading every key of the call, and writing
 // one back with the TTL its slowest bucket needs. The "#!lua" line (Redis 7) makes
@@ -79,7 +83,7 @@ end
 
 // The apply script returns refunds and then decides reservations, one after the other
 // in the order given, each all or nothing: request-count buckets first (a refusal
-// takes nothing), then token buckets (a refusal takes only the request-count
+// takes nothing), then the other buckets (a refusal takes only the request-count
 // buckets). It reads every key once, and writes back once each key that changed.
 //
 // A refund returns each bucket's amount up to its capacity; a bucket that is absent
@@ -87,17 +91,27 @@ end
 // bucket's current ones is scaled to them, so a hold taken before a reload settles on
 // what it recorded.
 //
+// A calendar window's counter is a bucket that never refills (rate 0) and starts
+// full at its window's start (each window is its own key); its last_ms holds the
+// window's end, later than now, so nothing refills it and its TTL lasts until the
+// window ends. A warn bucket that cannot cover its amount takes nothing and refuses
+// nothing; the reply marks it.
+//
 // ARGV: the refunds' spec, with the capacity and rate recorded on the hold and the
-// amount for every bucket (empty when there are none); then three values per
-// reservation: nreq (its first nreq buckets are request-count buckets, taking 1),
-// amount (what each of its token buckets takes), and its spec with each bucket's
-// capacity, rate and period_ms (the wait reported for a zero allowance, which never
-// refills).
+// amount for every bucket (empty when there are none); then two values per
+// reservation: nreq (its first nreq buckets are request-count buckets) and its
+// decide spec, 36 bytes per bucket, struct.pack("<HBBdddd"): key index, slot, flags
+// (1 warn, 2 calendar), capacity, rate, period_ms (the wait reported for a zero
+// allowance, which never refills; for a calendar window its end in Unix
+// milliseconds), and the amount it takes.
 // Returns one decision per reservation: {admitted (1/0), refused index (1-based
-// within its kind, 0 when admitted), refused kind (0 requests, 1 tokens),
-// retry_after_ms (at most 2^53), levels} where levels packs each bucket's level after
-// the decision as a little-endian double. A bucket in debt repays it before it holds
-// anything: its wait includes the debt.
+// within its kind, 0 when admitted), refused kind (0 requests, 1 the others),
+// retry_after_ms (at most 2^53), levels, warned, now_ms} where levels packs each
+// bucket's level after the decision as a little-endian double, warned is one byte
+// per bucket ("1" for a warn bucket the request did not fit) or empty when none, and
+// now_ms is the Redis server's clock. A bucket in debt repays it before it holds
+// anything: its wait includes the debt. A calendar window's wait is the time to its
+// end.
 var applyScript = redis.NewScript(bucketLib + `
 do
   local spec = ARGV[1]
@@ -115,52 +129,70 @@ do
       if hc > 0 and c ~= hc then x = x * c / hc end
       l = l + x
       if l > c then l = c end
-      s[b + 1], s[b + 2] = l, now
+      s[b + 1] = l
+      if s[b + 2] < now then s[b + 2] = now end
       dirty[k] = true
     end
   end
 end
 
-local key, base, level, cap, rate, period = {}, {}, {}, {}, {}, {}
+local key, base, level, cap, rate, period, amt, flg = {}, {}, {}, {}, {}, {}, {}, {}
+-- warned is nil until a warn bucket of the decision does not fit; then one '0' or '1'
+-- per bucket.
+local warned, n
 
--- check finds the first bucket in first..last that cannot give need, and the longest
--- wait any of them needs to.
-local function check(first, last, need)
+-- check finds the first bucket in first..last that cannot give its amount and may
+-- refuse, the longest wait any of them needs, and marks the warn buckets that cannot.
+local function check(first, last)
   local refused, retry = 0, 0
   for i = first, last do
-    local l, c, r = level[i], cap[i], rate[i]
+    local l, c, r, need = level[i], cap[i], rate[i], amt[i]
     if need > c or l < need then
-      if refused == 0 then refused = i - first + 1 end
-      local w
-      if r <= 0 then w = period[i]
-      elseif need > c then
-        local debt = 0
-        if l < 0 then debt = -l end
-        w = (need + debt) / r * 1000
-      else w = (need - l) / r * 1000 end
-      if w > retry then retry = w end
+      local f = flg[i]
+      if f % 2 == 1 then
+        if not warned then
+          warned = {}
+          for j = 1, n do warned[j] = '0' end
+        end
+        warned[i] = '1'
+      else
+        if refused == 0 then refused = i - first + 1 end
+        local w
+        if f >= 2 then w = period[i] - now
+        elseif r <= 0 then w = period[i]
+        elseif need > c then
+          local debt = 0
+          if l < 0 then debt = -l end
+          w = (need + debt) / r * 1000
+        else w = (need - l) / r * 1000 end
+        if w > retry then retry = w end
+      end
     end
   end
   return refused, retry
 end
 
-local function take(first, last, need)
+local function take(first, last)
   for i = first, last do
-    local s, b, l = stored[key[i]], base[i], level[i] - need
-    level[i] = l
-    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, now, cap[i], rate[i]
-    dirty[key[i]] = true
+    if not (warned and warned[i] == '1') then
+      local s, b, l = stored[key[i]], base[i], level[i] - amt[i]
+      level[i] = l
+      local t = now
+      if flg[i] >= 2 then t = period[i] end
+      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, t, cap[i], rate[i]
+      dirty[key[i]] = true
+    end
   end
 end
 
-local function decide(nreq, amount, spec)
-  local n = #spec / 27
+local function decide(nreq, spec)
+  n, warned = #spec / 36, nil
   local pos = 1
   for i = 1, n do
-    local k, slot, c, r, p
-    k, slot, c, r, p, pos = unpackb('<HBddd', spec, pos)
+    local k, slot, f, c, r, p, a
+    k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', spec, pos)
     local b = 4 * slot
-    key[i], base[i], cap[i], rate[i], period[i] = k, b, c, r, p
+    key[i], base[i], cap[i], rate[i], period[i], amt[i], flg[i] = k, b, c, r, p, a, f
     local s = stored[k]
     local oc = s[b + 3]
     if oc >= 0 then
@@ -171,7 +203,9 @@ local function decide(nreq, amount, spec)
         if l > oc then l = oc end
       end
       if oc ~= c or orate ~= r then
-        if oc > 0 then l = l / oc * c else l = c end
+        if f >= 2 then l = l + c - oc
+        elseif oc > 0 then l = l / oc * c
+        else l = c end
       end
       level[i] = l
     else
@@ -179,25 +213,27 @@ local function decide(nreq, amount, spec)
     end
   end
   local admitted, kind = 0, 0
-  local refused, retry = check(1, nreq, 1)
+  local refused, retry = check(1, nreq)
   if refused == 0 then
-    take(1, nreq, 1)
+    take(1, nreq)
     kind = 1
-    refused, retry = check(nreq + 1, n, amount)
+    refused, retry = check(nreq + 1, n)
     if refused == 0 then
-      take(nreq + 1, n, amount)
+      take(nreq + 1, n)
       admitted, kind = 1, 0
     end
   end
   -- A wait too long for an integer reply saturates (the store saturates it again to
   -- the longest Duration).
   if not (retry < 9007199254740992) then retry = 9007199254740992 end
-  return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n))}
+  local w = ''
+  if warned then w = table.concat(warned, '', 1, n) end
+  return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n)), w, now - now % 1}
 end
 
 local out = {}
-for a = 2, #ARGV, 3 do
-  out[#out + 1] = decide(tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2])
+for a = 2, #ARGV, 2 do
+  out[#out + 1] = decide(tonumber(ARGV[a]), ARGV[a + 1])
 end
 flush()
 return out
@@ -205,7 +241,9 @@ return out
 
 // The charge script takes an overage: each bucket's amount if it holds it (an absent
 // bucket is full). One that does not hold it goes into debt, down to minus its
-// capacity, when ARGV[2] is "debt", and gives nothing otherwise (forgive). An amount
+// capacity, when ARGV[2] is "debt", and gives nothing otherwise (forgive). A calendar
+// window's counter (recorded with a capacity above 0 and a rate of 0) records the
+// whole overage, whatever ARGV[2] says, and keeps its window's end. An amount
 // recorded under other parameters than the bucket's current ones is scaled to them,
 // and what the bucket gave is scaled back.
 //
@@ -238,14 +276,16 @@ for i = 1, n do
   if hc > 0 and c ~= hc and c > 0 then scale = c / hc end
   if hc > 0 and c ~= hc then x = x * c / hc end
   local after = l
-  if l >= x then after = l - x
+  if l >= x or (hc > 0 and hr == 0) then after = l - x
   elseif debt and l > -c then
     after = l - x
     if after < -c then after = -c end
   end
   out[i] = (l - after) / scale
   if after ~= l then
-    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = after, now, c, r
+    local t = s[b + 2]
+    if not (s[b + 3] >= 0 and t > now) then t = now end
+    s[b + 1], s[b + 2], s[b + 3], s[b + 4] = after, t, c, r
     dirty[k] = true
   end
 end

@@ -73,6 +73,14 @@ func day(dim budget.Dimension, id string, tpd float64) budget.Charge {
 	return charge(budget.TokensDay, dim, id, tpd, tpd/86400)
 }
 
+// rule is a rule's rolling bucket of limit an hour, which refills next to nothing
+// while a spec runs.
+func rule(dim budget.Dimension, id, name string, limit float64) budget.Charge {
+	c := charge(budget.Rolling, dim, id, limit, limit/3600)
+	c.Key.Rule = name
+	return c
+}
+
 func requests(dim budget.Dimension, id string, rps, burst float64) budget.Charge {
 	return charge(budget.Requests, dim, id, burst, rps)
 }
@@ -134,7 +142,7 @@ func DescribeStore(name string, f Factory) bool {
 			return l
 		}
 		reserve := func(amount int64, reqs []budget.Charge, toks ...budget.Charge) budget.Result {
-			res, err := store.Reserve(ctx, &budget.Reservation{Requests: reqs, Tokens: toks, Amount: amount})
+			res, err := store.Reserve(ctx, &budget.Reservation{Requests: reqs, Tokens: budget.WithAmount(toks, float64(amount))})
 			Expect(err).NotTo(HaveOccurred())
 			return res
 		}
@@ -241,12 +249,53 @@ func DescribeStore(name string, f Factory) bool {
 			Expect(level(m)).To(near(m, 0))
 		})
 
+		It("takes, refunds and charges each bucket's own amount, and never takes from a warn bucket that cannot cover it", func() {
+			input := rule(budget.APIKey, "k", "in", 1000)
+			output := rule(budget.APIKey, "k", "out", 500)
+			watch := rule(budget.Global, "", "watch", 900)
+			watch.Warn = true
+			in, out, w := input, output, watch
+			in.Amount, out.Amount, w.Amount = 700, 400, 800
+			res, err := store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out, w}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+			Expect(res.TokenWarned).To(Or(BeNil(), Equal([]bool{false, false, false})))
+			Expect(level(input)).To(near(input, 300))
+			Expect(level(output)).To(near(output, 100))
+			Expect(level(watch)).To(near(watch, 100))
+
+			in.Amount, out.Amount, w.Amount = 200, 50, 200
+			res, err = store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out, w}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue(), "a warn bucket never refuses")
+			Expect(res.TokenWarned).To(Equal([]bool{false, false, true}))
+			Expect(level(watch)).To(near(watch, 100), "and takes nothing when the request does not fit")
+			Expect(level(input)).To(near(input, 100))
+
+			in.Amount, out.Amount = 150, 10
+			res, err = store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{in, out}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeFalse())
+			Expect(res.Refused).To(Equal(0), "the input bucket cannot give its 150")
+			Expect(level(output)).To(near(output, 50), "nothing was taken")
+
+			in.Amount, out.Amount = 100, 300
+			store.Refund(ctx, []budget.Charge{in, out})
+			Expect(level(input)).To(near(input, 200))
+			Expect(level(output)).To(near(output, 350))
+			in.Amount, out.Amount = 250, 10
+			taken := store.Charge(ctx, []budget.Charge{in, out}, budget.Debt)
+			Expect(taken).To(HaveExactElements(near(input, 250), near(output, 10)))
+			Expect(level(input)).To(near(input, -50))
+			Expect(level(output)).To(near(output, 340))
+		})
+
 		It("refunds up to the capacity and no further", func() {
 			m := minute(budget.Global, "", 600)
 			Expect(reserve(100, nil, m).Admitted).To(BeTrue())
-			store.Refund(ctx, []budget.Charge{m}, 60)
+			store.Refund(ctx, budget.WithAmount([]budget.Charge{m}, 60))
 			Expect(level(m)).To(near(m, 560))
-			store.Refund(ctx, []budget.Charge{m}, 1000)
+			store.Refund(ctx, budget.WithAmount([]budget.Charge{m}, 1000))
 			Expect(level(m)).To(BeNumerically("~", 600, 1e-9))
 		})
 
@@ -254,12 +303,12 @@ func DescribeStore(name string, f Factory) bool {
 			It("goes into debt on every bucket that cannot cover it, each at most one capacity below zero", func() {
 				a, b := minute(budget.Global, "", 6000), minute(budget.APIKey, "k", 600)
 				Expect(reserve(550, nil, a, b).Admitted).To(BeTrue())
-				taken := store.Charge(ctx, []budget.Charge{a, b}, 100, budget.Debt)
+				taken := store.Charge(ctx, budget.WithAmount([]budget.Charge{a, b}, 100), budget.Debt)
 				Expect(taken).To(HaveExactElements(near(a, 100), near(b, 100)), "every bucket took the whole overage")
 				Expect(level(a)).To(near(a, 5350))
 				Expect(level(b)).To(near(b, -50), "the tenant owes 50 tokens")
 
-				taken = store.Charge(ctx, []budget.Charge{a, b}, 1000, budget.Debt)
+				taken = store.Charge(ctx, budget.WithAmount([]budget.Charge{a, b}, 1000), budget.Debt)
 				Expect(taken[0]).To(near(a, 1000))
 				Expect(taken[1]).To(near(b, 550), "only down to one capacity below zero")
 				Expect(level(b)).To(near(b, -600))
@@ -269,7 +318,7 @@ func DescribeStore(name string, f Factory) bool {
 			It("refuses while the bucket is in debt, with a Retry-After that includes the debt", func() {
 				m := minute(budget.APIKey, "k", 600) // 10 tokens a second
 				Expect(reserve(600, nil, m).Admitted).To(BeTrue())
-				store.Charge(ctx, []budget.Charge{m}, 600, budget.Debt)
+				store.Charge(ctx, budget.WithAmount([]budget.Charge{m}, 600), budget.Debt)
 				res := reserve(100, nil, m)
 				Expect(res.Admitted).To(BeFalse())
 				Expect(res.TokenLevels[0]).To(near(m, -600))
@@ -282,7 +331,7 @@ func DescribeStore(name string, f Factory) bool {
 			It("admits again once the tenant has waited out the Retry-After", func() {
 				m := charge(budget.TokensMinute, budget.APIKey, "k", 100, 1000) // refills in a tenth of a second
 				Expect(reserve(100, nil, m).Admitted).To(BeTrue())
-				store.Charge(ctx, []budget.Charge{m}, 100, budget.Debt)
+				store.Charge(ctx, budget.WithAmount([]budget.Charge{m}, 100), budget.Debt)
 				res := reserve(50, nil, m)
 				Expect(res.Admitted).To(BeFalse())
 				Expect(res.RetryAfter).To(nearWait(150 * time.Millisecond))
@@ -293,7 +342,7 @@ func DescribeStore(name string, f Factory) bool {
 			It("keeps its negative fraction when a reload rebuilds the bucket, never granting budget", func() {
 				old := minute(budget.Global, "", 600)
 				Expect(reserve(600, nil, old).Admitted).To(BeTrue())
-				store.Charge(ctx, []budget.Charge{old}, 300, budget.Debt) // -300 of 600: minus a half
+				store.Charge(ctx, budget.WithAmount([]budget.Charge{old}, 300), budget.Debt) // -300 of 600: minus a half
 				halved := minute(budget.Global, "", 300)
 				res := reserve(1, nil, halved)
 				Expect(res.Admitted).To(BeFalse())
@@ -304,7 +353,7 @@ func DescribeStore(name string, f Factory) bool {
 			It("consumes nothing under overage: forgive (seed 000)", func() {
 				a, b := minute(budget.Global, "", 6000), minute(budget.APIKey, "k", 600)
 				Expect(reserve(550, nil, a, b).Admitted).To(BeTrue())
-				taken := store.Charge(ctx, []budget.Charge{a, b}, 100, budget.Forgive)
+				taken := store.Charge(ctx, budget.WithAmount([]budget.Charge{a, b}, 100), budget.Forgive)
 				Expect(taken).To(HaveExactElements(near(a, 100), BeZero()))
 				Expect(level(a)).To(near(a, 5350))
 				Expect(level(b)).To(near(b, 50), "an overage the bucket cannot cover consumes nothing")
@@ -324,8 +373,8 @@ func DescribeStore(name string, f Factory) bool {
 			old := minute(budget.Global, "", 600)
 			Expect(reserve(600, nil, old).Admitted).To(BeTrue())
 			halved := minute(budget.Global, "", 300)
-			Expect(reserve(0, nil, halved).Admitted).To(BeTrue()) // rebuilt at 0 of 300
-			store.Refund(ctx, []budget.Charge{old}, 600)          // the whole old hold back
+			Expect(reserve(0, nil, halved).Admitted).To(BeTrue())           // rebuilt at 0 of 300
+			store.Refund(ctx, budget.WithAmount([]budget.Charge{old}, 600)) // the whole old hold back
 			Expect(level(halved)).To(BeNumerically("~", 300, 0.01))
 		})
 
@@ -345,19 +394,19 @@ func DescribeStore(name string, f Factory) bool {
 				small := f.New(clock, 2)
 				DeferCleanup(small.Close)
 				for _, id := range []string{"a", "b"} {
-					res, err := small.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{minute(budget.Client, id, 600)}, Amount: 600})
+					res, err := small.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{minute(budget.Client, id, 600)}, 600)})
 					Expect(err).NotTo(HaveOccurred())
 					Expect(res.Admitted).To(BeTrue())
 				}
 				// The client minute map is full. A new client fails open there, while its
 				// day bucket, and a key's buckets, live in maps of their own.
 				key := minute(budget.APIKey, "alice", 600)
-				res, err := small.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{
-					minute(budget.Client, "c", 600), day(budget.Client, "c", 86400), key}, Amount: 600})
+				res, err := small.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{
+					minute(budget.Client, "c", 600), day(budget.Client, "c", 86400), key}, 600)})
 				Expect(err).NotTo(HaveOccurred())
 				Expect(res.Admitted).To(BeTrue())
 				Expect(res.TokenSkipped).To(Equal([]bool{true, false, false}))
-				res, err = small.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{key}, Amount: 1})
+				res, err = small.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{key}, 1)})
 				Expect(err).NotTo(HaveOccurred())
 				Expect(res.Admitted).To(BeFalse(), "the key's budget is still enforced: a flood of clients never opens it")
 			})
@@ -373,7 +422,7 @@ func DescribeStore(name string, f Factory) bool {
 				go func() {
 					defer wg.Done()
 					defer GinkgoRecover()
-					res, err := store.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{m}, Amount: 100})
+					res, err := store.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m}, 100)})
 					Expect(err).NotTo(HaveOccurred())
 					if res.Admitted {
 						mu.Lock()

@@ -352,7 +352,7 @@ func sweep(ctx context.Context, mem *budget.Memory, m *metrics.Metrics) {
 		case <-t.C:
 			mem.Sweep()
 			for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
-				for k := budget.Kind(0); k < budget.NumKinds; k++ {
+				for k := budget.Kind(0); k < budget.Calendar; k++ { // calendar counters live only in Redis
 					m.BucketsInUse.WithLabelValues(d.String(), k.String()).Set(float64(mem.LenOf(d, k)))
 				}
 			}
