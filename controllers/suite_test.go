@@ -84,6 +84,8 @@ var _ = BeforeSuite(func() {
 		Client:     mgr.GetClient(),
 		Events:     mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage: "tokenwarden:test",
+		// Short, so that the usage specs wait for a few intervals, not minutes.
+		UsageInterval: usageInterval,
 	}).SetupWithManager(ctx, mgr)).To(Succeed())
 
 	go func() {

@@ -106,6 +106,13 @@ type TokenBudgetStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Live usage (tokenbudget_usage_types.go).
+
+	// Usage is the fleet's live use of the budget, summed from the proxy replicas'
+	// usage reports; absent until the budget is first used.
+	// +optional
+	Usage *TokenBudgetUsage `json:"usage,omitempty"`
 }
 
 // TokenBudget is a token budget per minute and per day on one dimension of a fleet.
@@ -120,6 +127,9 @@ type TokenBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Per-Replica TPM",type=integer,JSONPath=`.status.perReplica.tokensPerMinute`
 // +kubebuilder:printcolumn:name="Per-Replica TPD",type=integer,JSONPath=`.status.perReplica.tokensPerDay`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Used",type=string,JSONPath=`.status.usage.used`
+// +kubebuilder:printcolumn:name="At Limit",type=integer,JSONPath=`.status.usage.subjectsAtLimit`
+// +kubebuilder:printcolumn:name="Top Consumer",type=string,JSONPath=`.status.usage.topConsumer`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenBudget struct {
 	metav1.TypeMeta   `json:",inline"`

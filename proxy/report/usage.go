@@ -31,14 +31,19 @@ const (
 	// AtLimit is the part of its allowance a subject must have used to count as at its
 	// limit: less than 5% of the period's allowance is left.
 	AtLimit = 0.95
+	// RefusalScans is how many scans a report's refusal counts cover: four, so that the
+	// operator, which writes a budget's usage at most once per scan interval, sees every
+	// refusal in some write, and a report of a replica that stopped refusing changes
+	// four scans later and then no more.
+	RefusalScans = 4
 )
 
 // Usage is one replica's usage report. It holds no time, so that an idle fleet's
 // report does not change from one scan to the next and the Lease is not rewritten for
 // it; the Lease's renewTime tells when it was last confirmed.
 type Usage struct {
-	// Window is the seconds the refusal counts cover: the time between two scans, as
-	// configured (a measured one would change the report of an idle replica).
+	// Window is the seconds the refusal counts cover: RefusalScans scan intervals, as
+	// configured (a measured time would change the report of an idle replica).
 	Window int64 `json:"w"`
 	// Shared is true when the levels were read from the fleet's shared (Redis) buckets:
 	// every replica then reports the whole fleet's use, and the operator takes one
@@ -71,7 +76,7 @@ type BudgetUsage struct {
 	// Top are the subjects that use the largest part of their allowance, at most
 	// TopSubjects per period.
 	Top []Top `json:"top,omitempty"`
-	// Refused counts the refusals by the dimension's buckets since the previous report.
+	// Refused counts the refusals by the dimension's buckets over the report's window.
 	Refused *Refused `json:"r,omitempty"`
 }
 
@@ -166,8 +171,11 @@ type Summarizer struct {
 	Fallback budget.Leveler
 	// Refusals are the replica's refusal counts; nil reports none.
 	Refusals *Refusals
-	// Every is how often Summary is called: the window the refusal counts cover.
+	// Every is how often Summary is called.
 	Every time.Duration
+
+	// scans are the refusal counts of the last RefusalScans scans, newest last.
+	scans []map[slot]*Refused
 }
 
 // perSubject reports whether a dimension has one bucket per subject.
@@ -175,10 +183,11 @@ func perSubject(d budget.Dimension) bool {
 	return d == budget.Client || d == budget.APIKey || d == budget.User || d == budget.Team
 }
 
-// Summary scans the buckets and returns the report, with the refusals counted since
-// the previous one. A scan that fails on the shared store falls back to Fallback.
+// Summary scans the buckets and returns the report, with the refusals counted over the
+// last RefusalScans scans. A scan that fails on the shared store falls back to
+// Fallback.
 func (s *Summarizer) Summary(ctx context.Context) (*Usage, error) {
-	u := &Usage{Shared: s.Shared, Window: int64(math.Ceil(s.Every.Seconds()))}
+	u := &Usage{Shared: s.Shared, Window: int64(math.Ceil((RefusalScans * s.Every).Seconds()))}
 	acc := newAccumulator()
 	err := s.Levels.EachLevel(ctx, acc.add)
 	if err != nil && s.Shared && s.Fallback != nil && ctx.Err() == nil {
@@ -189,7 +198,24 @@ func (s *Summarizer) Summary(ctx context.Context) (*Usage, error) {
 	if err != nil {
 		return nil, err
 	}
-	acc.finish(u, s.Refusals.take())
+	s.scans = append(s.scans, s.Refusals.take())
+	if len(s.scans) > RefusalScans {
+		s.scans = s.scans[len(s.scans)-RefusalScans:]
+	}
+	refused := map[slot]*Refused{}
+	for _, scan := range s.scans {
+		for sl, r := range scan {
+			sum := refused[sl]
+			if sum == nil {
+				sum = &Refused{}
+				refused[sl] = sum
+			}
+			sum.Minute += r.Minute
+			sum.Day += r.Day
+			sum.Requests += r.Requests
+		}
+	}
+	acc.finish(u, refused)
 	return u, nil
 }
 

@@ -75,7 +75,7 @@ func TestSummaryMemory(t *testing.T) {
 	s := &Summarizer{Levels: mem, Refusals: refusals, Every: 15 * time.Second}
 
 	idle := summary(t, s)
-	if idle.Encode() != `{"w":15}` || summary(t, s).Encode() != idle.Encode() {
+	if idle.Encode() != `{"w":60}` || summary(t, s).Encode() != idle.Encode() {
 		t.Fatalf("an idle replica's report: %s", idle.Encode())
 	}
 
@@ -91,7 +91,7 @@ func TestSummaryMemory(t *testing.T) {
 	refusals.Refused(budget.Team, budget.Requests, "claude")
 
 	u := summary(t, s)
-	if u.Window != 15 || u.Shared || u.Cut != 0 {
+	if u.Window != 60 || u.Shared || u.Cut != 0 {
 		t.Fatalf("report %s", u.Encode())
 	}
 	g := find(u, "global", "")
@@ -119,12 +119,18 @@ func TestSummaryMemory(t *testing.T) {
 		t.Fatalf("team: %+v", tm)
 	}
 
-	// The refusals were taken; the buckets refill: a minute later the report is idle
-	// again but for the day bucket carol still draws on.
+	// The buckets refill: a minute later only the day bucket carol draws on is in use;
+	// the refusals count for RefusalScans scans, and then no more.
 	c.t = c.t.Add(time.Minute)
 	u = summary(t, s)
-	if len(u.Budgets) != 1 || u.Budgets[0].Dimension != "api_key" || u.Budgets[0].Active != 1 || u.Budgets[0].AtLimit != 0 || u.Budgets[0].Refused != nil {
+	if k := find(u, "api_key", ""); k == nil || k.Active != 1 || *k.Refused != (Refused{Minute: 2}) || find(u, "team", "") == nil {
 		t.Fatalf("a minute later: %s", u.Encode())
+	}
+	for range RefusalScans - 1 {
+		u = summary(t, s)
+	}
+	if len(u.Budgets) != 1 || u.Budgets[0].Dimension != "api_key" || u.Budgets[0].Active != 1 || u.Budgets[0].AtLimit != 0 || u.Budgets[0].Refused != nil {
+		t.Fatalf("%d scans later: %s", RefusalScans, u.Encode())
 	}
 }
 
