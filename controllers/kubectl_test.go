@@ -71,7 +71,7 @@ var _ = Describe("kubectl", func() {
 		Eventually(func(g Gomega) {
 			out := kubectl("get", "tokenbudgets", "-n", ns)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "DIMENSION", "MODEL", "TPM", "TPD", "REPLICAS", "PER-REPLICA", "TPM", "PER-REPLICA", "TPD", "READY", "AGE"}))
+			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "DIMENSION", "MODEL", "TPM", "TPD", "REPLICAS", "PER-REPLICA", "TPM", "PER-REPLICA", "TPD", "READY", "USED", "AT", "LIMIT", "AGE"}))
 			// An unlimited period (PER-REPLICA TPD of a budget without tokensPerDay) prints empty.
 			g.Expect(strings.Fields(lines[1])[:8]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "60000", "0", "3", "20000", "True"}))
 			g.Expect(strings.Fields(lines[2])[:8]).To(Equal([]string{"team", "PerTeam", "120000", "2400000", "3", "40000", "800000", "True"}))
