@@ -361,8 +361,8 @@ func subjectName(d twv1alpha1.Dimension, id string) string {
 }
 
 // meaningful reports whether want differs enough from the status's usage to be
-// written: a period's used percentage moved by usagePoints or more (or the period
-// appeared or went), the subjects at their limit or the top consumer changed, or a
+// written: a period's used percentage moved by usagePoints or more, the period
+// appeared or went, or its use started or ended, the subjects at their limit or the top consumer changed, or a
 // refusal count started, stopped, doubled or halved. An unused budget that shows no
 // usage yet is left without.
 func meaningful(have, want *twv1alpha1.TokenBudgetUsage) bool {
@@ -378,7 +378,7 @@ func meaningful(have, want *twv1alpha1.TokenBudgetUsage) bool {
 		if (p[0] == nil) != (p[1] == nil) {
 			return true
 		}
-		if p[0] != nil && abs(p[0].UsedPercent-p[1].UsedPercent) >= usagePoints {
+		if p[0] != nil && (abs(p[0].UsedPercent-p[1].UsedPercent) >= usagePoints || (p[0].UsedTokens > 0) != (p[1].UsedTokens > 0)) {
 			return true
 		}
 	}

@@ -15,8 +15,9 @@ const ReplicaUsageAnnotation = "tokenwarden.io/usage"
 // TokenBudgetUsage is the fleet's live use of one budget. The operator sums the live
 // replicas' usage reports into it, and writes it at most once per refresh interval
 // (15 s) per budget, and only when it changed meaningfully: a period's used
-// percentage moved by 5 points or more, the subjects at their limit or the top
-// consumer changed, or a refusal count started, stopped, doubled or halved.
+// percentage moved by 5 points or more, its use started or ended, the subjects at
+// their limit or the top consumer changed, or a refusal count started, stopped,
+// doubled or halved.
 type TokenBudgetUsage struct {
 	// ObservedAt is when the operator summed the reports written here.
 	ObservedAt metav1.Time `json:"observedAt"`
