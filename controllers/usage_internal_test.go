@@ -93,10 +93,10 @@ func TestSumUsage(t *testing.T) {
 	// Memory, per key: alice draws on both replicas, bob on one; a key of another
 	// namespace is named namespace/name.
 	keys := []*report.Usage{
-		replica(false, report.BudgetUsage{Dimension: "api_key", AtLimit: 1, Active: 2, Top: []report.Top{
+		replica(false, report.BudgetUsage{Dimension: "api_key", AtLimit: 1, InUse: 2, Top: []report.Top{
 			{ID: "team-a_alice", Period: "minute", Level: report.Level{Used: 480, Capacity: 500}},
 			{ID: "bob", Period: "minute", Level: report.Level{Used: 300, Capacity: 500}}}}),
-		replica(false, report.BudgetUsage{Dimension: "api_key", Active: 1, Top: []report.Top{
+		replica(false, report.BudgetUsage{Dimension: "api_key", InUse: 1, Top: []report.Top{
 			{ID: "team-a_alice", Period: "minute", Level: report.Level{Used: 400, Capacity: 500}}}}),
 	}
 	k := sumUsage(budget("llm", twv1alpha1.DimensionPerAPIKey, 1000, 0, 2), keys, now)

@@ -71,8 +71,9 @@ type BudgetUsage struct {
 	// AtLimit is, for a per-subject dimension, the number of subjects that have used
 	// AtLimit or more of their allowance of either period.
 	AtLimit int `json:"lim,omitempty"`
-	// Active is the number of subjects with some use.
-	Active int `json:"n,omitempty"`
+	// InUse is the number of the dimension's buckets in use (a subject in use on both
+	// periods counts twice): a scan counts them without remembering every subject.
+	InUse int `json:"n,omitempty"`
 	// Top are the subjects that use the largest part of their allowance, at most
 	// TopSubjects per period.
 	Top []Top `json:"top,omitempty"`
@@ -227,7 +228,7 @@ type accumulator struct {
 
 // subjects is one per-subject dimension's scan.
 type subjects struct {
-	active  map[string]bool
+	inUse   int
 	atLimit map[string]bool
 	top     [budget.NumKinds][]Top
 	frac    [budget.NumKinds][]float64
@@ -261,10 +262,10 @@ func (a *accumulator) add(k budget.Key, level, capacity float64) {
 	}
 	s := a.subj[k.Dim]
 	if s == nil {
-		s = &subjects{active: map[string]bool{}, atLimit: map[string]bool{}}
+		s = &subjects{atLimit: map[string]bool{}}
 		a.subj[k.Dim] = s
 	}
-	s.active[k.ID] = true
+	s.inUse++
 	frac := 1.0
 	if capacity > 0 {
 		frac = used / capacity
@@ -294,7 +295,7 @@ func (a *accumulator) finish(u *Usage, refused map[slot]*Refused) {
 		if s == nil {
 			continue
 		}
-		b := BudgetUsage{Dimension: budget.Dimension(d).String(), AtLimit: len(s.atLimit), Active: len(s.active)}
+		b := BudgetUsage{Dimension: budget.Dimension(d).String(), AtLimit: len(s.atLimit), InUse: s.inUse}
 		b.Top = append(b.Top, s.top[budget.TokensMinute]...)
 		b.Top = append(b.Top, s.top[budget.TokensDay]...)
 		if r := refused[slot{budget.Dimension(d), ""}]; !r.empty() {
@@ -341,7 +342,7 @@ func (a *accumulator) finish(u *Usage, refused map[slot]*Refused) {
 // weight orders a report's budgets: per-subject dimensions first, then by the largest
 // part of an allowance used, refusals counting as a full one.
 func weight(b BudgetUsage) float64 {
-	if b.Active > 0 {
+	if b.InUse > 0 {
 		return 10
 	}
 	w := 0.0

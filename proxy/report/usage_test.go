@@ -95,7 +95,7 @@ func TestSummaryMemory(t *testing.T) {
 		t.Fatalf("report %s", u.Encode())
 	}
 	g := find(u, "global", "")
-	if g == nil || *g.Minute != (Level{Used: 2060, Capacity: 10000}) || g.Day != nil || g.Active != 0 {
+	if g == nil || *g.Minute != (Level{Used: 2060, Capacity: 10000}) || g.Day != nil || g.InUse != 0 {
 		t.Fatalf("global: %+v", g)
 	}
 	m := find(u, "model", "claude")
@@ -103,7 +103,7 @@ func TestSummaryMemory(t *testing.T) {
 		t.Fatalf("model claude: %+v", m)
 	}
 	k := find(u, "api_key", "")
-	if k == nil || k.AtLimit != 2 || k.Active != 5 || *k.Refused != (Refused{Minute: 2}) {
+	if k == nil || k.AtLimit != 2 || k.InUse != 6 || *k.Refused != (Refused{Minute: 2}) {
 		t.Fatalf("api_key: %+v", k)
 	}
 	want := []Top{
@@ -115,7 +115,7 @@ func TestSummaryMemory(t *testing.T) {
 	if fmt.Sprint(k.Top) != fmt.Sprint(want) {
 		t.Fatalf("top subjects: %+v, want %+v", k.Top, want)
 	}
-	if tm := find(u, "team", ""); tm == nil || *tm.Refused != (Refused{Requests: 1}) || tm.Active != 0 {
+	if tm := find(u, "team", ""); tm == nil || *tm.Refused != (Refused{Requests: 1}) || tm.InUse != 0 {
 		t.Fatalf("team: %+v", tm)
 	}
 
@@ -123,13 +123,13 @@ func TestSummaryMemory(t *testing.T) {
 	// the refusals count for RefusalScans scans, and then no more.
 	c.t = c.t.Add(time.Minute)
 	u = summary(t, s)
-	if k := find(u, "api_key", ""); k == nil || k.Active != 1 || *k.Refused != (Refused{Minute: 2}) || find(u, "team", "") == nil {
+	if k := find(u, "api_key", ""); k == nil || k.InUse != 1 || *k.Refused != (Refused{Minute: 2}) || find(u, "team", "") == nil {
 		t.Fatalf("a minute later: %s", u.Encode())
 	}
 	for range RefusalScans - 1 {
 		u = summary(t, s)
 	}
-	if len(u.Budgets) != 1 || u.Budgets[0].Dimension != "api_key" || u.Budgets[0].Active != 1 || u.Budgets[0].AtLimit != 0 || u.Budgets[0].Refused != nil {
+	if len(u.Budgets) != 1 || u.Budgets[0].Dimension != "api_key" || u.Budgets[0].InUse != 1 || u.Budgets[0].AtLimit != 0 || u.Budgets[0].Refused != nil {
 		t.Fatalf("%d scans later: %s", RefusalScans, u.Encode())
 	}
 }
