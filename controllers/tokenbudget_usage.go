@@ -92,7 +92,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("list Leases: %w", err)
 	}
 	now := time.Now()
-	var reports []*report.Usage
+	var reports []indexedReport
 	for i := range leases.Items {
 		le := &leases.Items[i]
 		if !live(le, now) {
@@ -102,7 +102,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if err := json.Unmarshal([]byte(le.Annotations[twv1alpha1.ReplicaUsageAnnotation]), &u); err != nil {
 			continue // a replica without a report (yet), or an older proxy
 		}
-		reports = append(reports, &u)
+		reports = append(reports, index(&u))
 	}
 	if len(reports) == 0 {
 		// Nothing is known of the fleet's use: the last figures stay, with their time.
@@ -212,6 +212,21 @@ func reportSlot(d twv1alpha1.Dimension) (name string, perSubject bool) {
 	return "", false
 }
 
+// indexedReport is a replica's report with its budgets by dimension and model: a
+// fleet's reconcile looks each of its budgets up in each report once.
+type indexedReport struct {
+	*report.Usage
+	budgets map[[2]string]*report.BudgetUsage
+}
+
+func index(u *report.Usage) indexedReport {
+	ir := indexedReport{Usage: u, budgets: make(map[[2]string]*report.BudgetUsage, len(u.Budgets))}
+	for i := range u.Budgets {
+		ir.budgets[[2]string{u.Budgets[i].Dimension, u.Budgets[i].Model}] = &u.Budgets[i]
+	}
+	return ir
+}
+
 // subjectPeriod is one subject's use of one period, summed over the reports.
 type subjectPeriod struct {
 	used, capacity float64
@@ -220,7 +235,7 @@ type subjectPeriod struct {
 // sumUsage sums the reports' entries of one budget. Reports read from the shared
 // (Redis) buckets each hold the fleet's whole use, so they are not added up: the
 // largest is taken. Reports of a replica's memory hold its share, and are added up.
-func sumUsage(b *twv1alpha1.TokenBudget, reports []*report.Usage, now time.Time) *twv1alpha1.TokenBudgetUsage {
+func sumUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.TokenBudgetUsage {
 	dim, perSubject := reportSlot(b.Spec.Dimension)
 	model := b.Spec.Model
 	divisor := max(b.Status.Replicas, 1)
@@ -231,13 +246,7 @@ func sumUsage(b *twv1alpha1.TokenBudget, reports []*report.Usage, now time.Time)
 	var atLimit int
 	for _, rep := range reports {
 		u.Refusals.IntervalSeconds = max(u.Refusals.IntervalSeconds, rep.Window)
-		var e *report.BudgetUsage
-		for i := range rep.Budgets {
-			if rep.Budgets[i].Dimension == dim && rep.Budgets[i].Model == model {
-				e = &rep.Budgets[i]
-				break
-			}
-		}
+		e := rep.budgets[[2]string{dim, model}]
 		if e == nil {
 			if rep.Cut > 0 {
 				u.Partial = true

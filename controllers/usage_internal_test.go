@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,11 +72,11 @@ func TestSumUsage(t *testing.T) {
 			Status:     twv1alpha1.TokenBudgetStatus{Replicas: replicas},
 		}
 	}
-	replica := func(shared bool, bs ...report.BudgetUsage) *report.Usage {
-		return &report.Usage{Window: 60, Shared: shared, Budgets: bs}
+	replica := func(shared bool, bs ...report.BudgetUsage) indexedReport {
+		return index(&report.Usage{Window: 60, Shared: shared, Budgets: bs})
 	}
 	// Memory, two replicas of a 10,000-token minute: 1,000 of 5,000 and 2,000 of 5,000.
-	g := sumUsage(budget("llm", twv1alpha1.DimensionGlobal, 10000, 0, 2), []*report.Usage{
+	g := sumUsage(budget("llm", twv1alpha1.DimensionGlobal, 10000, 0, 2), []indexedReport{
 		replica(false, report.BudgetUsage{Dimension: "global", Minute: &report.Level{Used: 1000, Capacity: 5000}, Refused: &report.Refused{Minute: 3}}),
 		replica(false, report.BudgetUsage{Dimension: "global", Minute: &report.Level{Used: 2000, Capacity: 5000}, Refused: &report.Refused{Minute: 4}}),
 	}, now)
@@ -83,7 +84,7 @@ func TestSumUsage(t *testing.T) {
 		t.Errorf("memory global: %+v", g)
 	}
 	// Redis: both replicas read the same shared bucket.
-	g = sumUsage(budget("llm", twv1alpha1.DimensionGlobal, 10000, 0, 1), []*report.Usage{
+	g = sumUsage(budget("llm", twv1alpha1.DimensionGlobal, 10000, 0, 1), []indexedReport{
 		replica(true, report.BudgetUsage{Dimension: "global", Minute: &report.Level{Used: 3000, Capacity: 10000}}),
 		replica(true, report.BudgetUsage{Dimension: "global", Minute: &report.Level{Used: 3010, Capacity: 10000}}),
 	}, now)
@@ -92,7 +93,7 @@ func TestSumUsage(t *testing.T) {
 	}
 	// Memory, per key: alice draws on both replicas, bob on one; a key of another
 	// namespace is named namespace/name.
-	keys := []*report.Usage{
+	keys := []indexedReport{
 		replica(false, report.BudgetUsage{Dimension: "api_key", AtLimit: 1, InUse: 2, Top: []report.Top{
 			{ID: "team-a_alice", Period: "minute", Level: report.Level{Used: 480, Capacity: 500}},
 			{ID: "bob", Period: "minute", Level: report.Level{Used: 300, Capacity: 500}}}}),
@@ -109,8 +110,48 @@ func TestSumUsage(t *testing.T) {
 		t.Errorf("another namespace's per-key budget: %+v", k)
 	}
 	// A report that left budgets out marks the ones it did not hold.
-	k = sumUsage(budget("llm", twv1alpha1.DimensionPerUser, 1000, 0, 2), []*report.Usage{{Window: 60, Cut: 3}}, now)
+	k = sumUsage(budget("llm", twv1alpha1.DimensionPerUser, 1000, 0, 2), []indexedReport{index(&report.Usage{Window: 60, Cut: 3})}, now)
 	if !k.Partial {
 		t.Errorf("a cut report: %+v", k)
 	}
+}
+
+// BenchmarkSumUsage is the usage controller's work for one report change of a fleet
+// with 2,000 PerModel budgets and three replicas, each reporting 1,000 of them.
+func BenchmarkSumUsage(b *testing.B) {
+	var budgets []*twv1alpha1.TokenBudget
+	for i := range 2000 {
+		budgets = append(budgets, &twv1alpha1.TokenBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m%d", i), Namespace: "llm"},
+			Spec: twv1alpha1.TokenBudgetSpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, Dimension: twv1alpha1.DimensionPerModel,
+				Model: fmt.Sprintf("model-%d", i), TokensPerMinute: 30000},
+			Status: twv1alpha1.TokenBudgetStatus{Replicas: 3, Usage: &twv1alpha1.TokenBudgetUsage{Used: "40%",
+				Minute: &twv1alpha1.PeriodUsage{UsedPercent: 40, UsedTokens: 12000}}},
+		})
+	}
+	var reports []*report.Usage
+	for r := range 3 {
+		u := &report.Usage{Window: 60, Shared: false, Cut: 1000}
+		for i := range 1000 {
+			u.Budgets = append(u.Budgets, report.BudgetUsage{Dimension: "model", Model: fmt.Sprintf("model-%d", i+r),
+				Minute: &report.Level{Used: 4000, Capacity: 10000}})
+		}
+		reports = append(reports, u)
+	}
+	now := time.Now()
+	b.ResetTimer()
+	writes := 0
+	for range b.N {
+		var idx []indexedReport
+		for _, u := range reports {
+			idx = append(idx, index(u))
+		}
+		writes = 0
+		for _, tb := range budgets {
+			if meaningful(tb.Status.Usage, sumUsage(tb, idx, now)) {
+				writes++
+			}
+		}
+	}
+	b.ReportMetric(float64(writes), "writes")
 }
