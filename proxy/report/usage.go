@@ -161,7 +161,8 @@ func (r *Refusals) take() map[slot]*Refused {
 	return n
 }
 
-// Summarizer builds a replica's usage reports.
+// Summarizer builds a replica's usage reports. Summary is called from one goroutine
+// (the Lease's).
 type Summarizer struct {
 	// Levels are the buckets the report reads: the shared store when storage is Redis
 	// (Shared set), the replica's memory otherwise.
@@ -273,9 +274,13 @@ func (a *accumulator) add(k budget.Key, level, capacity float64) {
 	if frac >= AtLimit {
 		s.atLimit[k.ID] = true
 	}
-	// Keep the TopSubjects largest fractions of the period, largest first.
+	// Keep the TopSubjects largest fractions of the period, largest first, ties by
+	// name: the same buckets make the same report, whatever the map order.
 	tops, fracs := s.top[k.Kind], s.frac[k.Kind]
-	i, _ := slices.BinarySearchFunc(fracs, frac, func(e, t float64) int { return cmp.Compare(t, e) })
+	i := 0
+	for i < len(fracs) && (fracs[i] > frac || fracs[i] == frac && tops[i].ID < k.ID) {
+		i++
+	}
 	if i >= TopSubjects {
 		return
 	}

@@ -134,6 +134,27 @@ func TestSummaryMemory(t *testing.T) {
 	}
 }
 
+// TestSummaryTies: subjects equally far into their allowance are named in name
+// order, so the same buckets always make the same report.
+func TestSummaryTies(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	mem := budget.NewMemory(c, 1000)
+	for _, id := range []string{"erin", "carol", "alice", "dave", "bob"} {
+		reserve(t, mem, 1000, tokens(budget.TokensDay, budget.Team, id, 1000))
+	}
+	s := &Summarizer{Levels: mem, Every: 15 * time.Second}
+	first := summary(t, s).Encode()
+	for range 20 {
+		if again := summary(t, s).Encode(); again != first {
+			t.Fatalf("the same buckets made two reports:\n%s\n%s", first, again)
+		}
+	}
+	tm := find(summary(t, s), "team", "")
+	if tm.AtLimit != 5 || len(tm.Top) != 3 || tm.Top[0].ID != "alice" || tm.Top[1].ID != "bob" || tm.Top[2].ID != "carol" {
+		t.Fatalf("team: %+v", tm)
+	}
+}
+
 // TestSummaryBounded fills thousands of model budgets: the report stays within
 // MaxUsageBytes, keeps the most used, and says how many it left out.
 func TestSummaryBounded(t *testing.T) {
