@@ -1,11 +1,13 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package report tells the control plane which config this replica enforces: a
-// coordination.k8s.io/v1 Lease per replica, renewed while the replica runs, whose
-// annotations carry the generation and digest of the config it has applied. The
-// operator counts the renewed Leases as the fleet's live replicas and sets the
-// Enforced conditions from them. It is the proxy's only write to the API server.
+// Package report tells the control plane which config this replica enforces, and how
+// much of its budgets is in use: a coordination.k8s.io/v1 Lease per replica, renewed
+// while the replica runs, whose annotations carry the generation and digest of the
+// config it has applied and a summary of its buckets' use and refusals (usage.go).
+// The operator counts the renewed Leases as the fleet's live replicas, sets the
+// Enforced conditions from them, and sums the usage reports into the TokenBudgets'
+// status. It is the proxy's only write to the API server.
 package report
 
 import (
