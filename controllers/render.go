@@ -20,6 +20,9 @@ const (
 	adminPort = 9090
 	// configKey is the ConfigMap key that holds the proxy config document.
 	configKey = "proxy.yaml"
+	// podNameEnv is the proxy's environment variable with its pod's name, the replica
+	// name of its report Lease.
+	podNameEnv = "POD_NAME"
 	// redisPasswordEnv is the proxy's environment variable with the Redis password.
 	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
 )
@@ -68,12 +71,23 @@ func render(f *fleet) *config.Config {
 		}
 		c.Upstreams = append(c.Upstreams, cu)
 	}
+	for _, m := range p.Spec.Models {
+		cm := config.Model{Name: m.Name}
+		if pr := m.Price; pr != nil {
+			cm.Price = &config.Price{Input: quantityFloat(pr.Input), Output: quantityFloat(pr.Output)}
+			if pr.CachedInput != nil {
+				v := quantityFloat(*pr.CachedInput)
+				cm.Price.CachedInput = &v
+			}
+		}
+		c.Models = append(c.Models, cm)
+	}
 	for _, k := range f.keys {
 		s := &k.key.Spec
 		c.APIKeys = append(c.APIKeys, config.APIKey{
 			Name: renderedName(k.key), KeySHA256: k.hash, User: s.User, Team: s.Team,
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
-			Bypass: s.Bypass,
+			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
 	}
 	rl := &c.RateLimiting
@@ -82,6 +96,10 @@ func render(f *fleet) *config.Config {
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
 	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
+	if w := p.Spec.CachedInputWeight; w != nil {
+		v := quantityFloat(*w)
+		rl.CachedInputWeight = &v
+	}
 	switch p.Spec.Overage {
 	case twv1alpha1.OverageForgive:
 		rl.Overage = config.OverageForgive
@@ -97,6 +115,10 @@ func render(f *fleet) *config.Config {
 		}
 	}
 	for _, b := range f.budgets {
+		if rulesShaped(b) {
+			rl.Rules = append(rl.Rules, budgetRules(b)...)
+			continue
+		}
 		l := config.DimensionLimits{
 			RequestsPerSecond: b.Spec.RequestsPerSecond, BurstCapacity: b.Spec.BurstCapacity,
 			TokensPerMinute: b.Spec.TokensPerMinute, TokensPerDay: b.Spec.TokensPerDay,
@@ -119,30 +141,39 @@ func render(f *fleet) *config.Config {
 			rl.Limits.PerModel[b.Spec.Model] = l
 		}
 	}
+	// A stable order: by name, whatever the budgets' ages.
+	slices.SortFunc(rl.Rules, func(a, b config.Rule) int { return strings.Compare(a.Name, b.Name) })
 	return c
 }
 
-// budgetSlot is what two budgets conflict on: the same dimension (and model).
-func budgetSlot(b *twv1alpha1.TokenBudget) string {
-	return string(b.Spec.Dimension) + "/" + b.Spec.Model
-}
-
 // resolveConflicts orders budgets oldest first (creation time, then name) and splits
-// them into the winners of each slot and the losers.
-func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, winnerOf map[string]string) {
+// them into the winners, which keep every slot they set (slots), and the losers,
+// which share a slot with an older winner: conflicted says why, by loser's objectKey.
+func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, conflicted map[string]string) {
 	sorted := slices.Clone(budgets)
 	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int { return olderFirst(a, b) })
-	winnerOf = map[string]string{}
+	owner := map[string]string{}
+	conflicted = map[string]string{}
 	for _, b := range sorted {
-		slot := budgetSlot(b)
-		if _, taken := winnerOf[slot]; taken {
+		ss := slots(b)
+		lost := false
+		for _, s := range ss {
+			if w, taken := owner[s.key]; taken {
+				conflicted[objectKey(b)] = fmt.Sprintf("TokenBudget %s is older and sets %s", w, s.what)
+				lost = true
+				break
+			}
+		}
+		if lost {
 			losers = append(losers, b)
 			continue
 		}
-		winnerOf[slot] = displayName(b)
+		for _, s := range ss {
+			owner[s.key] = displayName(b)
+		}
 		winners = append(winners, b)
 	}
-	return winners, losers, winnerOf
+	return winners, losers, conflicted
 }
 
 // olderFirst orders objects by creation time, then name, then namespace: the order in which

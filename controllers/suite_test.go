@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,6 +23,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/controllers"
@@ -71,6 +73,8 @@ var _ = BeforeSuite(func() {
 
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	// The cluster-wide admission policy config/default installs with the operator.
+	installReportLeasePolicy()
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -80,8 +84,9 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	mgrClient = mgr.GetClient()
+	readsOf = newRefusedReads(mgr.GetClient())
 	Expect((&controllers.TokenProxyReconciler{
-		Client:     mgr.GetClient(),
+		Client:     readsOf,
 		Events:     mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage: "tokenwarden:test",
 		// Short, so that the usage specs wait for a few intervals, not minutes.
@@ -96,6 +101,24 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 })
+
+// installReportLeasePolicy creates the ValidatingAdmissionPolicy and its binding of
+// config/admission, as they are shipped.
+func installReportLeasePolicy() {
+	GinkgoHelper()
+	for _, f := range []struct {
+		file string
+		obj  client.Object
+	}{
+		{"report_lease_policy.yaml", &admissionregistrationv1.ValidatingAdmissionPolicy{}},
+		{"report_lease_policy_binding.yaml", &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}},
+	} {
+		data, err := os.ReadFile(filepath.Join("..", "config", "admission", f.file))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(yaml.UnmarshalStrict(data, f.obj)).To(Succeed(), f.file)
+		Expect(k8sClient.Create(ctx, f.obj)).To(Succeed(), f.file)
+	}
+}
 
 // installServiceMonitorCRD installs the Prometheus Operator's ServiceMonitor CRD, if it
 // is not yet, and waits until the API server serves it. The manager started without

@@ -116,7 +116,10 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	for i := range budgets.Items {
 		b := &budgets.Items[i]
 		var want *twv1alpha1.TokenBudgetUsage
-		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
+		// The replicas report the buckets of the seed-000 limits, by dimension and
+		// model; a budget in the rule shape has its own counters, which they do not
+		// report yet.
+		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) && !rulesShaped(b) {
 			want = sumUsage(b, reports, now)
 		}
 		if !meaningful(b.Status.Usage, want) {

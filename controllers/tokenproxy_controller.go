@@ -287,17 +287,25 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		}
 		allowed = append(allowed, b)
 	}
-	winners, losers, winnerOf := resolveConflicts(allowed)
+	if err := r.readDeployment(ctx, tp, g); err != nil {
+		return nil, err
+	}
+	// A budget the fleet cannot enforce is not in force, so it conflicts with none.
+	enforceable := allowed[:0:0]
+	for _, b := range allowed {
+		if v, ok := fleetVerdict(tp, b, g.divisor); !ok {
+			g.budgetVerdicts[objectKey(b)] = v
+			continue
+		}
+		enforceable = append(enforceable, b)
+	}
+	winners, losers, conflicted := resolveConflicts(enforceable)
 	g.budgets = winners
 	for _, b := range winners {
 		g.budgetVerdicts[objectKey(b)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
 	}
 	for _, b := range losers {
-		msg := fmt.Sprintf("TokenBudget %s is older and sets the same dimension %s", winnerOf[budgetSlot(b)], b.Spec.Dimension)
-		if b.Spec.Model != "" {
-			msg += " for model " + b.Spec.Model
-		}
-		g.budgetVerdicts[objectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: msg}
+		g.budgetVerdicts[objectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: conflicted[objectKey(b)]}
 	}
 
 	var keys twv1alpha1.ApiKeyList
@@ -357,18 +365,24 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	}
 	g.credentials = creds
 
+	return g, nil
+}
+
+// readDeployment reads the fleet's Deployment, if any, and the budget division it
+// implies.
+func (r *TokenProxyReconciler) readDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered) error {
 	var deploy appsv1.Deployment
-	err = r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
 	switch {
 	case apierrors.IsNotFound(err):
 		g.divisor = divisor(tp, nil)
 	case err != nil:
-		return nil, fmt.Errorf("get Deployment: %w", err)
+		return fmt.Errorf("get Deployment: %w", err)
 	default:
 		g.divisor = divisor(tp, &deploy)
 		g.deployment = &deploy
 	}
-	return g, nil
+	return nil
 }
 
 func secretKey(ref twv1alpha1.SecretKeyReference) string {
@@ -414,6 +428,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st := b.Status.DeepCopy()
 		st.ObservedGeneration = b.Generation
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
+		st.Summary = summary(b, false, 1)
 		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
 		st.ConfigGeneration = 0

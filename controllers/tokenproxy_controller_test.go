@@ -94,9 +94,12 @@ func rendered(g Gomega, ns string) *config.Config {
 
 // document reads the fleet's config document as the proxy does: whole from the
 // ConfigMap, or from the chunks its manifest names.
-func document(g Gomega, ns string) []byte {
+func document(g Gomega, ns string) []byte { return fleetDocument(g, ns, "fleet") }
+
+// fleetDocument is document for the fleet of that name.
+func fleetDocument(g Gomega, ns, fleet string) []byte {
 	var cm corev1.ConfigMap
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet + "-proxy"}, &cm)).To(Succeed())
 	if doc, ok := cm.Data["proxy.yaml"]; ok {
 		return []byte(doc)
 	}
@@ -215,6 +218,9 @@ var _ = Describe("The fleet reconciler", func() {
 		Expect(c.Args).To(Equal([]string{"--configmap", ns + "/fleet-proxy"}))
 		Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
 		Expect(c.Env).To(ContainElement(HaveField("Name", "TOKENWARDEN_UPSTREAM_CLAUDE_KEY")))
+		Expect(c.Env).To(ContainElement(Equal(corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}})),
+			"the replica's report Lease is named after its pod, as its token's pod-name claim says")
 		Expect(d.OwnerReferences).To(ContainElement(HaveField("Name", "fleet")), "a deleted TokenProxy takes its objects with it")
 
 		By("letting the proxies read only their own ConfigMap, and create report Leases (renewing them by name: see the RBAC specs)")

@@ -76,7 +76,11 @@ func (r *TokenProxyReconciler) setDegraded(tp *twv1alpha1.TokenProxy, conds *[]m
 	for _, f := range ss.failed {
 		msgs = append(msgs, fmt.Sprintf("%s: %v", f.step, f.err))
 	}
-	msg := strings.Join(msgs, "; ") + "; the other steps ran, and the failed ones are retried"
+	next := "the other steps ran, and the failed ones are retried"
+	if ss.failed[0].step == stepRead {
+		next = "the operator renders and changes nothing of the fleet until it can read what the fleet is made of, and retries"
+	}
+	msg := strings.Join(msgs, "; ") + "; " + next
 	if prev := meta.FindStatusCondition(*conds, twv1alpha1.ConditionDegraded); prev == nil ||
 		prev.Status != metav1.ConditionTrue || prev.Reason != reason {
 		r.Events.Eventf(tp, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncate(msg, eventNoteLimit))

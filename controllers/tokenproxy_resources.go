@@ -229,7 +229,11 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if image == "" {
 		image = r.ProxyImage
 	}
-	var env []corev1.EnvVar
+	// The replica reports itself in the Lease <ConfigMap>-<pod name> (proxy/report), the
+	// only report Lease its pod-bound token may create (config/admission): the pod's
+	// name, not the host name, which the kubelet cuts to 63 characters.
+	env := []corev1.EnvVar{{Name: podNameEnv, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}}
 	secretEnv := func(envName string, ref *twv1alpha1.SecretKeyReference) corev1.EnvVar {
 		return corev1.EnvVar{Name: envName, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name}, Key: secretKey(*ref)}}}

@@ -17,6 +17,7 @@ import (
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg string, generation int64) {
@@ -88,11 +89,13 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 		st.Replicas, st.PerReplica = 0, twv1alpha1.PerReplicaAllowance{}
 		if v.accepted {
 			st.Replicas = inForce
+			tpm, tpd := tokenWindows(b)
 			st.PerReplica = twv1alpha1.PerReplicaAllowance{
-				TokensPerMinute: allowance(b.Spec.TokensPerMinute, inForce),
-				TokensPerDay:    allowance(b.Spec.TokensPerDay, inForce),
+				TokensPerMinute: allowance(tpm, inForce),
+				TokensPerDay:    allowance(tpd, inForce),
 			}
 		}
+		st.Summary = summary(b, v.accepted, inForce)
 		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
 			b.Status.Conditions, generation)
 		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
@@ -243,6 +246,26 @@ func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj clien
 	}
 	setCondition(conds, twv1alpha1.ConditionAccepted, false, v.reason, v.message, gen)
 	setCondition(conds, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, gen)
+}
+
+// tokenWindows are a budget's rolling minute and day limits of the Tokens amount, the
+// ones status.perReplica reports (0: none).
+func tokenWindows(b *twv1alpha1.TokenBudget) (minute, day int64) {
+	for _, g := range groups(b) {
+		if g.amount != twv1alpha1.AmountTokens {
+			continue
+		}
+		for _, w := range g.windows {
+			switch {
+			case w.Rolling == nil:
+			case w.Rolling.Period == config.PeriodMinute && minute == 0:
+				minute = int64(w.Limit)
+			case w.Rolling.Period == config.PeriodDay && day == 0:
+				day = int64(w.Limit)
+			}
+		}
+	}
+	return minute, day
 }
 
 // allowance is what each replica enforces of a fleet total: nil when unlimited.

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"time"
 
@@ -106,37 +105,20 @@ func chat(url, key, model string) int {
 }
 
 // getColumns reads one budget's row of `kubectl get tokenbudgets -o wide`, by header.
-// kubectl aligns every column at its header; a header may hold one space ("AT LIMIT").
 func getColumns(g Gomega, ns, name string) map[string]string {
-	out := kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide")
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	header := lines[0]
-	var starts []int
-	for _, loc := range regexp.MustCompile(`\S+( \S+)*`).FindAllStringIndex(header, -1) {
-		starts = append(starts, loc[0])
-	}
+	rows := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
 	cols := map[string]string{}
-	for _, line := range lines[1:] {
-		if !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for i, st := range starts {
-			end := len(header)
-			if i+1 < len(starts) {
-				end = starts[i+1]
-			}
-			h := strings.TrimSpace(header[st:end])
-			if i+1 == len(starts) {
-				end = len(line)
-			}
-			if st < len(line) {
-				cols[h] = strings.TrimSpace(line[st:min(end, len(line))])
-			} else {
+	for _, row := range rows[1:] {
+		if len(row) > 0 && row[0] == name {
+			for i, h := range rows[0] {
 				cols[h] = ""
+				if i < len(row) {
+					cols[h] = row[i]
+				}
 			}
 		}
 	}
-	g.Expect(cols).NotTo(BeEmpty(), "no row %s in\n%s", name, out)
+	g.Expect(cols).NotTo(BeEmpty(), "no row %s in %v", name, rows)
 	return cols
 }
 

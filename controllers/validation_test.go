@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,6 +78,140 @@ var _ = Describe("Validation by the API server", func() {
 			"spec.proxyRef.name: Invalid value: \"\": spec.proxyRef.name in body should be at least 1 chars long"),
 	)
 
+	// A budget in the rule shape: a minute window of tokens for each team, then the
+	// mutation.
+	ruled := func(mutate func(*twv1alpha1.TokenBudgetSpec)) func(*twv1alpha1.TokenBudgetSpec) {
+		return func(s *twv1alpha1.TokenBudgetSpec) {
+			s.Dimension, s.TokensPerMinute = twv1alpha1.DimensionPerTeam, 0
+			s.Windows = windows(rollingWindow("600k", twv1alpha1.PeriodMinute, 0))
+			mutate(s)
+		}
+	}
+	calendar := func(c twv1alpha1.CalendarWindow) func(*twv1alpha1.TokenBudgetSpec) {
+		return ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows = windows(calendarWindow("1M", c)) })
+	}
+	DescribeTable("a TokenBudget in the rule shape",
+		func(mutate func(*twv1alpha1.TokenBudgetSpec), message string) { refused(budget(mutate), message) },
+		Entry("a shorthand minute beside windows",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.TokensPerMinute = 1000 }),
+			"tokensPerMinute must be 0 when windows are set: write the minute as a window"),
+		Entry("a shorthand day beside windows",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.TokensPerDay = 1000 }),
+			"tokensPerDay must be 0 when windows are set: write the day as a window"),
+		Entry("a shorthand request rate beside windows",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.RequestsPerSecond = 10 }),
+			"requestsPerSecond must be 0 when windows are set: write a Requests budget with a window"),
+		Entry("a window both rolling and calendar",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Windows[0].Calendar = &twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay}
+			}),
+			"spec.windows[0]: Invalid value: set exactly one of rolling and calendar"),
+		Entry("a window neither rolling nor calendar",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Rolling = nil }),
+			"spec.windows[0]: Invalid value: set exactly one of rolling and calendar"),
+		Entry("a limit of 0",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Limit = resource.MustParse("0") }),
+			"spec.windows[0]: Invalid value: limit must be above 0"),
+		Entry("a negative limit",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Limit = resource.MustParse("-5") }),
+			"limit must be above 0"),
+		Entry("a fraction of a token",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Limit = resource.MustParse("25.50") }),
+			"windows[].limit must be a whole number of tokens or requests: only a Cost budget (US dollars) counts fractions"),
+		Entry("a fraction of a request",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.Windows[0].Limit = twv1alpha1.AmountRequests, resource.MustParse("1.5")
+			}),
+			"windows[].limit must be a whole number"),
+		Entry("no windows, nor a shorthand limit",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows = nil }),
+			"at least one of tokensPerMinute, tokensPerDay and requestsPerSecond must be positive, or windows set"),
+		Entry("an unknown period",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Rolling.Period = "Fortnight" }),
+			`spec.windows[0].rolling.period: Unsupported value: "Fortnight"`),
+		Entry("a burst longer than a month",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Rolling.BurstSeconds = 2678401 }),
+			"spec.windows[0].rolling.burstSeconds: Invalid value: 2678401"),
+		Entry("an unknown calendar unit",
+			calendar(twv1alpha1.CalendarWindow{Every: "Year"}),
+			`spec.windows[0].calendar.every: Unsupported value: "Year"`),
+		Entry("a weekday on a monthly window",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryMonth, Weekday: "Friday"}),
+			"spec.windows[0].calendar: Invalid value: weekday applies only to every: Week"),
+		Entry("a day of the month on a weekly window",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryWeek, DayOfMonth: 15}),
+			"spec.windows[0].calendar: Invalid value: dayOfMonth applies only to every: Month"),
+		Entry("the 32nd of a month",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryMonth, DayOfMonth: 32}),
+			"spec.windows[0].calendar.dayOfMonth: Invalid value: 32"),
+		Entry("an unknown weekday",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryWeek, Weekday: "Funday"}),
+			`spec.windows[0].calendar.weekday: Unsupported value: "Funday"`),
+		Entry("a time zone that is no IANA name",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay, TimeZone: "Berlin time"}),
+			`spec.windows[0].calendar.timeZone: Invalid value: "Berlin time": timeZone must be an IANA time zone name such as UTC or Europe/Berlin`),
+		Entry("a time of day past midnight",
+			calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryDay, At: "24:00"}),
+			`spec.windows[0].calendar.at: Invalid value: "24:00": at must be a time of day HH:MM, such as 00:00 or 09:30`),
+		Entry("subjects on a Global budget",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Dimension, s.Subjects = twv1alpha1.DimensionGlobal, []string{"research"}
+			}),
+			"subjects must not be set on a Global budget: it has one subject, the whole fleet"),
+		Entry("an empty subject",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Subjects = []string{""} }),
+			"spec.subjects[0]: Invalid value: \"\": spec.subjects[0] in body should be at least 1 chars long"),
+		Entry("a fan-out by its own dimension",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.CountBy = twv1alpha1.CountByTeam }),
+			"countBy must differ from the dimension: the budget already counts each subject of its dimension"),
+		Entry("an unknown fan-out",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.CountBy = "Session" }),
+			`spec.countBy: Unsupported value: "Session"`),
+		Entry("an unknown amount",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Amount = "Dollars" }),
+			`spec.amount: Unsupported value: "Dollars"`),
+		Entry("an unknown action",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Action = "Throttle" }),
+			`spec.action: Unsupported value: "Throttle"`),
+		Entry("a shorthand token budget counting requests",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.Amount = twv1alpha1.AmountRequests },
+			"tokensPerMinute and tokensPerDay count tokens: a Requests or Cost budget writes its limits in windows"),
+		Entry("a cost budget without windows",
+			func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.TokensPerMinute, s.RequestsPerSecond = twv1alpha1.AmountCost, 0, 10
+			},
+			"amount needs windows (or, for InputTokens and OutputTokens, tokensPerMinute or tokensPerDay): requestsPerSecond counts requests only"),
+		Entry("a PerModel budget with a model and subjects",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Dimension, s.Model, s.Subjects = twv1alpha1.DimensionPerModel, "gpt-4o", []string{"o3"}
+			}),
+			"model is required when dimension is PerModel and must not be set otherwise"),
+		Entry("a PerModel budget of seed 000's shape for each model",
+			func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = twv1alpha1.DimensionPerModel },
+			"model is required when dimension is PerModel"),
+	)
+
+	It("stores rule-shaped budgets with quantities, dollars and subjects instead of a model", func() {
+		for name, mutate := range map[string]func(*twv1alpha1.TokenBudgetSpec){
+			"dollars": ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount = twv1alpha1.AmountCost
+				s.Windows = windows(calendarWindow("25.50", twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryMonth, DayOfMonth: 31, TimeZone: "America/Argentina/Buenos_Aires", At: "09:30"}))
+			}),
+			"models": ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Dimension, s.Subjects = twv1alpha1.DimensionPerModel, []string{"gpt-4o", "o3"}
+			}),
+			"each-model": ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = twv1alpha1.DimensionPerModel }),
+			"weekly":     calendar(twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryWeek, Weekday: twv1alpha1.Weekday("Sunday")}),
+			"input-shorthand": func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.CountBy, s.Dimension = twv1alpha1.AmountInputTokens, twv1alpha1.CountByModel, twv1alpha1.DimensionPerAPIKey
+			},
+		} {
+			b := budget(mutate)
+			b.Name, b.Namespace = name, ns
+			Expect(k8sClient.Create(ctx, b)).To(Succeed(), name)
+		}
+	})
+
 	DescribeTable("a TokenProxy",
 		func(mutate func(*twv1alpha1.TokenProxySpec), message string) { refused(proxy(mutate), message) },
 		Entry("allowed namespaces from a Selector without a selector",
@@ -143,6 +278,17 @@ var _ = Describe("Validation by the API server", func() {
 		Entry("no retry patience at all",
 			func(s *twv1alpha1.TokenProxySpec) { s.RetryPatienceSeconds = -1 },
 			"spec.retryPatienceSeconds: Invalid value: -1: spec.retryPatienceSeconds in body should be greater than or equal to 1"),
+		Entry("a cached input weight above 1",
+			func(s *twv1alpha1.TokenProxySpec) { s.CachedInputWeight = ptr.To(resource.MustParse("1.5")) },
+			`spec.cachedInputWeight: Invalid value: "1500m": cachedInputWeight must be from 0 to 1`),
+		Entry("a negative cached input weight",
+			func(s *twv1alpha1.TokenProxySpec) { s.CachedInputWeight = ptr.To(resource.MustParse("-0.1")) },
+			"cachedInputWeight must be from 0 to 1"),
+		Entry("two models of one name",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o"}, {Name: "gpt-4o"}}
+			},
+			`spec.models[1]: Duplicate value: {"name":"gpt-4o"}`),
 		Entry("negative replicas",
 			func(s *twv1alpha1.TokenProxySpec) { s.Replicas = ptr.To(int32(-1)) },
 			"spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),

@@ -45,6 +45,12 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// +kubebuilder:validation:Minimum=0
 	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 
+	// TokensPerDay overrides the PerAPIKey day budget for this key, as a fleet total
+	// (divided among the replicas like every budget). 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TokensPerDay int64 `json:"tokensPerDay,omitempty"`
+
 	// Bypass exempts the key from every limit. Default false. The key is accepted
 	// only where its fleet's spec.allowBypass allows bypass keys.
 	// +optional

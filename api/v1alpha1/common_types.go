@@ -95,7 +95,14 @@ const (
 	ReasonRendered         = "Rendered"
 	ReasonPending          = "Pending"
 	ReasonDeploymentReady  = "DeploymentReady"
-	ReasonNotReady         = "DeploymentNotReady"
+	// NeedsRedis, InvalidBudget and ModelNotPriced refuse a TokenBudget
+	// (Accepted=False) that its fleet cannot enforce: a calendar window or a Cost
+	// amount on a fleet with memory storage; a budget the proxy would refuse; a Cost
+	// budget for a model the fleet's spec.models gives no price.
+	ReasonNeedsRedis     = "NeedsRedis"
+	ReasonInvalidBudget  = "InvalidBudget"
+	ReasonModelNotPriced = "ModelNotPriced"
+	ReasonNotReady       = "DeploymentNotReady"
 
 	// Enforced on a TokenBudget or an ApiKey: Enforced (every live replica has loaded
 	// it), Pending (a replica has not yet, or none reports) or NotInConfig (the object

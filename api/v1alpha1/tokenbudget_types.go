@@ -4,6 +4,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -21,11 +22,162 @@ const (
 	DimensionPerModel  Dimension = "PerModel"
 )
 
-// TokenBudgetSpec is one dimension's budget for one fleet. Every number is a fleet
-// total; the operator divides it among the replicas when storage is memory.
-// +kubebuilder:validation:XValidation:rule="self.dimension == 'PerModel' ? (has(self.model) && size(self.model) > 0) : !has(self.model)",message="model is required when dimension is PerModel and must not be set otherwise"
-// +kubebuilder:validation:XValidation:rule="self.tokensPerMinute > 0 || self.tokensPerDay > 0 || self.requestsPerSecond > 0",message="at least one of tokensPerMinute, tokensPerDay and requestsPerSecond must be positive"
+// CountBy is the second attribute a budget fans out by: a counter per (subject,
+// value) pair, for example per key per model.
+// +kubebuilder:validation:Enum=APIKey;User;Team;Model;Client
+type CountBy string
+
+// The attributes a budget fans out by.
+const (
+	CountByAPIKey CountBy = "APIKey"
+	CountByUser   CountBy = "User"
+	CountByTeam   CountBy = "Team"
+	CountByModel  CountBy = "Model"
+	CountByClient CountBy = "Client"
+)
+
+// Amount is what a budget counts.
+// +kubebuilder:validation:Enum=Tokens;InputTokens;OutputTokens;Requests;Cost
+type Amount string
+
+// Amounts.
+const (
+	// AmountTokens counts input plus output tokens (seed 000's budgets).
+	AmountTokens Amount = "Tokens"
+	// AmountInputTokens counts input (prompt) tokens only.
+	AmountInputTokens Amount = "InputTokens"
+	// AmountOutputTokens counts generated tokens only.
+	AmountOutputTokens Amount = "OutputTokens"
+	// AmountRequests counts requests.
+	AmountRequests Amount = "Requests"
+	// AmountCost counts US dollars, priced from the fleet's spec.models.
+	AmountCost Amount = "Cost"
+)
+
+// Action is what happens when a request does not fit a budget.
+// +kubebuilder:validation:Enum=Block;Warn
+type Action string
+
+// Actions.
+const (
+	// ActionBlock refuses the request (429).
+	ActionBlock Action = "Block"
+	// ActionWarn admits it, counts and exports the would-be refusal and reports it in
+	// a response header: a budget watched before it is enforced.
+	ActionWarn Action = "Warn"
+)
+
+// Period is a rolling window's length.
+// +kubebuilder:validation:Enum=Second;Minute;Hour;Day
+type Period string
+
+// Periods.
+const (
+	PeriodSecond Period = "Second"
+	PeriodMinute Period = "Minute"
+	PeriodHour   Period = "Hour"
+	PeriodDay    Period = "Day"
+)
+
+// CalendarUnit is how often a calendar window starts.
+// +kubebuilder:validation:Enum=Day;Week;Month
+type CalendarUnit string
+
+// Calendar units.
+const (
+	EveryDay   CalendarUnit = "Day"
+	EveryWeek  CalendarUnit = "Week"
+	EveryMonth CalendarUnit = "Month"
+)
+
+// Weekday is the day a weekly window starts.
+// +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
+type Weekday string
+
+// BudgetWindow is one limit of a budget over one window: rolling (a bucket refilled
+// continuously) or calendar (a counter that starts at zero at an anchor).
+// +kubebuilder:validation:XValidation:rule="has(self.rolling) != has(self.calendar)",message="set exactly one of rolling and calendar"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.limit)).isGreaterThan(quantity('0'))",message="limit must be above 0"
+type BudgetWindow struct {
+	// Limit is the allowance per window, in the budget's amount: tokens, requests
+	// (whole numbers) or US dollars ("25.50"). A quantity: 600k, 1.5M and 1000 work.
+	// It is a fleet total; under memory storage each replica enforces its share of a
+	// rolling window.
+	// +required
+	Limit resource.Quantity `json:"limit"`
+	// Rolling is a bucket refilled at limit per period.
+	// +optional
+	Rolling *RollingWindow `json:"rolling,omitempty"`
+	// Calendar is a counter that starts at zero every day, week or month (needs a
+	// fleet with Redis storage: it must never reset to full because a proxy restarted).
+	// +optional
+	Calendar *CalendarWindow `json:"calendar,omitempty"`
+}
+
+// RollingWindow is a bucket refilled continuously at limit per period.
+type RollingWindow struct {
+	// Period is Second, Minute, Hour or Day.
+	// +required
+	Period Period `json:"period"`
+	// BurstSeconds is how many seconds of refill the bucket holds: the burst it
+	// absorbs. 0 or absent: one period (the bucket holds one period's limit).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2678400
+	BurstSeconds int64 `json:"burstSeconds,omitempty"`
+}
+
+// CalendarWindow is a counter that starts at zero at an anchor in a time zone: every
+// day at a time of day, every week on a weekday, every month on a day of the month
+// (the month's last day when it is shorter). A daylight-saving change moves the
+// instant, never the wall-clock anchor.
+// +kubebuilder:validation:XValidation:rule="!has(self.weekday) || self.every == 'Week'",message="weekday applies only to every: Week"
+// +kubebuilder:validation:XValidation:rule="!has(self.dayOfMonth) || self.every == 'Month'",message="dayOfMonth applies only to every: Month"
+type CalendarWindow struct {
+	// Every is Day, Week or Month.
+	// +required
+	Every CalendarUnit `json:"every"`
+	// TimeZone is an IANA time zone name, for example Europe/Berlin. Default UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$')",message="timeZone must be an IANA time zone name such as UTC or Europe/Berlin"
+	TimeZone string `json:"timeZone,omitempty"`
+	// At is the wall-clock time the window starts, HH:MM. Default 00:00.
+	// +optional
+	// +kubebuilder:validation:MaxLength=5
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')",message="at must be a time of day HH:MM, such as 00:00 or 09:30"
+	At string `json:"at,omitempty"`
+	// Weekday starts a weekly window: Monday to Sunday. Default Monday.
+	// +optional
+	Weekday Weekday `json:"weekday,omitempty"`
+	// DayOfMonth starts a monthly window: 1 to 31 (the month's last day when it is
+	// shorter). Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=31
+	DayOfMonth int32 `json:"dayOfMonth,omitempty"`
+}
+
+// TokenBudgetSpec is one budget of one fleet. Every number is a fleet total; the
+// operator divides it among the replicas when storage is memory.
+//
+// The shape of seed 000 (one dimension, tokensPerMinute, tokensPerDay,
+// requestsPerSecond) renders into the proxy config's limits, as it always has. A budget
+// that sets any of subjects, countBy, models, windows, an amount other than Tokens or
+// the action Warn renders into the config's rules instead (docs/budgets.md); its
+// shorthand fields are then windows too.
+// +kubebuilder:validation:XValidation:rule="self.dimension == 'PerModel' ? (has(self.model) ? !has(self.subjects) : (has(self.subjects) || has(self.windows))) : !has(self.model)",message="model is required when dimension is PerModel and must not be set otherwise (a PerModel budget may name its models in subjects instead, or, with windows, none for each model)"
+// +kubebuilder:validation:XValidation:rule="has(self.windows) || self.tokensPerMinute > 0 || self.tokensPerDay > 0 || self.requestsPerSecond > 0",message="at least one of tokensPerMinute, tokensPerDay and requestsPerSecond must be positive, or windows set"
 // +kubebuilder:validation:XValidation:rule="self.burstCapacity == 0 || self.requestsPerSecond > 0",message="burstCapacity needs requestsPerSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || self.tokensPerMinute == 0",message="tokensPerMinute must be 0 when windows are set: write the minute as a window"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || self.tokensPerDay == 0",message="tokensPerDay must be 0 when windows are set: write the day as a window"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || self.requestsPerSecond == 0",message="requestsPerSecond must be 0 when windows are set: write a Requests budget with a window"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || self.burstCapacity == 0",message="burstCapacity must be 0 when windows are set: set a window's rolling.burstSeconds"
+// +kubebuilder:validation:XValidation:rule="self.dimension != 'Global' || !has(self.subjects)",message="subjects must not be set on a Global budget: it has one subject, the whole fleet"
+// +kubebuilder:validation:XValidation:rule="!has(self.countBy) || 'Per' + self.countBy != self.dimension",message="countBy must differ from the dimension: the budget already counts each subject of its dimension"
+// +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['Requests', 'Cost']) || (self.tokensPerMinute == 0 && self.tokensPerDay == 0)",message="tokensPerMinute and tokensPerDay count tokens: a Requests or Cost budget writes its limits in windows"
+// +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['InputTokens', 'OutputTokens', 'Cost']) || has(self.windows) || self.tokensPerMinute > 0 || self.tokensPerDay > 0",message="amount needs windows (or, for InputTokens and OutputTokens, tokensPerMinute or tokensPerDay): requestsPerSecond counts requests only"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || (has(self.amount) && self.amount == 'Cost') || self.windows.all(w, quantity(string(w.limit)).isInteger())",message="windows[].limit must be a whole number of tokens or requests: only a Cost budget (US dollars) counts fractions"
 type TokenBudgetSpec struct {
 	// ProxyRef is the TokenProxy (fleet) this budget applies to.
 	// +required
@@ -42,6 +194,58 @@ type TokenBudgetSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	Model string `json:"model,omitempty"`
 
+	// Subjects are the subjects of the dimension this budget applies to: team names
+	// (PerTeam), user names (PerUser), ApiKey names (PerAPIKey: the name in the
+	// fleet's namespace, namespace/name in another), client addresses (PerClient) or
+	// model names (PerModel). Empty: each subject of the dimension. A budget that names
+	// subjects replaces, for them, the each-subject budget of the same dimension,
+	// countBy, models, amount and window period ("research 600k, every other team
+	// 50k"). Not for Global.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	Subjects []string `json:"subjects,omitempty"`
+
+	// CountBy fans the budget out by a second attribute: APIKey, User, Team, Model or
+	// Client; each (subject, value) pair has its own counter ("per key per model").
+	// Empty: one counter per subject.
+	// +optional
+	CountBy CountBy `json:"countBy,omitempty"`
+
+	// Models restricts the budget to requests for these client-facing models. Empty:
+	// every model.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Models []string `json:"models,omitempty"`
+
+	// Amount is what the budget counts: Tokens (input plus output), InputTokens,
+	// OutputTokens, Requests or Cost (US dollars, priced from the fleet's
+	// spec.models; needs a fleet with Redis storage). Default Tokens.
+	// +optional
+	Amount Amount `json:"amount,omitempty"`
+
+	// Action is what happens at the limit: Block (refuse with 429) or Warn (admit,
+	// count, export and add a warning header: watch a budget before enforcing it).
+	// Default Block.
+	// +optional
+	Action Action `json:"action,omitempty"`
+
+	// Windows are the budget's limits, each over its own window; every one applies.
+	// With windows set, the shorthand fields (tokensPerMinute, tokensPerDay,
+	// requestsPerSecond, burstCapacity) must be 0.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Windows []BudgetWindow `json:"windows,omitempty"`
+
 	// TokensPerMinute is the minute budget in tokens: a bucket of one minute of the
 	// rate, refilled continuously. 0 is unlimited. Default 0.
 	// +optional
@@ -57,6 +261,8 @@ type TokenBudgetSpec struct {
 	TokensPerDay int64 `json:"tokensPerDay"`
 
 	// RequestsPerSecond is the request rate per replica. 0 is unlimited. Default 0.
+	// On a budget that renders into rules it is a window of one second on the
+	// Requests amount, a fleet total like every window.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
@@ -106,6 +312,10 @@ type TokenBudgetStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Summary is the budget in words, for kubectl get: whom it applies to, what it
+	// counts, its windows and what each replica enforces.
+	// +optional
+	Summary BudgetSummary `json:"summary,omitempty"`
 
 	// Live usage (tokenbudget_usage_types.go).
 
@@ -115,22 +325,55 @@ type TokenBudgetStatus struct {
 	Usage *TokenBudgetUsage `json:"usage,omitempty"`
 }
 
-// TokenBudget is a token budget per minute and per day on one dimension of a fleet.
+// BudgetSummary is a budget written out for people: the columns of kubectl get.
+type BudgetSummary struct {
+	// Subjects is whom the budget applies to: "research,support", "each team", "each
+	// key per model", "fleet".
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Subjects string `json:"subjects,omitempty"`
+	// Amount is what it counts: tokens, input tokens, output tokens, requests or cost.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Amount string `json:"amount,omitempty"`
+	// Windows are its limits: "600k/min burst 20s, $1000/month".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Windows string `json:"windows,omitempty"`
+	// Action is Block or Warn.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Action string `json:"action,omitempty"`
+	// PerReplica is what each replica enforces of every window: the share of a
+	// rolling window under memory storage, the fleet total under Redis (the replicas
+	// share the counters). Empty while the budget is not in force.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	PerReplica string `json:"perReplica,omitempty"`
+}
+
+// TokenBudget is a budget on one dimension of a fleet: tokens, requests or dollars,
+// over rolling or calendar windows, for each subject or named ones.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tb,categories=tokenwarden
 // +kubebuilder:printcolumn:name="Dimension",type=string,JSONPath=`.spec.dimension`
-// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`
-// +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.spec.tokensPerMinute`
-// +kubebuilder:printcolumn:name="TPD",type=integer,JSONPath=`.spec.tokensPerDay`
+// +kubebuilder:printcolumn:name="Subjects",type=string,JSONPath=`.status.summary.subjects`
+// +kubebuilder:printcolumn:name="Amount",type=string,JSONPath=`.status.summary.amount`
+// +kubebuilder:printcolumn:name="Windows",type=string,JSONPath=`.status.summary.windows`
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.status.summary.action`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
-// +kubebuilder:printcolumn:name="Per-Replica TPM",type=integer,JSONPath=`.status.perReplica.tokensPerMinute`
-// +kubebuilder:printcolumn:name="Per-Replica TPD",type=integer,JSONPath=`.status.perReplica.tokensPerDay`
+// +kubebuilder:printcolumn:name="Per-Replica",type=string,JSONPath=`.status.summary.perReplica`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Used",type=string,JSONPath=`.status.usage.used`
 // +kubebuilder:printcolumn:name="At Limit",type=integer,JSONPath=`.status.usage.subjectsAtLimit`
-// +kubebuilder:printcolumn:name="Top Consumer",type=string,JSONPath=`.status.usage.topConsumer`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Top Consumer",type=string,JSONPath=`.status.usage.topConsumer`,priority=1
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`,priority=1
+// +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.spec.tokensPerMinute`,priority=1
+// +kubebuilder:printcolumn:name="TPD",type=integer,JSONPath=`.spec.tokensPerDay`,priority=1
+// +kubebuilder:printcolumn:name="Per-Replica TPM",type=integer,JSONPath=`.status.perReplica.tokensPerMinute`,priority=1
+// +kubebuilder:printcolumn:name="Per-Replica TPD",type=integer,JSONPath=`.status.perReplica.tokensPerDay`,priority=1
 type TokenBudget struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

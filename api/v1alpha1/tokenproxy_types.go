@@ -6,6 +6,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -75,6 +76,33 @@ type Upstream struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// ModelSpec is one client-facing model of a fleet.
+type ModelSpec struct {
+	// Name is the client-facing model name, as requests carry it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// Price is what the model costs, for Cost budgets.
+	// +optional
+	Price *ModelPrice `json:"price,omitempty"`
+}
+
+// ModelPrice is a model's price in US dollars per million tokens: quantities such as
+// "2.50" or "10", 0 or more (the operator refuses a negative price: InvalidConfig).
+type ModelPrice struct {
+	// Input is the price of a million input tokens that were not read from a cache.
+	// +required
+	Input resource.Quantity `json:"input"`
+	// Output is the price of a million generated tokens.
+	// +required
+	Output resource.Quantity `json:"output"`
+	// CachedInput is the price of a million input tokens read from the backend's
+	// prompt cache. Default: the input price.
+	// +optional
+	CachedInput *resource.Quantity `json:"cachedInput,omitempty"`
 }
 
 // AuthSpec configures client authentication.
@@ -147,6 +175,21 @@ type TokenProxySpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !has(a.models) || self.all(b, a.name == b.name || !has(b.models) || !sets.intersects(a.models, b.models)))",message="a model is listed by two upstreams; list each model under one upstream only"
 	Upstreams []Upstream `json:"upstreams"`
+	// Models are the client-facing models with what they cost: the prices a Cost
+	// TokenBudget counts in. A Cost budget is accepted only when every model it
+	// governs has a price here.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Models []ModelSpec `json:"models,omitempty"`
+	// CachedInputWeight is how much an input token read from the backend's prompt
+	// cache counts in Tokens and InputTokens budgets: from 0 to 1, for example 0.1.
+	// Default 1 (a cached token counts in full). Cost budgets use the model's
+	// cachedInput price instead.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0')) && !quantity(string(self)).isGreaterThan(quantity('1'))",message="cachedInputWeight must be from 0 to 1"
+	CachedInputWeight *resource.Quantity `json:"cachedInputWeight,omitempty"`
 	// Auth configures client authentication.
 	// +optional
 	Auth AuthSpec `json:"auth,omitempty"`
@@ -318,7 +361,6 @@ type TokenProxyStatus struct {
 	EnforcedReplicas int32 `json:"enforcedReplicas"`
 	// Enforced is "enforcedReplicas/liveReplicas", for kubectl get.
 	// +optional
-	// +kubebuilder:validation:MaxLength=32
 	Enforced string `json:"enforced,omitempty"`
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
 	// config generation) and Degraded (a step of the reconcile fails).

@@ -38,6 +38,9 @@ type Config struct {
 	// Upstreams are the backends; the first whose models list holds the request's model
 	// serves it, and an upstream with an empty list serves every other model.
 	Upstreams []Upstream `json:"upstreams"`
+	// Models are the client-facing models with what they cost, for budgets whose
+	// amount is cost.
+	Models []Model `json:"models,omitempty"`
 
 	Auth         Auth         `json:"auth,omitempty"`
 	APIKeys      []APIKey     `json:"api_keys,omitempty"`
@@ -97,6 +100,9 @@ type APIKey struct {
 	// RateLimitTokensPerMinute overrides per_api_key.tokens_per_minute for this key
 	// (0: none). It is a fleet total and is divided by budget_division.replicas.
 	RateLimitTokensPerMinute int64 `json:"rate_limit_tokens_per_minute,omitempty"`
+	// RateLimitTokensPerDay overrides per_api_key.tokens_per_day for this key (0:
+	// none), a fleet total divided like the minute override.
+	RateLimitTokensPerDay int64 `json:"rate_limit_tokens_per_day,omitempty"`
 	// Bypass exempts the key from every limit.
 	Bypass bool `json:"bypass,omitempty"`
 }
@@ -139,8 +145,24 @@ type RateLimiting struct {
 	// instead of sleeping. 0 or absent is the default, 60 seconds (the longest wait
 	// openai-node honours); RetryPatience reads it.
 	RetryPatienceSeconds int64 `json:"retry_patience_seconds,omitempty"`
-	// Limits are the budgets per dimension.
+	// Limits are the budgets per dimension (seed 000's shape).
 	Limits Limits `json:"limits,omitempty"`
+	// Rules are budgets in the general rule shape: subjects, fan-out, amounts
+	// (tokens, input or output tokens, requests, cost), rolling and calendar windows,
+	// block or warn. They stack with Limits (see Rule for precedence).
+	Rules []Rule `json:"rules,omitempty"`
+	// CachedInputWeight is how much an input token read from the backend's prompt
+	// cache counts in the tokens and input_tokens amounts: 0 to 1, default 1 (a cached
+	// token counts in full, as seed 000 says). Cost uses the model's cached_input price.
+	CachedInputWeight *float64 `json:"cached_input_weight,omitempty"`
+}
+
+// CachedWeight is the cached_input_weight in force.
+func (rl *RateLimiting) CachedWeight() float64 {
+	if rl.CachedInputWeight != nil {
+		return *rl.CachedInputWeight
+	}
+	return 1
 }
 
 // Overage selects what happens to an overage a bucket cannot cover.
@@ -293,6 +315,7 @@ func (c *Config) Default() {
 	if rl.ClientIPv6Prefix == 0 {
 		rl.ClientIPv6Prefix = DefaultClientIPv6Prefix
 	}
+	rl.defaultRules()
 	if rl.Redis.FallbackToMemory == nil {
 		t := true
 		rl.Redis.FallbackToMemory = &t

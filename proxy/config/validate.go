@@ -53,8 +53,10 @@ func (c *Config) Validate() error {
 			errs.add(fmt.Sprintf("auth.trusted_proxies[%d]", i), "%v", err)
 		}
 	}
+	c.validateModels(&errs)
 	c.validateKeys(&errs)
 	c.validateRateLimiting(&errs)
+	c.validateRules(&errs)
 	return errors.Join(errs...)
 }
 
@@ -142,6 +144,7 @@ func (c *Config) validateKeys(errs *fieldErrors) {
 		nonNegative(errs, f+".rate_limit", k.RateLimit)
 		nonNegative(errs, f+".rate_limit_burst", k.RateLimitBurst)
 		nonNegative(errs, f+".rate_limit_tokens_per_minute", k.RateLimitTokensPerMinute)
+		nonNegative(errs, f+".rate_limit_tokens_per_day", k.RateLimitTokensPerDay)
 	}
 }
 

@@ -27,12 +27,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
@@ -140,6 +147,51 @@ func TestOperatorPod(t *testing.T) {
 	}
 	if strings.Contains(got, "hijack") {
 		t.Errorf("podLabels overrode a selector label:\n%s", got)
+	}
+}
+
+// TestReportLeasePolicy: the chart installs the same report Lease admission policy as
+// config/admission (whose behaviour the controller specs test against the API server),
+// and none with reportLeasePolicy.enabled=false.
+func TestReportLeasePolicy(t *testing.T) {
+	helm := tool(t, "helm")
+	got := run(t, helm, "template", "tw", chartDir, "--show-only", "templates/report-lease-policy.yaml")
+	docs := strings.Split(got, "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("want the policy and its binding, got %d documents:\n%s", len(docs), got)
+	}
+	var policy, wantPolicy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding, wantBinding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, d := range []struct {
+		chart, file string
+		into, want  any
+	}{
+		{docs[0], "report_lease_policy.yaml", &policy, &wantPolicy},
+		{docs[1], "report_lease_policy_binding.yaml", &binding, &wantBinding},
+	} {
+		if err := yaml.UnmarshalStrict([]byte(d.chart), d.into); err != nil {
+			t.Fatalf("the chart's %s: %v", d.file, err)
+		}
+		data, err := os.ReadFile(filepath.Join("..", "..", "config", "admission", d.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(data, d.want); err != nil {
+			t.Fatalf("config/admission/%s: %v", d.file, err)
+		}
+	}
+	if binding.Spec.PolicyName != policy.Name {
+		t.Errorf("the binding names policy %q, the chart's is %q", binding.Spec.PolicyName, policy.Name)
+	}
+	binding.Spec.PolicyName = wantBinding.Spec.PolicyName
+	if !equality.Semantic.DeepEqual(policy.Spec, wantPolicy.Spec) {
+		t.Errorf("the chart's policy differs from config/admission's:\nchart:  %+v\nconfig: %+v", policy.Spec, wantPolicy.Spec)
+	}
+	if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+		t.Errorf("the chart's binding differs from config/admission's:\nchart:  %+v\nconfig: %+v", binding.Spec, wantBinding.Spec)
+	}
+	if off := run(t, helm, "template", "tw", chartDir, "--set", "reportLeasePolicy.enabled=false"); strings.Contains(off, "ValidatingAdmissionPolicy") {
+		t.Errorf("reportLeasePolicy.enabled=false still renders the policy")
 	}
 }
 
@@ -295,14 +347,16 @@ rate_limiting:
 
 // TestInstall installs the chart into a real API server and checks the operator's
 // objects exist.
-func TestInstall(t *testing.T) {
-	helm := tool(t, "helm")
+// apiServer starts a kube-apiserver without CRDs for one test and returns its config
+// and the path of an administrator's kubeconfig.
+func apiServer(t *testing.T) (*rest.Config, string) {
+	t.Helper()
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = env.Stop() }()
+	t.Cleanup(func() { _ = env.Stop() })
 	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -315,6 +369,12 @@ func TestInstall(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, kubeconfig
+}
+
+func TestInstall(t *testing.T) {
+	helm := tool(t, "helm")
+	cfg, kubeconfig := apiServer(t)
 	run(t, helm, "install", "tw", chartDir, "--kubeconfig", kubeconfig, "--namespace", "tokenwarden-system", "--create-namespace")
 
 	scheme := runtime.NewScheme()
@@ -339,6 +399,69 @@ func TestInstall(t *testing.T) {
 		} else if crd.Annotations["helm.sh/resource-policy"] != "keep" {
 			t.Errorf("CRD %s is not kept on uninstall", name)
 		}
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "tw-tokenwarden-proxy-report-lease"}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}); err != nil {
+		t.Errorf("the report Lease policy's binding: %v", err)
+	}
+}
+
+// TestReportLeasePolicyWithoutCRDs: the chart installed with crds.enabled=false before
+// the CRDs are (the policy's parameter kind, TokenProxy, is not served) refuses no
+// Lease: there is no fleet to hold to it, and leader elections go on.
+func TestReportLeasePolicyWithoutCRDs(t *testing.T) {
+	cfg, kubeconfig := apiServer(t)
+	run(t, tool(t, "helm"), "install", "tw", chartDir, "--kubeconfig", kubeconfig, "--namespace", "tokenwarden-system",
+		"--create-namespace", "--set", "crds.enabled=false")
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lease := func(name string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+	}
+	// A policy created after the chart's refuses the Lease "sentinel": once it does, the
+	// API server enforces the chart's policy too.
+	sentinel := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "sentinel"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "object.metadata.name != 'sentinel'"}}}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "sentinel"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "sentinel",
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
+	for _, o := range []client.Object{sentinel, binding} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for err := admin.Create(ctx, lease("sentinel")); err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err); err = admin.Create(ctx, lease("sentinel")) {
+		if err == nil {
+			_ = admin.Delete(ctx, lease("sentinel"))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel policy never took effect: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if err := admin.Create(ctx, lease("leader")); err != nil {
+		t.Errorf("an administrator's Lease: %v", err)
+	}
+	// An account the chart's policy would check against the TokenProxies, were they served.
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:default:app-proxy", Groups: []string{"system:masters"},
+		Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"app-proxy-0"}}}
+	sa, err := client.New(as, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Create(ctx, lease("app-proxy-leader")); err != nil {
+		t.Errorf("a ServiceAccount's Lease: %v", err)
 	}
 }
 

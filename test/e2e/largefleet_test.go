@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,6 +93,11 @@ spec:
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(out).To(Equal("2/2"))
 		}).Should(Succeed())
+		// Each reports in its own pod's Lease, the only Lease its pod-bound token may
+		// create (the stack installs config/admission).
+		var leases coordinationv1.LeaseList
+		Expect(st.Client.List(ctx, &leases, client.InNamespace(ns), client.MatchingLabels{"tokenwarden.io/configmap": "fleet-proxy"})).To(Succeed())
+		Expect(leases.Items).To(ConsistOf(HaveField("Name", "fleet-proxy-fleet-proxy-0"), HaveField("Name", "fleet-proxy-fleet-proxy-1")))
 		loaded := time.Since(start)
 
 		// A key of the large config admits traffic.

@@ -28,9 +28,11 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -93,9 +95,9 @@ type Stack struct {
 
 	mu      sync.Mutex
 	proxies map[string][]*Proxy // by namespace/name of the TokenProxy
-	// kubeconfigs are the fleets whose proxies run as their own ServiceAccount
-	// (AsServiceAccount), by namespace/name: the kubeconfig of its token.
-	kubeconfigs map[string]string
+	// asServiceAccount are the fleets whose proxies run as their own ServiceAccount
+	// (AsServiceAccount), by namespace/name.
+	asServiceAccount map[string]bool
 }
 
 // Proxy is one proxy process.
@@ -129,7 +131,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, usageEvery: o.UsageInterval, proxies: map[string][]*Proxy{}, kubeconfigs: map[string]string{}}
+	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, usageEvery: o.UsageInterval, proxies: map[string][]*Proxy{}, asServiceAccount: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -166,6 +168,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if s.AdminToken, err = adminReaderToken(ctx, s.Client, o.Root); err != nil {
 		return nil, fmt.Errorf("a token for the proxies' admin API: %w", err)
+	}
+	if err := installAdmissionPolicies(ctx, s.Client, o.Root); err != nil {
+		return nil, fmt.Errorf("the admission policies of config/admission: %w", err)
 	}
 	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
 		Scheme: scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -226,10 +231,41 @@ func adminReaderToken(ctx context.Context, c client.Client, root string) (string
 	return tr.Status.Token, nil
 }
 
+// installAdmissionPolicies creates the ValidatingAdmissionPolicies and bindings of
+// config/admission, as config/default installs them with the operator.
+func installAdmissionPolicies(ctx context.Context, c client.Client, root string) error {
+	files, err := filepath.Glob(filepath.Join(root, "config", "admission", "*_policy*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var o client.Object = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		if strings.HasSuffix(f, "_binding.yaml") {
+			o = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		}
+		if err := yaml.UnmarshalStrict(data, o); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	if len(files) == 0 {
+		return errors.New("none found")
+	}
+	return nil
+}
+
 // AsServiceAccount makes the fleet's proxy processes started from now on talk to the
 // API server as the ServiceAccount <name>-proxy that the operator made for its pods,
 // with the Role it gave them, as they do in a cluster (the others run as an
-// administrator). It waits until the ServiceAccount may read the fleet's ConfigMap.
+// administrator): each with a token bound to a Pod of its replica's name, so that
+// the admission policies of config/admission, which the stack installs, let it create
+// its report Lease. It waits until the ServiceAccount may read the fleet's ConfigMap.
 func (s *Stack) AsServiceAccount(ctx context.Context, namespace, name string) error {
 	sa := &corev1.ServiceAccount{}
 	if err := poll(ctx, 60*time.Second, func() error {
@@ -254,19 +290,43 @@ func (s *Stack) AsServiceAccount(ctx context.Context, namespace, name string) er
 	}); err != nil {
 		return fmt.Errorf("the ServiceAccount %s/%s-proxy cannot read its ConfigMap: %w", namespace, name, err)
 	}
+	s.mu.Lock()
+	s.asServiceAccount[namespace+"/"+name] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// podKubeconfig writes the kubeconfig of proxy i of a fleet that runs as its
+// ServiceAccount: a token bound to a Pod object of the replica's name, as a pod's
+// projected token is, whose pod-name claim lets it create its report Lease
+// (config/admission). The Pod never runs: there is no kubelet.
+func (s *Stack) podKubeconfig(ctx context.Context, namespace, name, replica string) (string, error) {
+	sa := name + "-proxy"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: replica},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "proxy", Image: "tokenwarden:dev"}}}}
+	if err := s.Client.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+		err = s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+		if err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", fmt.Errorf("the Pod of replica %s: %w", replica, err)
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 60 * 60),
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
+	if err := s.Client.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: sa}}, tr); err != nil {
+		return "", fmt.Errorf("a token of %s/%s bound to Pod %s: %w", namespace, sa, pod.Name, err)
+	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["stack"] = &clientcmdapi.Cluster{Server: s.Config.Host, CertificateAuthorityData: s.Config.CAData}
 	kc.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "stack", AuthInfo: "proxy", Namespace: namespace}
 	kc.CurrentContext = "proxy"
-	path := filepath.Join(s.dir, fmt.Sprintf("kubeconfig-%s-%s", namespace, name))
+	path := filepath.Join(s.dir, fmt.Sprintf("kubeconfig-%s-%s", namespace, replica))
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return err
+		return "", err
 	}
-	s.mu.Lock()
-	s.kubeconfigs[namespace+"/"+name] = path
-	s.mu.Unlock()
-	return nil
+	return path, nil
 }
 
 // Kubectl runs bin/kubectl against the stack's API server.
@@ -347,16 +407,21 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	if err != nil {
 		return nil, err
 	}
+	// Every process shares the host name: each reports itself under its own name, as a
+	// pod does under its pod name.
+	replica := fmt.Sprintf("%s-proxy-%d", name, i)
 	kubeconfig := s.Kubeconfig
 	s.mu.Lock()
-	if kc, ok := s.kubeconfigs[namespace+"/"+name]; ok {
-		kubeconfig = kc
-	}
+	asSA := s.asServiceAccount[namespace+"/"+name]
 	s.mu.Unlock()
+	if asSA {
+		if kubeconfig, err = s.podKubeconfig(ctx, namespace, name, replica); err != nil {
+			_ = logf.Close()
+			return nil, err
+		}
+	}
 	args := []string{"--configmap", namespace + "/" + name + "-proxy", "--kubeconfig", kubeconfig,
-		// Every process shares the host name: each reports itself under its own name,
-		// as a pod does under its pod name.
-		"--replica-name", fmt.Sprintf("%s-proxy-%d", name, i),
+		"--replica-name", replica,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort),
 		// No endpoints to drop the pod from here: the drain closes the listener at once.
 		"--drain-delay", "0s"}

@@ -1,0 +1,479 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// A TokenBudget has two shapes. Seed 000's (a dimension and tokensPerMinute,
+// tokensPerDay, requestsPerSecond) renders into the config's limits exactly as it
+// always has. A budget that sets subjects, countBy, models, windows, an amount other
+// than Tokens or the action Warn renders into rate_limiting.rules: one rule per amount,
+// named <namespace>/<name> (the shorthand's request rate, beside a token amount, is a
+// second rule named <namespace>/<name>/requests).
+
+// rulesShaped reports whether a budget renders into rules.
+func rulesShaped(b *twv1alpha1.TokenBudget) bool {
+	s := &b.Spec
+	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 ||
+		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn
+}
+
+// amountOf is a budget's amount, defaulted.
+func amountOf(b *twv1alpha1.TokenBudget) twv1alpha1.Amount {
+	if b.Spec.Amount == "" {
+		return twv1alpha1.AmountTokens
+	}
+	return b.Spec.Amount
+}
+
+// actionOf is a budget's action, defaulted.
+func actionOf(b *twv1alpha1.TokenBudget) twv1alpha1.Action {
+	if b.Spec.Action == "" {
+		return twv1alpha1.ActionBlock
+	}
+	return b.Spec.Action
+}
+
+// ruleGroup is the windows of one amount of a budget: one rule.
+type ruleGroup struct {
+	suffix  string
+	amount  twv1alpha1.Amount
+	windows []config.Window
+}
+
+// groups are a budget's windows by amount: its windows, or the windows its shorthand
+// fields stand for (the token fields count the budget's amount, requestsPerSecond
+// counts requests, with burstCapacity as the bucket's burst).
+func groups(b *twv1alpha1.TokenBudget) []ruleGroup {
+	s := &b.Spec
+	amount := amountOf(b)
+	if len(s.Windows) > 0 {
+		g := ruleGroup{amount: amount}
+		for _, w := range s.Windows {
+			g.windows = append(g.windows, configWindow(w))
+		}
+		return []ruleGroup{g}
+	}
+	main := ruleGroup{amount: amount}
+	if s.TokensPerMinute > 0 {
+		main.windows = append(main.windows, config.Window{Limit: float64(s.TokensPerMinute), Rolling: &config.Rolling{Period: config.PeriodMinute}})
+	}
+	if s.TokensPerDay > 0 {
+		main.windows = append(main.windows, config.Window{Limit: float64(s.TokensPerDay), Rolling: &config.Rolling{Period: config.PeriodDay}})
+	}
+	var out []ruleGroup
+	if len(main.windows) > 0 {
+		out = append(out, main)
+	}
+	if s.RequestsPerSecond > 0 {
+		w := config.Window{Limit: float64(s.RequestsPerSecond), Rolling: &config.Rolling{Period: config.PeriodSecond}}
+		if s.BurstCapacity > 0 {
+			w.Rolling.BurstSeconds = float64(s.BurstCapacity) / float64(s.RequestsPerSecond)
+		}
+		switch {
+		case amount == twv1alpha1.AmountRequests:
+			main.windows = append(main.windows, w)
+			out = []ruleGroup{main}
+		case len(out) > 0:
+			out = append(out, ruleGroup{suffix: "/requests", amount: twv1alpha1.AmountRequests, windows: []config.Window{w}})
+		default:
+			out = append(out, ruleGroup{amount: twv1alpha1.AmountRequests, windows: []config.Window{w}})
+		}
+	}
+	return out
+}
+
+func configWindow(w twv1alpha1.BudgetWindow) config.Window {
+	out := config.Window{Limit: quantityFloat(w.Limit)}
+	if r := w.Rolling; r != nil {
+		out.Rolling = &config.Rolling{Period: config.Period(strings.ToLower(string(r.Period))), BurstSeconds: float64(r.BurstSeconds)}
+	}
+	if c := w.Calendar; c != nil {
+		out.Calendar = &config.Calendar{
+			Every: config.CalendarUnit(strings.ToLower(string(c.Every))), TimeZone: c.TimeZone, At: c.At,
+			Weekday: strings.ToLower(string(c.Weekday)), DayOfMonth: int(c.DayOfMonth),
+		}
+	}
+	return out
+}
+
+// quantityFloat is a quantity as the nearest float64: "25.50" is 25.5, "600k" 600000.
+func quantityFloat(q resource.Quantity) float64 {
+	f, err := strconv.ParseFloat(q.AsDec().String(), 64)
+	if err != nil {
+		return q.AsApproximateFloat64()
+	}
+	return f
+}
+
+var ruleDimensions = map[twv1alpha1.Dimension]config.RuleDimension{
+	twv1alpha1.DimensionGlobal: config.RuleGlobal, twv1alpha1.DimensionPerClient: config.RuleClient,
+	twv1alpha1.DimensionPerAPIKey: config.RuleAPIKey, twv1alpha1.DimensionPerUser: config.RuleUser,
+	twv1alpha1.DimensionPerTeam: config.RuleTeam, twv1alpha1.DimensionPerModel: config.RuleModel,
+}
+
+var countByDimensions = map[twv1alpha1.CountBy]config.RuleDimension{
+	twv1alpha1.CountByAPIKey: config.RuleAPIKey, twv1alpha1.CountByUser: config.RuleUser, twv1alpha1.CountByTeam: config.RuleTeam,
+	twv1alpha1.CountByModel: config.RuleModel, twv1alpha1.CountByClient: config.RuleClient,
+}
+
+var configAmounts = map[twv1alpha1.Amount]config.Amount{
+	twv1alpha1.AmountTokens: config.AmountTokens, twv1alpha1.AmountInputTokens: config.AmountInputTokens,
+	twv1alpha1.AmountOutputTokens: config.AmountOutputTokens, twv1alpha1.AmountRequests: config.AmountRequests,
+	twv1alpha1.AmountCost: config.AmountCost,
+}
+
+// subjectsOf are the budget's named subjects: its subjects, or a PerModel budget's
+// model; none for each subject.
+func subjectsOf(b *twv1alpha1.TokenBudget) []string {
+	if len(b.Spec.Subjects) > 0 {
+		return b.Spec.Subjects
+	}
+	if b.Spec.Model != "" {
+		return []string{b.Spec.Model}
+	}
+	return nil
+}
+
+// budgetRules renders a rules-shaped budget. ApiKey subjects are the keys' names in
+// the config: a key of the fleet's namespace is its name there (namespace/name works
+// too), a key of another namespace namespace_name.
+func budgetRules(b *twv1alpha1.TokenBudget) []config.Rule {
+	s := &b.Spec
+	dim := ruleDimensions[s.Dimension]
+	subjects := slices.Clone(subjectsOf(b))
+	if dim == config.RuleAPIKey {
+		home := proxyOf(b).Namespace + "/"
+		for i, k := range subjects {
+			subjects[i] = strings.Replace(strings.TrimPrefix(k, home), "/", "_", 1)
+		}
+	}
+	var out []config.Rule
+	for _, g := range groups(b) {
+		out = append(out, config.Rule{
+			Name:      b.Namespace + "/" + b.Name + g.suffix,
+			Dimension: dim,
+			Subjects:  subjects,
+			CountBy:   countByDimensions[s.CountBy],
+			Models:    slices.Clone(s.Models),
+			Amount:    configAmounts[g.amount],
+			Action:    config.Action(strings.ToLower(string(actionOf(b)))),
+			Windows:   g.windows,
+		})
+	}
+	return out
+}
+
+// durable reports whether a budget must not lose its state: a calendar window or a
+// Cost amount, which only Redis holds durably.
+func durable(b *twv1alpha1.TokenBudget) bool {
+	return amountOf(b) == twv1alpha1.AmountCost ||
+		slices.ContainsFunc(b.Spec.Windows, func(w twv1alpha1.BudgetWindow) bool { return w.Calendar != nil })
+}
+
+// fleetVerdict refuses a rules-shaped budget that its fleet cannot enforce, saying
+// what to change; ok when the fleet can.
+func fleetVerdict(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, divisor int64) (v verdict, ok bool) {
+	if !rulesShaped(b) {
+		return verdict{}, true
+	}
+	fleetName := fmt.Sprintf("TokenProxy %s", tp.Name)
+	if foreign(b) {
+		fleetName = fmt.Sprintf("TokenProxy %s/%s", tp.Namespace, tp.Name)
+	}
+	if durable(b) && tp.Spec.Storage.Type != twv1alpha1.StorageRedis {
+		return verdict{reason: twv1alpha1.ReasonNeedsRedis, message: fmt.Sprintf(
+			"A calendar window or a Cost amount must never reset to full because a proxy restarted, so it needs a fleet with Redis storage, and %s uses %s storage: "+
+				"set the TokenProxy's spec.storage.type to Redis, or use rolling windows of tokens or requests", fleetName, storageOf(tp))}, false
+	}
+	if amountOf(b) == twv1alpha1.AmountCost {
+		if msg := unpriced(tp, b, fleetName); msg != "" {
+			return verdict{reason: twv1alpha1.ReasonModelNotPriced, message: msg}, false
+		}
+	}
+	// What else the proxy would refuse (a time zone it does not know, a name too long).
+	c := render(&fleet{proxy: tp, budgets: []*twv1alpha1.TokenBudget{b}, divisor: divisor})
+	c.Default()
+	if err := c.Validate(); err != nil {
+		var lines []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if strings.HasPrefix(l, "rate_limiting.rules[") {
+				lines = append(lines, specField(l))
+			}
+		}
+		if len(lines) > 0 {
+			return verdict{reason: twv1alpha1.ReasonInvalidBudget,
+				message: "The proxy would refuse this budget: " + strings.Join(lines, "; ")}, false
+		}
+	}
+	return verdict{}, true
+}
+
+// unpriced says which models a Cost budget governs that its fleet gives no price,
+// and what to do; "" when every one has a price.
+func unpriced(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, fleetName string) string {
+	priced := map[string]bool{}
+	for _, m := range tp.Spec.Models {
+		priced[m.Name] = m.Price != nil
+	}
+	models := b.Spec.Models
+	if len(models) == 0 && b.Spec.Dimension == twv1alpha1.DimensionPerModel {
+		models = subjectsOf(b)
+	}
+	if len(models) == 0 {
+		if len(tp.Spec.Models) == 0 {
+			return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s lists no models: "+
+				"add the models this budget governs, with their prices, to the TokenProxy's spec.models, and name them in this budget's models", fleetName)
+		}
+		for _, m := range tp.Spec.Models {
+			if m.Price == nil {
+				models = append(models, m.Name)
+			}
+		}
+		if len(models) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("A Cost budget without models governs every model of its fleet, and %s has no price for %s: "+
+			"give it a price in the TokenProxy's spec.models, or name the priced models in this budget's models", fleetName, quoteList(models))
+	}
+	var missing []string
+	for _, m := range models {
+		if !priced[m] {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s has no price for %s: "+
+		"add it with a price to the TokenProxy's spec.models, or remove it from this budget", fleetName, quoteList(missing))
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return "model " + q[0]
+	}
+	return "models " + strings.Join(q, ", ")
+}
+
+// specField names a config error's field as the TokenBudget spells it.
+func specField(line string) string {
+	i := strings.Index(line, "]")
+	line = "spec" + line[i+1:]
+	return strings.NewReplacer("burst_seconds", "burstSeconds", "time_zone", "timeZone", "day_of_month", "dayOfMonth",
+		"count_by", "countBy").Replace(line)
+}
+
+// slot is one counter a budget sets, on which two budgets conflict.
+type slot struct {
+	key string
+	// what describes it in the loser's message.
+	what string
+}
+
+var dimensionNouns = map[twv1alpha1.Dimension]string{
+	twv1alpha1.DimensionGlobal: "fleet", twv1alpha1.DimensionPerClient: "client", twv1alpha1.DimensionPerAPIKey: "key",
+	twv1alpha1.DimensionPerUser: "user", twv1alpha1.DimensionPerTeam: "team", twv1alpha1.DimensionPerModel: "model",
+}
+
+var countByNouns = map[twv1alpha1.CountBy]string{
+	twv1alpha1.CountByAPIKey: "key", twv1alpha1.CountByUser: "user", twv1alpha1.CountByTeam: "team",
+	twv1alpha1.CountByModel: "model", twv1alpha1.CountByClient: "client",
+}
+
+var amountWords = map[twv1alpha1.Amount]string{
+	twv1alpha1.AmountTokens: "tokens", twv1alpha1.AmountInputTokens: "input tokens", twv1alpha1.AmountOutputTokens: "output tokens",
+	twv1alpha1.AmountRequests: "requests", twv1alpha1.AmountCost: "cost",
+}
+
+// slots are the counters a budget sets: one per subject (or each subject), amount and
+// window, for its dimension, countBy, models and action. A budget of seed 000's shape
+// also holds its dimension's place in the config's limits, which one such budget
+// fills. Two budgets that share a slot conflict; a named-subject budget and an
+// each-subject one do not (the named one takes precedence for its subjects), nor a Warn
+// budget and a Block one (the way a budget is tried before it is enforced).
+func slots(b *twv1alpha1.TokenBudget) []slot {
+	s := &b.Spec
+	var out []slot
+	if !rulesShaped(b) {
+		what := "the same dimension " + string(s.Dimension)
+		if s.Model != "" {
+			what += " for model " + s.Model
+		}
+		out = append(out, slot{key: "limits|" + string(s.Dimension) + "|" + s.Model, what: what})
+	}
+	models := slices.Clone(s.Models)
+	slices.Sort(models)
+	scope := ""
+	if s.CountBy != "" {
+		scope += " per " + countByNouns[s.CountBy]
+	}
+	if len(models) > 0 {
+		scope += " on " + strings.Join(models, ",")
+	}
+	subjects := subjectsOf(b)
+	each := len(subjects) == 0
+	if each {
+		subjects = []string{""}
+	}
+	for _, g := range groups(b) {
+		for _, w := range g.windows {
+			for _, subj := range subjects {
+				who := "each " + dimensionNouns[s.Dimension]
+				switch {
+				case s.Dimension == twv1alpha1.DimensionGlobal:
+					who = "the fleet"
+				case !each:
+					who = dimensionNouns[s.Dimension] + " " + subj
+				}
+				key := strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), subj,
+					string(g.amount), windowKey(w), string(actionOf(b))}, "|")
+				what := fmt.Sprintf("the same budget: %s%s, %s per %s", who, scope, amountWords[g.amount], windowWord(w))
+				if actionOf(b) == twv1alpha1.ActionWarn {
+					what += " (warn)"
+				}
+				out = append(out, slot{key: key, what: what})
+			}
+		}
+	}
+	return out
+}
+
+func windowKey(w config.Window) string {
+	if w.Rolling != nil {
+		return "rolling/" + string(w.Rolling.Period)
+	}
+	return "calendar/" + string(w.Calendar.Every)
+}
+
+func windowWord(w config.Window) string {
+	if w.Rolling != nil {
+		return string(w.Rolling.Period)
+	}
+	return "calendar " + string(w.Calendar.Every)
+}
+
+// summary is a budget in words, for kubectl get; perReplica only when it is in force,
+// with each replica's share under memory storage (divisor) and the fleet total under
+// Redis (divisor 1).
+func summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.BudgetSummary {
+	s := &b.Spec
+	sum := twv1alpha1.BudgetSummary{Action: string(actionOf(b))}
+	switch subjects := subjectsOf(b); {
+	case s.Dimension == twv1alpha1.DimensionGlobal:
+		sum.Subjects = "fleet"
+	case len(subjects) > 0:
+		sum.Subjects = strings.Join(subjects, ",")
+	default:
+		sum.Subjects = "each " + dimensionNouns[s.Dimension]
+	}
+	if s.CountBy != "" {
+		sum.Subjects += " per " + countByNouns[s.CountBy]
+	}
+	if len(s.Models) > 0 {
+		sum.Subjects += " on " + strings.Join(s.Models, ",")
+	}
+	gs := groups(b)
+	var amounts, windows, shares []string
+	for _, g := range gs {
+		amounts = append(amounts, amountWords[g.amount])
+		for _, w := range g.windows {
+			windows = append(windows, windowText(g.amount, w, w.Limit))
+			share := w.Limit
+			// Seed 000's request rate is each replica's; every other rolling window
+			// is a fleet total, divided under memory storage.
+			perReplicaRate := !rulesShaped(b) && g.amount == twv1alpha1.AmountRequests
+			if w.Rolling != nil && !perReplicaRate && divisor > 1 {
+				share = w.Limit / float64(divisor)
+				if g.amount != twv1alpha1.AmountCost {
+					share = math.Floor(share)
+				}
+			}
+			shares = append(shares, windowText(g.amount, w, share))
+		}
+	}
+	sum.Amount = strings.Join(amounts, ", ")
+	sum.Windows = strings.Join(windows, ", ")
+	if inForce {
+		sum.PerReplica = strings.Join(shares, ", ")
+	}
+	return sum
+}
+
+var periodUnits = map[config.Period]string{config.PeriodSecond: "s", config.PeriodMinute: "min", config.PeriodHour: "h", config.PeriodDay: "day"}
+
+// windowText is one window in words: "600k/min burst 20s", "$1000/month", "50 req/min".
+func windowText(amount twv1alpha1.Amount, w config.Window, limit float64) string {
+	var n string
+	switch amount {
+	case twv1alpha1.AmountCost:
+		n = "$" + dollars(limit)
+	case twv1alpha1.AmountRequests:
+		n = compact(limit) + " req"
+	default:
+		n = compact(limit)
+	}
+	if r := w.Rolling; r != nil {
+		t := n + "/" + periodUnits[r.Period]
+		if r.BurstSeconds > 0 {
+			t += " burst " + strconv.FormatFloat(r.BurstSeconds, 'f', -1, 64) + "s"
+		}
+		return t
+	}
+	c := w.Calendar
+	t := n + "/" + string(c.Every)
+	switch {
+	case c.Every == config.EveryWeek && c.Weekday != "" && c.Weekday != "monday":
+		t += " from " + strings.ToUpper(c.Weekday[:1]) + c.Weekday[1:]
+	case c.Every == config.EveryMonth && c.DayOfMonth > 1:
+		t += " from day " + strconv.Itoa(c.DayOfMonth)
+	}
+	if c.At != "" && c.At != "00:00" {
+		t += " at " + c.At
+	}
+	if c.TimeZone != "" && c.TimeZone != "UTC" {
+		t += " " + c.TimeZone
+	}
+	return t
+}
+
+// compact writes a whole number short when that loses nothing: 600k, 2.4M, 1666666.
+func compact(v float64) string {
+	n := int64(v)
+	for _, u := range []struct {
+		size int64
+		unit string
+	}{{1_000_000_000, "G"}, {1_000_000, "M"}, {1_000, "k"}} {
+		if n >= u.size && n%(u.size/100) == 0 {
+			return strconv.FormatFloat(float64(n)/float64(u.size), 'f', -1, 64) + u.unit
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// dollars writes an amount of US dollars: 1000, 25.50, 0.005.
+func dollars(v float64) string {
+	if v == math.Trunc(v) {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	if c := v * 100; math.Abs(c-math.Round(c)) < 1e-9 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}

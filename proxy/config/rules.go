@@ -1,0 +1,442 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Model is one client-facing model: what it costs. The provider work extends the same
+// entries with context windows and the upstreams that serve the model.
+type Model struct {
+	// Name is the client-facing model name, as requests carry it.
+	Name string `json:"name"`
+	// Price is what the model costs, for budgets whose amount is cost.
+	Price *Price `json:"price,omitempty"`
+}
+
+// Price is a model's price in US dollars per million tokens.
+type Price struct {
+	// Input is the price of a million input tokens that were not read from a cache.
+	Input float64 `json:"input"`
+	// Output is the price of a million generated tokens.
+	Output float64 `json:"output"`
+	// CachedInput is the price of a million input tokens read from the backend's
+	// prompt cache. Absent: the input price.
+	CachedInput *float64 `json:"cached_input,omitempty"`
+}
+
+// CachedInputPrice is the price in force for cached input tokens.
+func (p *Price) CachedInputPrice() float64 {
+	if p.CachedInput != nil {
+		return *p.CachedInput
+	}
+	return p.Input
+}
+
+// Rule is one budget written as seed 004's rule shape: what it counts (amount), which
+// requests it governs (dimension, subjects, models), what it fans out by (count_by),
+// over which windows, and what happens at the limit (action). The seed-000 `limits`
+// and the per-key overrides are rules too, resolved by the proxy; a rule that names
+// subjects replaces, for those subjects, the each-subject rule of the same dimension,
+// count_by, models, amount and window period, and every other rule stacks.
+type Rule struct {
+	// Name identifies the rule in refusals, headers, metrics and the admin endpoint;
+	// unique in the document. The operator writes <namespace>/<TokenBudget name>.
+	Name string `json:"name"`
+	// Dimension is what the rule is counted per: global, client, api_key, user, team
+	// or model.
+	Dimension RuleDimension `json:"dimension"`
+	// Subjects, when set, are the only subjects of the dimension the rule applies to
+	// (these teams, these keys); empty applies it to each subject. Not for global.
+	Subjects []string `json:"subjects,omitempty"`
+	// CountBy fans the rule out by a second attribute: each (subject, value) pair has
+	// its own counter, e.g. per key per model. Empty: one counter per subject.
+	CountBy RuleDimension `json:"count_by,omitempty"`
+	// Models, when set, restricts the rule to requests for these client-facing models.
+	Models []string `json:"models,omitempty"`
+	// Amount is what is counted. Default tokens.
+	Amount Amount `json:"amount,omitempty"`
+	// Action is what happens at the limit. Default block.
+	Action Action `json:"action,omitempty"`
+	// Windows are the rule's limits, each over its own window; all of them apply.
+	Windows []Window `json:"windows"`
+}
+
+// RuleDimension is what a rule is counted per.
+type RuleDimension string
+
+// Rule dimensions: the six admission-time dimensions.
+const (
+	RuleGlobal RuleDimension = "global"
+	RuleClient RuleDimension = "client"
+	RuleAPIKey RuleDimension = "api_key"
+	RuleUser   RuleDimension = "user"
+	RuleTeam   RuleDimension = "team"
+	RuleModel  RuleDimension = "model"
+)
+
+var ruleDimensions = []RuleDimension{RuleGlobal, RuleClient, RuleAPIKey, RuleUser, RuleTeam, RuleModel}
+
+// Amount is what a rule counts.
+type Amount string
+
+// Amounts.
+const (
+	// AmountTokens counts input plus output tokens (seed 000's budgets).
+	AmountTokens Amount = "tokens"
+	// AmountInputTokens counts input tokens only.
+	AmountInputTokens Amount = "input_tokens"
+	// AmountOutputTokens counts generated tokens only.
+	AmountOutputTokens Amount = "output_tokens"
+	// AmountRequests counts requests.
+	AmountRequests Amount = "requests"
+	// AmountCost counts US dollars, priced from the model's entry in models.
+	AmountCost Amount = "cost"
+)
+
+var amounts = []Amount{AmountTokens, AmountInputTokens, AmountOutputTokens, AmountRequests, AmountCost}
+
+// Action is what happens when a request does not fit a rule.
+type Action string
+
+// Actions.
+const (
+	// ActionBlock refuses the request (429).
+	ActionBlock Action = "block"
+	// ActionWarn admits it, counts the would-be refusal, exports it and reports it in
+	// a response header: a budget watched before it is enforced.
+	ActionWarn Action = "warn"
+)
+
+// Window is one limit of a rule over one window: rolling (a token bucket) or calendar
+// (a counter that resets at an anchor). Exactly one of Rolling and Calendar is set.
+type Window struct {
+	// Limit is the allowance per window in the rule's amount: tokens, requests or US
+	// dollars. Tokens and requests are whole numbers.
+	Limit float64 `json:"limit"`
+	// Rolling is a bucket that refills continuously at limit per period.
+	Rolling *Rolling `json:"rolling,omitempty"`
+	// Calendar is a counter that starts at zero at each anchor.
+	Calendar *Calendar `json:"calendar,omitempty"`
+}
+
+// Rolling is a token bucket: it refills at limit per period, and holds burst_seconds
+// of refill (default one period: the bucket holds one period's allowance).
+type Rolling struct {
+	// Period is second, minute, hour or day.
+	Period Period `json:"period"`
+	// BurstSeconds is how many seconds of refill the bucket holds: the burst it
+	// absorbs. 0 or absent: one period.
+	BurstSeconds float64 `json:"burst_seconds,omitempty"`
+}
+
+// Period is a rolling window's length.
+type Period string
+
+// Periods.
+const (
+	PeriodSecond Period = "second"
+	PeriodMinute Period = "minute"
+	PeriodHour   Period = "hour"
+	PeriodDay    Period = "day"
+)
+
+var periods = map[Period]time.Duration{PeriodSecond: time.Second, PeriodMinute: time.Minute, PeriodHour: time.Hour, PeriodDay: 24 * time.Hour}
+
+// Duration is the period's length; 0 for an unknown period.
+func (p Period) Duration() time.Duration { return periods[p] }
+
+// Calendar is a window that starts at zero at an anchor in a time zone: every day at
+// a time of day, every week on a day of the week, or every month on a day of the
+// month (on a shorter month, its last day). Daylight-saving changes move the instant,
+// never the wall-clock anchor.
+type Calendar struct {
+	// Every is day, week or month.
+	Every CalendarUnit `json:"every"`
+	// TimeZone is an IANA zone name. Default UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// At is the wall-clock time the window starts, HH:MM. Default 00:00.
+	At string `json:"at,omitempty"`
+	// Weekday starts a weekly window: monday to sunday. Default monday.
+	Weekday string `json:"weekday,omitempty"`
+	// DayOfMonth starts a monthly window: 1 to 31 (the month's last day when it is
+	// shorter). Default 1.
+	DayOfMonth int `json:"day_of_month,omitempty"`
+}
+
+// CalendarUnit is how often a calendar window starts.
+type CalendarUnit string
+
+// Calendar units.
+const (
+	EveryDay   CalendarUnit = "day"
+	EveryWeek  CalendarUnit = "week"
+	EveryMonth CalendarUnit = "month"
+)
+
+var weekdays = []string{"sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"}
+
+// WeekdayValue is the weekday a weekly window starts on (default monday).
+func (c *Calendar) WeekdayValue() time.Weekday {
+	if c.Weekday == "" {
+		return time.Monday
+	}
+	return time.Weekday(slices.Index(weekdays, c.Weekday))
+}
+
+// Location loads the calendar's time zone.
+func (c *Calendar) Location() (*time.Location, error) {
+	if c.TimeZone == "" {
+		return time.UTC, nil
+	}
+	return time.LoadLocation(c.TimeZone)
+}
+
+// Durable reports whether the rule must not lose its state: a calendar window or a
+// cost amount. Such a rule needs storage: redis and never fails open.
+func (r *Rule) Durable() bool {
+	return r.Amount == AmountCost || slices.ContainsFunc(r.Windows, func(w Window) bool { return w.Calendar != nil })
+}
+
+var (
+	ruleNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$`)
+	atRE       = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
+)
+
+// defaultRules fills in each rule's defaults.
+func (rl *RateLimiting) defaultRules() {
+	for i := range rl.Rules {
+		r := &rl.Rules[i]
+		if r.Amount == "" {
+			r.Amount = AmountTokens
+		}
+		if r.Action == "" {
+			r.Action = ActionBlock
+		}
+	}
+}
+
+func oneOf[T ~string](errs *fieldErrors, field string, v T, allowed []T) bool {
+	if slices.Contains(allowed, v) {
+		return true
+	}
+	words := make([]string, len(allowed))
+	for i, a := range allowed {
+		words[i] = string(a)
+	}
+	errs.add(field, "unknown word %q: must be one of %s", v, strings.Join(words, ", "))
+	return false
+}
+
+func (c *Config) validateModels(errs *fieldErrors) {
+	seen := map[string]int{}
+	for i, m := range c.Models {
+		f := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			errs.add(f+".name", "must not be empty")
+		} else if j, dup := seen[m.Name]; dup {
+			errs.add(f+".name", "%q is also the name of models[%d]", m.Name, j)
+		}
+		seen[m.Name] = i
+		if p := m.Price; p != nil {
+			price(errs, f+".price.input", p.Input)
+			price(errs, f+".price.output", p.Output)
+			if p.CachedInput != nil {
+				price(errs, f+".price.cached_input", *p.CachedInput)
+			}
+		}
+	}
+}
+
+func price(errs *fieldErrors, field string, v float64) {
+	if !(v >= 0) || math.IsInf(v, 0) {
+		errs.add(field, "must be a price of 0 or more US dollars per million tokens, got %v", v)
+	}
+}
+
+func (c *Config) validateRules(errs *fieldErrors) {
+	rl := &c.RateLimiting
+	if w := rl.CachedInputWeight; w != nil && !(*w >= 0 && *w <= 1) {
+		errs.add("rate_limiting.cached_input_weight", "must be from 0 to 1, got %v", *w)
+	}
+	names := map[string]int{}
+	priced := map[string]bool{}
+	for _, m := range c.Models {
+		priced[m.Name] = m.Price != nil
+	}
+	for i := range rl.Rules {
+		r := &rl.Rules[i]
+		f := fmt.Sprintf("rate_limiting.rules[%d]", i)
+		if !ruleNameRE.MatchString(r.Name) {
+			errs.add(f+".name", "must be a non-empty name of letters, digits, '.', '_', '/' and '-', got %q", r.Name)
+		} else if j, dup := names[r.Name]; dup {
+			errs.add(f+".name", "%q is also the name of rate_limiting.rules[%d]", r.Name, j)
+		}
+		names[r.Name] = i
+		oneOf(errs, f+".dimension", r.Dimension, ruleDimensions)
+		if r.Dimension == RuleGlobal && len(r.Subjects) > 0 {
+			errs.add(f+".subjects", "a global rule has no subjects")
+		}
+		for j, s := range r.Subjects {
+			if s == "" {
+				errs.add(fmt.Sprintf("%s.subjects[%d]", f, j), "must not be empty")
+			}
+		}
+		if r.CountBy != "" && oneOf(errs, f+".count_by", r.CountBy, ruleDimensions) {
+			switch {
+			case r.CountBy == RuleGlobal:
+				errs.add(f+".count_by", "cannot fan out by global")
+			case r.CountBy == r.Dimension:
+				errs.add(f+".count_by", "is the rule's own dimension %q", r.Dimension)
+			}
+		}
+		for j, m := range r.Models {
+			if m == "" {
+				errs.add(fmt.Sprintf("%s.models[%d]", f, j), "must not be empty")
+			}
+		}
+		amountKnown := oneOf(errs, f+".amount", r.Amount, amounts)
+		oneOf(errs, f+".action", r.Action, []Action{ActionBlock, ActionWarn})
+		if r.Amount == AmountCost {
+			c.checkPriced(errs, f, r, priced)
+		}
+		if r.Durable() && rl.Storage != StorageRedis {
+			errs.add(f, "a calendar window or a cost amount needs rate_limiting.storage: redis: it must never reset to full because a replica restarted, and in this version Redis is its only durable home")
+		}
+		if len(r.Windows) == 0 {
+			errs.add(f+".windows", "at least one window is required")
+		}
+		for j := range r.Windows {
+			validateWindow(errs, fmt.Sprintf("%s.windows[%d]", f, j), r, amountKnown, &r.Windows[j])
+		}
+	}
+}
+
+// checkPriced refuses a cost rule that could meet a model without a price.
+func (c *Config) checkPriced(errs *fieldErrors, f string, r *Rule, priced map[string]bool) {
+	models := r.Models
+	if len(models) == 0 && r.Dimension == RuleModel {
+		models = r.Subjects
+	}
+	if len(models) == 0 {
+		for _, m := range c.Models {
+			if m.Price == nil {
+				errs.add(f+".amount", "cost needs a price for every model the rule governs: models[%q] has none (set rules' models to the priced ones, or price it)", m.Name)
+			}
+		}
+		if len(c.Models) == 0 {
+			errs.add(f+".amount", "cost needs prices: add the models the rule governs, with their prices, to models")
+		}
+		return
+	}
+	for _, m := range models {
+		if !priced[m] {
+			errs.add(f+".amount", "cost needs a price for model %q: add it with a price to models", m)
+		}
+	}
+}
+
+func validateWindow(errs *fieldErrors, f string, r *Rule, amountKnown bool, w *Window) {
+	switch {
+	case !(w.Limit > 0) || math.IsInf(w.Limit, 0):
+		errs.add(f+".limit", "must be above 0, got %v", w.Limit)
+	case amountKnown && r.Amount != AmountCost && w.Limit != math.Trunc(w.Limit):
+		errs.add(f+".limit", "%s are counted in whole numbers, got %v", r.Amount, w.Limit)
+	case w.Limit > 1<<53:
+		errs.add(f+".limit", "must be at most 2^53, got %v", w.Limit)
+	}
+	switch {
+	case (w.Rolling == nil) == (w.Calendar == nil):
+		errs.add(f, "set exactly one of rolling and calendar")
+	case w.Rolling != nil:
+		if oneOf(errs, f+".rolling.period", w.Rolling.Period, []Period{PeriodSecond, PeriodMinute, PeriodHour, PeriodDay}) {
+			if b := w.Rolling.BurstSeconds; !(b >= 0) || b > 31*24*3600 {
+				errs.add(f+".rolling.burst_seconds", "must be from 0 (one period) to 2678400 seconds, got %v", b)
+			}
+		}
+	case w.Calendar != nil:
+		cal := w.Calendar
+		oneOf(errs, f+".calendar.every", cal.Every, []CalendarUnit{EveryDay, EveryWeek, EveryMonth})
+		if _, err := cal.Location(); err != nil {
+			errs.add(f+".calendar.time_zone", "not an IANA time zone: %q", cal.TimeZone)
+		}
+		if cal.At != "" && !atRE.MatchString(cal.At) {
+			errs.add(f+".calendar.at", "must be a time of day HH:MM, got %q", cal.At)
+		}
+		if cal.Weekday != "" {
+			if cal.Every != EveryWeek {
+				errs.add(f+".calendar.weekday", "applies only to every: week")
+			} else {
+				oneOf(errs, f+".calendar.weekday", cal.Weekday, weekdays)
+			}
+		}
+		if cal.DayOfMonth != 0 {
+			if cal.Every != EveryMonth {
+				errs.add(f+".calendar.day_of_month", "applies only to every: month")
+			} else if cal.DayOfMonth < 1 || cal.DayOfMonth > 31 {
+				errs.add(f+".calendar.day_of_month", "must be from 1 to 31, got %d", cal.DayOfMonth)
+			}
+		}
+	}
+}
+
+// Span is the calendar window that holds t: it started at start and the next one
+// starts at end. Both are wall-clock anchors in the window's zone, so a day is 23 or 25
+// hours across a daylight-saving change and a month is as long as the month. The zone
+// must be valid (Validate checked it).
+func (c *Calendar) Span(t time.Time) (start, end time.Time) {
+	loc, err := c.Location()
+	if err != nil {
+		loc = time.UTC
+	}
+	hh, mm := 0, 0
+	if c.At != "" {
+		fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
+	}
+	lt := t.In(loc)
+	y, mo, d := lt.Date()
+	at := func(y int, mo time.Month, d int) time.Time { return time.Date(y, mo, d, hh, mm, 0, 0, loc) }
+	switch c.Every {
+	case EveryWeek:
+		back := (int(lt.Weekday()) - int(c.WeekdayValue()) + 7) % 7
+		start = at(y, mo, d-back)
+		if start.After(t) {
+			start = at(y, mo, d-back-7)
+		}
+		sy, smo, sd := start.Date()
+		return start, at(sy, smo, sd+7)
+	case EveryMonth:
+		dom := c.DayOfMonth
+		if dom == 0 {
+			dom = 1
+		}
+		monthAt := func(y int, mo time.Month) time.Time {
+			return at(y, mo, min(dom, daysIn(y, mo)))
+		}
+		start = monthAt(y, mo)
+		if start.After(t) {
+			start = monthAt(y, mo-1)
+		}
+		sy, smo, _ := start.Date()
+		return start, monthAt(sy, smo+1)
+	default:
+		start = at(y, mo, d)
+		if start.After(t) {
+			start = at(y, mo, d-1)
+		}
+		sy, smo, sd := start.Date()
+		return start, at(sy, smo, sd+1)
+	}
+}
+
+// daysIn is the number of days of a month; mo may be out of range (it normalizes).
+func daysIn(y int, mo time.Month) int {
+	return time.Date(y, mo+1, 0, 0, 0, 0, 0, time.UTC).Day()
+}
