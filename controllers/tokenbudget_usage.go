@@ -347,7 +347,7 @@ func sumUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time)
 		}
 	}
 	if most >= 0 {
-		u.Used = fmt.Sprintf("%d%%", most)
+		u.Used = fmt.Sprintf("%d%%", most) // at most 11 characters: an int32 and %
 	}
 	return u
 }
@@ -357,20 +357,31 @@ func periodUsage(used, allowance float64) *twv1alpha1.PeriodUsage {
 	if allowance <= 0 {
 		return nil
 	}
+	// A bucket is at most one capacity in debt: 200%. More is a report the proxy did
+	// not write; it is shown as it is, within the field's range.
+	used = max(used, 0)
 	pct := math.Round(100 * used / allowance)
 	return &twv1alpha1.PeriodUsage{UsedPercent: int32(min(pct, math.MaxInt32)), UsedTokens: int64(min(used, math.MaxInt64))}
 }
 
 // subjectName is how status names a subject: an ApiKey of another namespace, which
-// the config names namespace_name, as namespace/name.
+// the config names namespace_name, as namespace/name. A name longer than any subject
+// can be (a report a replica did not write as the proxy does) is cut to what the
+// field holds.
 func subjectName(d twv1alpha1.Dimension, id string) string {
 	if d == twv1alpha1.DimensionPerAPIKey {
 		if ns, name, ok := strings.Cut(id, "_"); ok {
-			return ns + "/" + name
+			id = ns + "/" + name
 		}
+	}
+	if len(id) > maxSubjectName {
+		id = id[:maxSubjectName]
 	}
 	return id
 }
+
+// maxSubjectName is the longest topConsumer the CRD admits.
+const maxSubjectName = 253
 
 // meaningful reports whether want differs enough from the status's usage to be
 // written: a period's used percentage moved by usagePoints or more, the period

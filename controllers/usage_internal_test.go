@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,7 +110,15 @@ func TestSumUsage(t *testing.T) {
 	if k.TopConsumer != "" || k.Used != "" || k.Minute != nil || *k.SubjectsAtLimit != 1 {
 		t.Errorf("another namespace's per-key budget: %+v", k)
 	}
-	// A report that left budgets out marks the ones it did not hold.
+	// A report the proxy did not write: a name longer than any subject is cut to
+	// what the field holds, a negative use is none.
+	long := strings.Repeat("x", 1000)
+	k = sumUsage(budget("llm", twv1alpha1.DimensionPerUser, 1000, 1000, 1), []indexedReport{replica(true, report.BudgetUsage{Dimension: "user",
+		Top: []report.Top{{ID: long, Period: "minute", Level: report.Level{Used: 500, Capacity: 1000}}, {ID: "x", Period: "day", Level: report.Level{Used: -5, Capacity: 1000}}}})}, now)
+	if k.TopConsumer != long[:253] || k.Day.UsedPercent != 0 || k.Used != "50%" {
+		t.Errorf("a forged report: %+v", k)
+	}
+		// A report that left budgets out marks the ones it did not hold.
 	k = sumUsage(budget("llm", twv1alpha1.DimensionPerUser, 1000, 0, 2), []indexedReport{index(&report.Usage{Window: 60, Cut: 3})}, now)
 	if !k.Partial {
 		t.Errorf("a cut report: %+v", k)

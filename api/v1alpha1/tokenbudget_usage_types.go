@@ -28,6 +28,7 @@ type TokenBudgetUsage struct {
 	// use means drawn and not yet refilled: at 100% the next request waits; above 100%
 	// the bucket is in debt (an overage).
 	// +optional
+	// +kubebuilder:validation:MaxLength=16
 	Used string `json:"used,omitempty"`
 	// Minute and Day are each period's use, as for Used; absent when the period is
 	// unlimited or not shown.
@@ -47,6 +48,7 @@ type TokenBudgetUsage struct {
 	// another namespace governs other tenants' subjects too, and shows neither their
 	// names nor their levels.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	TopConsumer string `json:"topConsumer,omitempty"`
 	// Refusals counts the requests this budget refused over the last interval.
 	Refusals BudgetRefusals `json:"refusals"`
