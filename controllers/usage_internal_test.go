@@ -118,7 +118,7 @@ func TestSumUsage(t *testing.T) {
 	if k.TopConsumer != long[:253] || k.Day.UsedPercent != 0 || k.Used != "50%" {
 		t.Errorf("a forged report: %+v", k)
 	}
-		// A report that left budgets out marks the ones it did not hold.
+	// A report that left budgets out marks the ones it did not hold.
 	k = sumUsage(budget("llm", twv1alpha1.DimensionPerUser, 1000, 0, 2), []indexedReport{index(&report.Usage{Window: 60, Cut: 3})}, now)
 	if !k.Partial {
 		t.Errorf("a cut report: %+v", k)
