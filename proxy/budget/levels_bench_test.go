@@ -17,10 +17,10 @@ func BenchmarkEachLevel(b *testing.B) {
 	m := budget.NewMemory(budget.SystemClock{}, 1<<20)
 	for i := range 50000 {
 		id := fmt.Sprintf("key-%05d", i)
-		_, err := m.Reserve(context.Background(), &budget.Reservation{Amount: 10, Tokens: []budget.Charge{
+		_, err := m.Reserve(context.Background(), &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{
 			{Key: budget.Key{Kind: budget.TokensMinute, Dim: budget.APIKey, ID: id}, Capacity: 1000, Rate: 1000.0 / 60},
 			{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.APIKey, ID: id}, Capacity: 100000, Rate: 100000.0 / 86400},
-		}})
+		}, 10)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -33,11 +33,11 @@ var _ = Describe("memory usage scan", func() {
 			return budget.Charge{Key: budget.Key{Kind: budget.TokensMinute, Dim: dim, ID: id}, Capacity: c, Rate: c / 60}
 		}
 		day := budget.Charge{Key: budget.Key{Kind: budget.TokensDay, Dim: budget.Global}, Capacity: 86400, Rate: 1}
-		reqs := budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: "alice"}, Capacity: 5, Rate: 5}
+		reqs := budget.Charge{Key: budget.Key{Kind: budget.Requests, Dim: budget.APIKey, ID: "alice"}, Capacity: 5, Rate: 5, Amount: 1}
 		for _, r := range []*budget.Reservation{
-			{Requests: []budget.Charge{reqs}, Tokens: []budget.Charge{minute(budget.APIKey, "alice", 600), day}, Amount: 500},
-			{Tokens: []budget.Charge{minute(budget.APIKey, "bob", 600)}, Amount: 60},
-			{Tokens: []budget.Charge{minute(budget.Model, "claude", 6000)}, Amount: 1000},
+			{Requests: []budget.Charge{reqs}, Tokens: budget.WithAmount([]budget.Charge{minute(budget.APIKey, "alice", 600), day}, 500)},
+			{Tokens: budget.WithAmount([]budget.Charge{minute(budget.APIKey, "bob", 600)}, 60)},
+			{Tokens: budget.WithAmount([]budget.Charge{minute(budget.Model, "claude", 6000)}, 1000)},
 		} {
 			res, err := m.Reserve(context.Background(), r)
 			Expect(err).NotTo(HaveOccurred())

@@ -18,8 +18,8 @@ func BenchmarkSummaryMemory(b *testing.B) {
 	mem := budget.NewMemory(budget.SystemClock{}, 1<<20)
 	for i := range 50000 {
 		id := fmt.Sprintf("team-%03d_key-%05d", i%300, i)
-		res, err := mem.Reserve(context.Background(), &budget.Reservation{Amount: int64(1 + i%900),
-			Tokens: []budget.Charge{tokens(budget.TokensMinute, budget.APIKey, id, 1000), tokens(budget.TokensDay, budget.APIKey, id, 100000)}})
+		res, err := mem.Reserve(context.Background(), &budget.Reservation{
+			Tokens: budget.WithAmount([]budget.Charge{tokens(budget.TokensMinute, budget.APIKey, id, 1000), tokens(budget.TokensDay, budget.APIKey, id, 100000)}, float64(1+i%900))})
 		if err != nil || !res.Admitted {
 			b.Fatal(res, err)
 		}

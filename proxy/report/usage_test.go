@@ -34,7 +34,7 @@ func tokens(kind budget.Kind, dim budget.Dimension, id string, capacity float64)
 
 func reserve(t *testing.T, s budget.Store, amount int64, cs ...budget.Charge) {
 	t.Helper()
-	res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: cs, Amount: amount})
+	res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: budget.WithAmount(cs, float64(amount))})
 	if err != nil || !res.Admitted {
 		t.Fatalf("reserve %d on %v: %+v, %v", amount, cs, res, err)
 	}

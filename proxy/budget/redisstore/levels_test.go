@@ -35,8 +35,8 @@ var _ = Describe("usage scan of the shared buckets", func() {
 		}
 		reserve := func(s budget.Store, amount int64, cs ...budget.Charge) {
 			GinkgoHelper()
-			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: cs, Amount: amount,
-				Requests: []budget.Charge{{Key: budget.Key{Kind: budget.Requests, Dim: budget.Global}, SharedCapacity: 1e6, SharedRate: 1e6}}})
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount(cs, float64(amount)),
+				Requests: []budget.Charge{{Key: budget.Key{Kind: budget.Requests, Dim: budget.Global}, SharedCapacity: 1e6, SharedRate: 1e6, Amount: 1}}})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Admitted).To(BeTrue())
 		}
