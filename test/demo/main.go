@@ -208,7 +208,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	indent(out)
-	st.check(strings.Contains(out, "10000"), "per-key: 30,000 a minute for the fleet, 10,000 per replica")
+	perReplica, err := s.Kubectl("get", "tb/per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")
+	if err != nil {
+		return err
+	}
+	st.check(strings.TrimSpace(perReplica) == "10000", "per-key: 30,000 a minute for the fleet, 10k (10,000) per replica")
 
 	st.step(4, "kubectl scale tp/fleet --replicas=4 re-divides every budget and every proxy reloads")
 	if _, err := s.Kubectl("scale", "tp/fleet", "-n", ns, "--replicas=4"); err != nil {
@@ -230,7 +234,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	indent(out)
-	st.check(strings.Contains(out, "7500"), "per-key: 7,500 per replica now")
+	if perReplica, err = s.Kubectl("get", "tb/per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}"); err != nil {
+		return err
+	}
+	st.check(strings.TrimSpace(perReplica) == "7500", "per-key: 7.5k (7,500) per replica now")
 	// The control plane counts the replicas from their own reports (a Lease each):
 	// the fourth reports itself once it has loaded the config.
 	var enforcedOut string
