@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -156,6 +159,15 @@ rate_limiting:
 			Expect(refused.errorField("error", "details", "rule")).To(Equal("alice-dollars"))
 			Expect(refused.errorField("error", "details", "window")).To(Equal("calendar_month"))
 			Expect(refused.errorField("error", "message")).To(ContainSubstring("is spent until the window resets"))
+			// The gauges the near-limit table and the run-out alert read: the fleet's
+			// level the last request saw, the limit, and the window's reset.
+			Expect(counter(p.m.RuleUsed.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically(">", 0.5))
+			Expect(counter(p.m.RuleLimit.WithLabelValues("alice-dollars", "calendar_month"))).To(Equal(1.0))
+			wait, err := strconv.ParseInt(refused.header.Get("Retry-After"), 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(counter(p.m.RuleReset.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically("~", float64(time.Now().Unix()+wait), 5),
+				"the month's end, as Retry-After tells it")
+			Expect(testutil.CollectAndCount(p.m.RuleReset)).To(Equal(1), "no reset series for a rolling window")
 			Expect(ask("sk-bob", 100).code).To(Equal(200), "bob has no cost budget")
 		})
 
