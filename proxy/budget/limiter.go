@@ -92,9 +92,9 @@ type RuleRecorder interface {
 	// Amount records an amount of outcome, in the rule's units.
 	Amount(o Outcome, n float64)
 	// Level records the bucket a request just drew on: the share of its limit in use
-	// (0 full, 1 empty, above 1 in debt), the limit in the rule's units, and for a
+	// (0 full, 1 empty, above 1 in debt), the limit in the rule's amount, and for a
 	// calendar window when it resets (zero for a rolling window).
-	Level(used, limit float64, reset time.Time)
+	Level(used, limit float64, amount Amount, reset time.Time)
 }
 
 // Identity is who a request is, as far as the dimensions care.
@@ -542,7 +542,7 @@ func (l *Limiter) recordLevels(charges []Charge, levels []float64, skipped []boo
 		if ch.Key.Kind == Calendar {
 			end = time.UnixMilli(ch.EndMillis)
 		}
-		l.stats(ch.ctr).Level((v.Capacity-levels[i])/v.Capacity, v.Capacity, end)
+		l.stats(ch.ctr).Level((v.Capacity-levels[i])/v.Capacity, v.Capacity, ch.ctr.amount, end)
 	}
 }
 
@@ -810,4 +810,4 @@ type nopRule struct{}
 func (nopRule) Decision(RuleOutcome)    {}
 func (nopRule) Amount(Outcome, float64) {}
 
-func (nopRule) Level(float64, float64, time.Time) {}
+func (nopRule) Level(float64, float64, Amount, time.Time) {}

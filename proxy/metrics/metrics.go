@@ -56,7 +56,7 @@ type Metrics struct {
 	RuleWarnings     *prometheus.CounterVec // tokenwarden_rule_warnings_total{rule,window}
 	RuleAmount       *prometheus.CounterVec // tokenwarden_rule_amount_total{rule,window,outcome}
 	RuleUsed         *prometheus.GaugeVec   // tokenwarden_rule_window_used_ratio{rule,window}
-	RuleLimit        *prometheus.GaugeVec   // tokenwarden_rule_window_limit{rule,window}
+	RuleLimit        *prometheus.GaugeVec   // tokenwarden_rule_window_limit{rule,window,amount}
 	RuleReset        *prometheus.GaugeVec   // tokenwarden_rule_window_reset_timestamp_seconds{rule,window}
 	Spend            *prometheus.CounterVec // tokenwarden_spend_dollars_total{model}
 	DurableRefusals  *prometheus.CounterVec // tokenwarden_durable_refusals_total{dimension}
@@ -208,8 +208,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "window"}),
 		RuleLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_limit",
-			Help: "A rule window's limit per bucket in the rule's units (tokens, requests or US dollars): the fleet total in Redis, this replica's share in memory.",
-		}, []string{"rule", "window"}),
+			Help: "A rule window's limit per bucket in the rule's amount (tokens, input_tokens, output_tokens, requests, cost in US dollars): the fleet total in Redis, this replica's share in memory.",
+		}, []string{"rule", "window", "amount"}),
 		RuleReset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_reset_timestamp_seconds",
 			Help: "Unix time a calendar rule window resets (its current window's end); absent for rolling windows.",
@@ -334,7 +334,7 @@ func (m *Metrics) Rule(rule, window string) budget.RuleRecorder {
 	r := &ruleMetrics{
 		warnings: m.RuleWarnings.WithLabelValues(rule, window),
 		used:     m.RuleUsed.WithLabelValues(rule, window),
-		limit:    m.RuleLimit.WithLabelValues(rule, window),
+		limitVec: m.RuleLimit,
 		resetVec: m.RuleReset,
 		rule:     rule,
 		window:   window,
@@ -380,12 +380,11 @@ type ruleMetrics struct {
 	amounts   [budget.NumOutcomes]prometheus.Counter
 	warnings  prometheus.Counter
 	used      prometheus.Gauge
-	limit     prometheus.Gauge
-	// reset is resolved at a calendar window's first level, so a rolling window has
-	// no reset series.
-	resetVec     *prometheus.GaugeVec
-	reset        atomic.Pointer[prometheus.Gauge]
-	rule, window string
+	// limit is resolved at the window's first level, when its amount is known; reset
+	// at a calendar window's first level, so a rolling window has no reset series.
+	limitVec, resetVec *prometheus.GaugeVec
+	limit, reset       atomic.Pointer[prometheus.Gauge]
+	rule, window       string
 }
 
 func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
@@ -397,19 +396,22 @@ func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
 
 func (r *ruleMetrics) Amount(o budget.Outcome, n float64) { r.amounts[o].Add(n) }
 
-func (r *ruleMetrics) Level(used, limit float64, reset time.Time) {
+func (r *ruleMetrics) Level(used, limit float64, amount budget.Amount, reset time.Time) {
 	r.used.Set(used)
-	r.limit.Set(limit)
-	if reset.IsZero() {
-		return
+	resolve(&r.limit, r.limitVec, r.rule, r.window, amount.String()).Set(limit)
+	if !reset.IsZero() {
+		resolve(&r.reset, r.resetVec, r.rule, r.window).Set(float64(reset.UnixMilli()) / 1000)
 	}
-	g := r.reset.Load()
-	if g == nil {
-		c := r.resetVec.WithLabelValues(r.rule, r.window)
-		g = &c
-		r.reset.Store(g)
+}
+
+// resolve is the child of vec with these labels, looked up once.
+func resolve(p *atomic.Pointer[prometheus.Gauge], vec *prometheus.GaugeVec, labels ...string) prometheus.Gauge {
+	if g := p.Load(); g != nil {
+		return *g
 	}
-	(*g).Set(float64(reset.UnixMilli()) / 1000)
+	g := vec.WithLabelValues(labels...)
+	p.Store(&g)
+	return g
 }
 
 // DurableRefused implements budget.Recorder.

@@ -162,7 +162,7 @@ rate_limiting:
 			// The gauges the near-limit table and the run-out alert read: the fleet's
 			// level the last request saw, the limit, and the window's reset.
 			Expect(counter(p.m.RuleUsed.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically(">", 0.5))
-			Expect(counter(p.m.RuleLimit.WithLabelValues("alice-dollars", "calendar_month"))).To(Equal(1.0))
+			Expect(counter(p.m.RuleLimit.WithLabelValues("alice-dollars", "calendar_month", "cost"))).To(Equal(1.0))
 			wait, err := strconv.ParseInt(refused.header.Get("Retry-After"), 10, 64)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(counter(p.m.RuleReset.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically("~", float64(time.Now().Unix()+wait), 5),
