@@ -80,6 +80,24 @@ var _ = Describe("Rules at the proxy", func() {
 		Expect(h.llm.Requests()).To(HaveLen(2))
 	})
 
+	It("publishes one level per rule window, whichever key drew on it last, and drops it with the rule", func() {
+		h := newHarness(keysDoc + `
+  rules:
+  - {name: key-minute, dimension: api_key, windows: [{limit: 1000, rolling: {period: minute}}]}
+`)
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(10)/1000, 1e-3),
+			"alice's reservation, in a bucket of 1,000")
+		Expect(h.chat("sk-bob", 400).code).To(Equal(200))
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(400)/1000, 1e-3),
+			"bob's bucket, the last one drawn on")
+		Expect(testutil.CollectAndCount(h.m.RuleUsed)).To(Equal(1), "one series for the rule window, not one per key")
+		Expect(counter(h.m.RuleLimit.WithLabelValues("key-minute", "minute", "tokens"))).To(Equal(1000.0))
+		Expect(h.apply(keysDoc)).To(Succeed())
+		Expect(testutil.CollectAndCount(h.m.RuleUsed)).To(Equal(0), "the rule is gone, and its level with it")
+		Expect(testutil.CollectAndCount(h.m.RuleLimit)).To(Equal(0))
+	})
+
 	It("counts cached input tokens at cached_input_weight", func() {
 		h := newHarness(keysDoc + `
   cached_input_weight: 0.25
