@@ -89,6 +89,8 @@ var _ = BeforeSuite(func() {
 		Client:     readsOf,
 		Events:     mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage: "tokenwarden:test",
+		// Short, so that the usage specs wait for a few intervals, not minutes.
+		UsageInterval: usageInterval,
 	}).SetupWithManager(ctx, mgr)).To(Succeed())
 
 	go func() {

@@ -52,6 +52,10 @@ type TokenProxyReconciler struct {
 	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
 	// again when their CRD appears).
 	monitors monitors
+	// UsageInterval is the shortest time between two writes of one TokenBudget's
+	// status.usage (default DefaultUsageInterval).
+	UsageInterval time.Duration
+
 	// renewals tells live replicas by the renewals the operator saw (leases.go).
 	renewals renewals
 }
@@ -102,6 +106,9 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 			builder.WithPredicates(leaseReportChanged())).
 		Build(r)
 	if err != nil {
+		return err
+	}
+	if err := r.setupUsage(mgr); err != nil {
 		return err
 	}
 	r.monitors.watch = func() error {

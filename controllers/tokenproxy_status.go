@@ -37,7 +37,15 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 	}
 	switch o := obj.(type) {
 	case *twv1alpha1.TokenBudget:
+		// A merge patch of what changed: the usage controller writes status.usage
+		// concurrently (tokenbudget_usage.go), which must neither make this write
+		// conflict nor be overwritten by it.
+		patch := client.MergeFrom(o.DeepCopy())
 		o.Status = *desired.(*twv1alpha1.TokenBudgetStatus)
+		if err := r.Status().Patch(ctx, obj, patch); err != nil {
+			return fmt.Errorf("patch status of %s: %w", obj.GetName(), err)
+		}
+		return nil
 	case *twv1alpha1.ApiKey:
 		o.Status = *desired.(*twv1alpha1.ApiKeyStatus)
 	case *twv1alpha1.TokenProxy:

@@ -316,6 +316,13 @@ type TokenBudgetStatus struct {
 	// counts, its windows and what each replica enforces.
 	// +optional
 	Summary BudgetSummary `json:"summary,omitempty"`
+
+	// Live usage (tokenbudget_usage_types.go).
+
+	// Usage is the fleet's live use of the budget, summed from the proxy replicas'
+	// usage reports; absent until the budget is first used.
+	// +optional
+	Usage *TokenBudgetUsage `json:"usage,omitempty"`
 }
 
 // BudgetSummary is a budget written out for people: the columns of kubectl get.
@@ -358,7 +365,10 @@ type BudgetSummary struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="Per-Replica",type=string,JSONPath=`.status.summary.perReplica`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Used",type=string,JSONPath=`.status.usage.used`
+// +kubebuilder:printcolumn:name="At Limit",type=integer,JSONPath=`.status.usage.subjectsAtLimit`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Top Consumer",type=string,JSONPath=`.status.usage.topConsumer`,priority=1
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`,priority=1
 // +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.spec.tokensPerMinute`,priority=1
 // +kubebuilder:printcolumn:name="TPD",type=integer,JSONPath=`.spec.tokensPerDay`,priority=1

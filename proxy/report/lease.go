@@ -1,11 +1,13 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package report tells the control plane which config this replica enforces: a
-// coordination.k8s.io/v1 Lease per replica, renewed while the replica runs, whose
-// annotations carry the generation and digest of the config it has applied. The
-// operator counts the renewed Leases as the fleet's live replicas and sets the
-// Enforced conditions from them. It is the proxy's only write to the API server.
+// Package report tells the control plane which config this replica enforces, and how
+// much of its budgets is in use: a coordination.k8s.io/v1 Lease per replica, renewed
+// while the replica runs, whose annotations carry the generation and digest of the
+// config it has applied and a summary of its buckets' use and refusals (usage.go).
+// The operator counts the renewed Leases as the fleet's live replicas, sets the
+// Enforced conditions from them, and sums the usage reports into the TokenBudgets'
+// status. It is the proxy's only write to the API server.
 package report
 
 import (
@@ -38,6 +40,8 @@ const (
 const (
 	DefaultDuration = 15 * time.Second
 	DefaultRenew    = 5 * time.Second
+	// DefaultUsageEvery is how often a replica scans its buckets for its usage report.
+	DefaultUsageEvery = 15 * time.Second
 )
 
 // Lease reports one replica of the fleet that serves one ConfigMap.
@@ -56,6 +60,12 @@ type Lease struct {
 	Log   *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Usage, when set, builds the replica's usage report (the UsageAnnotation) every
+	// UsageEvery. The Lease carries the report, and is written for it only when it
+	// changed: an idle replica's renewals carry no report at all.
+	Usage func(ctx context.Context) (string, error)
+	// UsageEvery is how often Usage is called. Default DefaultUsageEvery.
+	UsageEvery time.Duration
 
 	mu         sync.Mutex
 	generation int64
@@ -67,7 +77,9 @@ type Lease struct {
 	applied chan struct{}
 	// created: this replica has created its Lease (or found it there): renewals patch it.
 	created bool
-	once    sync.Once
+	// usage is the latest usage report, usageWritten the one the Lease holds.
+	usage, usageWritten string
+	once                sync.Once
 }
 
 // Name is the Lease's name.
@@ -87,6 +99,9 @@ func (l *Lease) init() {
 		}
 		if l.Now == nil {
 			l.Now = time.Now
+		}
+		if l.UsageEvery <= 0 {
+			l.UsageEvery = DefaultUsageEvery
 		}
 	})
 }
@@ -109,11 +124,32 @@ func (l *Lease) Applied(generation int64, digest string) {
 // the next tick.
 func (l *Lease) Run(ctx context.Context) {
 	l.init()
-	tick := time.NewTicker(l.Renew)
+	every := l.Renew
+	if l.Usage != nil {
+		every = min(every, l.UsageEvery)
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	var renewed, scanned time.Time
 	for {
-		if err := l.write(ctx); err != nil && ctx.Err() == nil {
-			l.Log.Warn("Could not renew the replica's report Lease", "lease", l.Namespace+"/"+l.Name(), "error", err)
+		now := l.Now()
+		if l.Usage != nil && now.Sub(scanned) >= l.UsageEvery-every/2 {
+			scanned = now
+			if u, err := l.Usage(ctx); err != nil {
+				if ctx.Err() == nil {
+					l.Log.Warn("Could not build the replica's usage report; the Lease keeps the previous one", "error", err)
+				}
+			} else {
+				l.mu.Lock()
+				l.usage = u
+				l.mu.Unlock()
+			}
+		}
+		if now.Sub(renewed) >= l.Renew-every/2 || l.usageChanged() {
+			renewed = now
+			if err := l.write(ctx); err != nil && ctx.Err() == nil {
+				l.Log.Warn("Could not renew the replica's report Lease", "lease", l.Namespace+"/"+l.Name(), "error", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -121,15 +157,23 @@ func (l *Lease) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-l.applied:
+			renewed = time.Time{} // a new config: report it now
 		}
 	}
+}
+
+// usageChanged reports whether the latest usage report is not the one the Lease holds.
+func (l *Lease) usageChanged() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.usage != l.usageWritten
 }
 
 // write creates or renews the Lease with the config applied so far; before the first
 // Applied there is nothing to report.
 func (l *Lease) write(ctx context.Context) error {
 	l.mu.Lock()
-	generation, digest := l.generation, l.digest
+	generation, digest, usage, usageWritten := l.generation, l.digest, l.usage, l.usageWritten
 	l.mu.Unlock()
 	if digest == "" {
 		return nil
@@ -156,6 +200,9 @@ func (l *Lease) write(ctx context.Context) error {
 		}
 		le.Annotations[GenerationAnnotation] = strconv.FormatInt(generation, 10)
 		le.Annotations[DigestAnnotation] = digest
+		if usage != "" && (usage != usageWritten || !l.created) {
+			le.Annotations[UsageAnnotation] = usage
+		}
 		le.Spec.HolderIdentity = ptr.To(l.Replica)
 		le.Spec.LeaseDurationSeconds = ptr.To(int32(l.Duration / time.Second))
 		le.Spec.RenewTime = &now
@@ -173,6 +220,7 @@ func (l *Lease) write(ctx context.Context) error {
 		switch {
 		case err == nil:
 			l.created = true
+			l.wrote(usage)
 			return nil
 		case !apierrors.IsAlreadyExists(err):
 			return fmt.Errorf("create: %w", err)
@@ -194,7 +242,15 @@ func (l *Lease) write(ctx context.Context) error {
 		}
 		return fmt.Errorf("patch: %w", err)
 	}
+	l.wrote(usage)
 	return nil
+}
+
+// wrote records the usage report the Lease now holds.
+func (l *Lease) wrote(usage string) {
+	l.mu.Lock()
+	l.usageWritten = usage
+	l.mu.Unlock()
 }
 
 // remove deletes the Lease, with a short deadline of its own: the run's context is

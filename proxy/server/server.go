@@ -98,6 +98,15 @@ type Options struct {
 	// another of those fields is reported as restart_required.
 	Started    *config.Config
 	Overridden []string
+	// Refusals, when set, counts each refusal by a budget for the replica's usage
+	// report (proxy/report.Refusals); it is called for refused requests only.
+	Refusals RefusalCounter
+}
+
+// RefusalCounter counts refusals by the dimension and period that refused: d's bucket
+// of kind k (Requests, TokensMinute or TokensDay); model is the request's model.
+type RefusalCounter interface {
+	Refused(d budget.Dimension, k budget.Kind, model string)
 }
 
 // Server is the data plane. It is safe for concurrent use; Apply swaps its config.
@@ -113,6 +122,7 @@ type Server struct {
 	applyMu    sync.Mutex
 	restart    restartState
 	draining   atomic.Bool
+	refusals   RefusalCounter
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -124,13 +134,14 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	s := &Server{
-		store:   o.Store,
-		memory:  o.Memory,
-		metrics: o.Metrics,
-		clock:   o.Clock,
-		log:     o.Logger,
-		limiter: budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
-		restart: newRestartState(o),
+		store:    o.Store,
+		memory:   o.Memory,
+		metrics:  o.Metrics,
+		clock:    o.Clock,
+		log:      o.Logger,
+		limiter:  budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
+		restart:  newRestartState(o),
+		refusals: o.Refusals,
 	}
 	return s
 }
@@ -277,6 +288,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ex.dec, ex.hold = dec, dec.Hold
 	if dec.Refusal != nil {
+		if s.refusals != nil {
+			kind := dec.Refusal.Period
+			if dec.Refusal.Requests {
+				kind = budget.Requests
+			}
+			s.refusals.Refused(dec.Refusal.Dimension, kind, id.Model)
+		}
 		ex.refuse(w, dec.Refusal)
 		return
 	}

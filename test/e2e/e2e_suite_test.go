@@ -42,7 +42,8 @@ var _ = BeforeSuite(func() {
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s", out)
 
-	st, err = stack.Start(context.Background(), stack.Options{Root: root, LLMAddr: "127.0.0.1:0", ProxyBinary: proxy, Log: GinkgoWriter})
+	st, err = stack.Start(context.Background(), stack.Options{Root: root, LLMAddr: "127.0.0.1:0", ProxyBinary: proxy, Log: GinkgoWriter,
+		UsageInterval: usageInterval})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(st.Stop)
 	// Deadlines are generous: a loaded machine is slow, not wrong. What the suite

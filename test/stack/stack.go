@@ -67,6 +67,10 @@ type Options struct {
 	Log io.Writer
 	// ProxyBinary is the proxy to run; default bin/proxy.
 	ProxyBinary string
+	// UsageInterval, when set, is how often the proxies report their usage
+	// (--usage-interval) and the shortest time between two writes of a budget's
+	// status.usage; default 15 s each.
+	UsageInterval time.Duration
 }
 
 // Stack is a running system.
@@ -74,6 +78,7 @@ type Stack struct {
 	root        string
 	dir         string
 	proxyBinary string
+	usageEvery  time.Duration
 	env         *envtest.Environment
 	Config      *rest.Config
 	Kubeconfig  string
@@ -126,7 +131,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, proxies: map[string][]*Proxy{}, asServiceAccount: map[string]bool{}}
+	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, usageEvery: o.UsageInterval, proxies: map[string][]*Proxy{}, asServiceAccount: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -177,6 +182,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.cancel = cancel
 	if err := (&controllers.TokenProxyReconciler{
 		Client: mgr.GetClient(), Events: mgr.GetEventRecorder("tokenwarden"), ProxyImage: "tokenwarden:dev",
+		UsageInterval: o.UsageInterval,
 	}).SetupWithManager(mctx, mgr); err != nil {
 		return nil, err
 	}
@@ -414,12 +420,15 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 			return nil, err
 		}
 	}
-	p.cmd = exec.Command(s.proxyBinary,
-		"--configmap", namespace+"/"+name+"-proxy", "--kubeconfig", kubeconfig,
+	args := []string{"--configmap", namespace + "/" + name + "-proxy", "--kubeconfig", kubeconfig,
 		"--replica-name", replica,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort),
 		// No endpoints to drop the pod from here: the drain closes the listener at once.
-		"--drain-delay", "0s")
+		"--drain-delay", "0s"}
+	if s.usageEvery > 0 {
+		args = append(args, "--usage-interval", s.usageEvery.String())
+	}
+	p.cmd = exec.Command(s.proxyBinary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		_ = logf.Close()

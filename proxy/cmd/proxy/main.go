@@ -114,6 +114,8 @@ func run(args []string) error {
 	adminAuthTTL := fs.Duration("admin-auth-cache-ttl", adminauth.DefaultTTL, "With --admin-auth=kubernetes: how long a review's answer is reused for the same token, verb and path.")
 	replicaName := fs.String("replica-name", defaultReplicaName(),
 		"With --configmap: this replica's name in its report Lease <configmap>-<name> (default: $POD_NAME, else the host name). Unique within the fleet.")
+	usageEvery := fs.Duration("usage-interval", report.DefaultUsageEvery,
+		"With --configmap: how often this replica scans its budgets for the usage report its Lease carries (the operator writes it into each TokenBudget's status.usage).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -191,9 +193,14 @@ func run(args []string) error {
 		adminAddr = *adminListen
 		overridden = append(overridden, "admin_listen")
 	}
+	refusals := &report.Refusals{}
+	if lease != nil {
+		lease.UsageEvery = *usageEvery
+		lease.Usage = usageReport(store, mem, refusals, *usageEvery)
+	}
 	// A store that makes a network call settles off the request's goroutine.
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
-		Started: first, Overridden: overridden})
+		Started: first, Overridden: overridden, Refusals: refusals})
 	// applied tells the control plane which config this replica enforces (with
 	// --configmap): after each applied document, not only on the Lease's heartbeat.
 	applied := func(cfg *config.Config, data []byte) {
@@ -338,6 +345,23 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 	}
 	s, err := redisstore.New(opts)
 	return s, mem, err
+}
+
+// usageReport builds the replica's usage report: from the shared buckets when the
+// store is shared (every replica then reports the fleet's whole use), from the
+// replica's memory otherwise or while the shared store cannot be read.
+func usageReport(store budget.Store, mem *budget.Memory, refusals *report.Refusals, every time.Duration) func(context.Context) (string, error) {
+	s := &report.Summarizer{Levels: mem, Refusals: refusals, Every: every}
+	if l, ok := store.(budget.Leveler); ok && store != budget.Store(mem) {
+		s.Levels, s.Shared, s.Fallback = l, true, mem
+	}
+	return func(ctx context.Context) (string, error) {
+		u, err := s.Summary(ctx)
+		if err != nil {
+			return "", err
+		}
+		return u.Encode(), nil
+	}
 }
 
 // sweep drops refilled buckets (an absent bucket is a full one) and publishes the
