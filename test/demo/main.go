@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -91,7 +90,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root, err := os.Getwd()
 	if err == nil {
-		err = run(ctx, options{Root: root, Once: os.Getenv("DEMO_ONCE") == "1"})
+		err = run(ctx, options{Root: root, Once: os.Getenv("DEMO_ONCE") == "1", NeedRedis: os.Getenv("DEMO_NEED_REDIS") == "1"})
 	}
 	stop()
 	if err != nil {
@@ -112,6 +111,9 @@ type options struct {
 	// LogPath receives the control plane's and the operator's logs; default
 	// tokenwarden-demo.log in the temporary directory.
 	LogPath string
+	// NeedRedis makes a missing redis-server a failed step; otherwise the story skips
+	// the Redis-backed fleet and says how to install it.
+	NeedRedis bool
 }
 
 func run(ctx context.Context, o options) error {
@@ -254,25 +256,26 @@ func run(ctx context.Context, o options) error {
 	}
 	st.check(enforcedOut == "4/4", "kubectl get tp: ENFORCED 4/4, every live replica reports the current config generation")
 
-	st.step(5, "The metrics each proxy exports (an excerpt)")
-	resp, err := http.Get(proxies[0].AdminURL + "/metrics")
-	if err != nil {
+	var redisProxies []*stack.Proxy
+	if err := redisFleet(ctx, s, st, o.NeedRedis, &redisProxies); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	shown := 0
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "rate_limit_token_budget_tokens_total{dimension=\"api_key\"") ||
+
+	st.step(6, "The metrics each proxy exports (an excerpt)")
+	shown := excerpt(proxies[0].AdminURL, func(line string) bool {
+		return strings.HasPrefix(line, "rate_limit_token_budget_tokens_total{dimension=\"api_key\"") ||
 			strings.HasPrefix(line, "rate_limit_token_budget_refusals_total{dimension=\"api_key\"") ||
 			strings.HasPrefix(line, "tokenwarden_api_key_usage_tokens_total") ||
-			strings.HasPrefix(line, "tokenwarden_budget_division_replicas") {
-			indent(line)
-			shown++
-		}
+			strings.HasPrefix(line, "tokenwarden_budget_division_replicas")
+	})
+	if len(redisProxies) > 0 {
+		say("and on the Redis fleet, the spend in dollars and each rule window's level, limit and reset:")
+		spend := excerpt(redisProxies[0].AdminURL, func(line string) bool {
+			return strings.HasPrefix(line, "tokenwarden_spend_dollars_total") ||
+				strings.HasPrefix(line, "tokenwarden_rule_window_")
+		})
+		st.check(spend > 0, "the proxy exports spend and rule levels: the dashboard's cost panel and near-limit table read them")
 	}
-	_ = resp.Body.Close()
 	st.check(shown > 0, "the proxy counts reserved, refunded and refused tokens per dimension and per key")
 
 	fmt.Println()
