@@ -54,10 +54,14 @@ type TokenProxyReconciler struct {
 	monitors monitors
 	// renewals tells live replicas by the renewals the operator saw (leases.go).
 	renewals renewals
+	// apiReader reads what the cache does not hold: a ConfigMap the operator did not
+	// label, in the way of a config chunk (createChunk).
+	apiReader client.Reader
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.apiReader = mgr.GetAPIReader()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
