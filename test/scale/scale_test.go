@@ -147,7 +147,7 @@ func TestScale(t *testing.T) {
 	}
 	r.printf("setup: %d Secrets and ApiKeys created in %v (%d writers)", keys, since(phase), writers)
 	phase = time.Now()
-	waitFleet(ctx, t, c, budgets, keys, "", 30*time.Minute)
+	waitFleet(ctx, t, c, budgets, keys, "", time.Hour)
 	r.printf("setup: the operator had rendered every budget and key %v after the last create", since(phase))
 
 	phase = time.Now()
@@ -155,7 +155,7 @@ func TestScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(ctx, t, c, budgets, keys, "3/3", 10*time.Minute)
+	waitFleet(ctx, t, c, budgets, keys, "3/3", time.Hour)
 	var cm corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet + "-proxy"}, &cm); err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestScale(t *testing.T) {
 	if proxies, err = st.SyncProxies(ctx, ns, fleet); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(ctx, t, c, budgets, next, "4/4", 10*time.Minute)
+	waitFleet(ctx, t, c, budgets, next, "4/4", 30*time.Minute)
 	r.printf("(b) scale 3 to 4: the fourth proxy started and the fleet enforcing the new division in %v", since(phase))
 	writes := w.stop()
 	r.printf("(b) one scale step: %s (each budget's per-replica allowance changed; no key's status did)", writes)
