@@ -44,6 +44,10 @@ func validName(s string) bool {
 	return true
 }
 
+func hexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
 func alnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
@@ -54,7 +58,7 @@ func sha256Hex(s string) bool {
 		return false
 	}
 	for i := range len(s) {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+		if !hexDigit(s[i]) {
 			return false
 		}
 	}
