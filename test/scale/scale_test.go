@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,6 +176,7 @@ func TestScale(t *testing.T) {
 
 	// (c) The operator's heap at this size.
 	heap := heapAfterGC()
+	profile(t, "heap-before-unrelated", func(f *os.File) error { return pprof.Lookup("heap").WriteTo(f, 0) })
 	r.printf("(c) operator heap after GC at %d keys and %d budgets: %s (target under %s)", keys, budgets, mib(float64(heap)), mib(heapTarget))
 	if heap > heapTarget {
 		t.Errorf("the operator's heap is %s, over %s", mib(float64(heap)), mib(heapTarget))
@@ -205,7 +207,9 @@ func TestScale(t *testing.T) {
 			t.Errorf("median %v to enforce one more key, over %v", med, latencyTarget)
 		}
 	}
+	stopCPU := cpuProfile(t, "cpu-add-keys")
 	addKeys("before the unrelated objects")
+	stopCPU()
 
 	// (c) Unrelated Secrets and ConfigMaps, half in the fleet's namespace.
 	phase = time.Now()
@@ -252,6 +256,44 @@ func TestScale(t *testing.T) {
 		t.Errorf("one scale step: %v", err)
 	}
 	r.printf("done in %v", since(start))
+}
+
+// profile writes a profile into BENCH_PROFILE_DIR, when it is set.
+func profile(t *testing.T, name string, write func(*os.File) error) {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := write(f); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("BENCH profile written:", f.Name())
+}
+
+// cpuProfile profiles this process (the operator) into BENCH_PROFILE_DIR, when it is
+// set, until the returned function is called.
+func cpuProfile(t *testing.T, name string) func() {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		fmt.Println("BENCH profile written:", f.Name())
+	}
 }
 
 // report prints the figures as they come, each line prefixed so that they can be
