@@ -36,9 +36,15 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 	}
 	switch o := obj.(type) {
 	case *twv1alpha1.TokenBudget:
+		// A fleet's budgets and keys are the cache's own objects (gather lists them
+		// without copies): the one written is copied first.
+		o = o.DeepCopy()
 		o.Status = *desired.(*twv1alpha1.TokenBudgetStatus)
+		obj = o
 	case *twv1alpha1.ApiKey:
+		o = o.DeepCopy()
 		o.Status = *desired.(*twv1alpha1.ApiKeyStatus)
+		obj = o
 	case *twv1alpha1.TokenProxy:
 		o.Status = *desired.(*twv1alpha1.TokenProxyStatus)
 	}
