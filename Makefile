@@ -122,8 +122,8 @@ soak: ## Run a fleet of three proxies under mixed honest and hostile traffic, on
 test-e2e: test-tools ## Run only the end-to-end suite: the whole system driven by the OpenAI and Anthropic SDKs (Go and Node; npm ci installs the Node ones) and kubectl (part of make test).
 	$(GO) test $(GO_TEST_FLAGS) -v ./test/e2e/...
 
-# The control plane at platform scale (test/scale): make test runs it small (2,000
-# keys, 100 budgets, 1,000 unrelated objects) as a smoke test; this target at full size.
+# The control plane at platform scale (test/scale): make test runs it small (1,000
+# keys, 50 budgets, 1,000 unrelated objects) as a smoke test; this target at full size.
 BENCH_KEYS ?= 50000
 BENCH_BUDGETS ?= 2000
 BENCH_UNRELATED ?= 100000

@@ -82,8 +82,8 @@ func knob(t *testing.T, name string, def int) int {
 
 func TestScale(t *testing.T) {
 	var (
-		keys      = knob(t, "BENCH_KEYS", 2000)
-		budgets   = knob(t, "BENCH_BUDGETS", 100)
+		keys      = knob(t, "BENCH_KEYS", 1000)
+		budgets   = knob(t, "BENCH_BUDGETS", 50)
 		unrelated = knob(t, "BENCH_UNRELATED", 1000)
 		repeats   = knob(t, "BENCH_REPEATS", 3)
 		writers   = knob(t, "BENCH_WRITERS", 32)
