@@ -96,11 +96,11 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 		unused()
 
 		By("the same content as the chunk, but not the operator's: still not used")
-		Expect(k8sClient.Delete(ctx, squatter)).To(Succeed())
-		squatter = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taken.Name, Namespace: ns},
-			Data: map[string]string{config.ChunkKey: string(taken.Data)}}
+		// Updated in place: deleted, its name would be free for the operator's retry.
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), squatter)).To(Succeed())
 		forged = string(taken.Data)
-		Expect(k8sClient.Create(ctx, squatter)).To(Succeed())
+		squatter.Data = map[string]string{config.ChunkKey: forged}
+		Expect(k8sClient.Update(ctx, squatter)).To(Succeed())
 		Eventually(func(g Gomega) {
 			// Another change, so that the reconcile meets it again.
 			k := keyObject(g, ns, bulk.KeyName(keys-2))
