@@ -50,6 +50,7 @@ type Metrics struct {
 	ConfigGeneration prometheus.Gauge       // tokenwarden_config_generation
 	ConfigInfo       *prometheus.GaugeVec   // tokenwarden_config_info{digest}
 	ConfigLastReload prometheus.Gauge       // tokenwarden_config_last_reload_success_timestamp_seconds
+	ConfigReloadTime prometheus.Gauge       // tokenwarden_config_last_reload_duration_seconds
 	RestartRequired  prometheus.Gauge       // tokenwarden_config_restart_required
 
 	RuleRequests     *prometheus.CounterVec // tokenwarden_rule_requests_total{rule,window,outcome}
@@ -186,6 +187,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last config applied.",
 		}),
+		ConfigReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_last_reload_duration_seconds",
+			Help: "How long the last config applied took to parse, validate and compile, in seconds.",
+		}),
 		RestartRequired: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tokenwarden_config_restart_required",
 			Help: "1 while the config in force changed a setting that takes effect only at the next restart (listed in /admin/effective restart_required), else 0.",
@@ -234,7 +239,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
-		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
+		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
 		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
