@@ -48,11 +48,14 @@ func currentDoc(ns string) (int64, string) {
 	return g, config.Digest(document(Default, ns))
 }
 
-// loadCurrent is a replica that has loaded the fleet's current config.
+// loadCurrent is a replica that has loaded the fleet's current config. It stays live
+// for the whole spec without renewing (ten minutes): a loaded machine may take longer
+// than a real replica's 15 s between two reconciles of a large fleet, and a spec about
+// expiry writes its own short Lease.
 func loadCurrent(ns, replica string) *coordinationv1.Lease {
 	GinkgoHelper()
 	g, digest := currentDoc(ns)
-	return replicaLease(ns, replica, g, digest, time.Now(), 15*time.Second)
+	return replicaLease(ns, replica, g, digest, time.Now(), 10*time.Minute)
 }
 
 // reportCurrent is a replica loading the fleet's current config: its Lease's
