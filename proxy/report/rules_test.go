@@ -5,6 +5,7 @@ package report
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -147,4 +148,53 @@ func TestSummaryRulesRedis(t *testing.T) {
 	if usr := find(u, "user", ""); usr == nil || usr.Top[0].Used != 10 {
 		t.Fatalf("the limits' buckets beside the rules: %s", u.Encode())
 	}
+}
+
+// TestSummaryRulesBounded: a report with thousands of rule windows in use keeps the
+// most used within MaxUsageBytes, and says how many it left out.
+func TestSummaryRulesBounded(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	mem := budget.NewMemory(c, 100000)
+	const rules = 3000
+	for i := range rules {
+		reserve(t, mem, int64(1+i%1000), rolling(fmt.Sprintf("team-%04d/budget-with-a-long-name", i), 0, budget.Team, "research", "", 1000, time.Hour))
+	}
+	u, err := (&Summarizer{Levels: mem, Every: 15 * time.Second}).Summary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := u.Encode()
+	if len(enc) > MaxUsageBytes || u.Cut == 0 || u.Cut+len(u.Rules) != rules {
+		t.Fatalf("%d bytes, %d rule windows, %d cut", len(enc), len(u.Rules), u.Cut)
+	}
+	if least := u.Rules[len(u.Rules)-1]; least.Top[0].Used < 1000-float64(len(u.Rules)/3)-1 {
+		t.Fatalf("kept a window using %v of 1000 among %d: the most used come first", least.Top[0].Used, len(u.Rules))
+	}
+	t.Logf("%d rule windows in use: the report holds %d in %d bytes and leaves out %d", rules, len(u.Rules), len(enc), u.Cut)
+}
+
+// BenchmarkSummaryRulesMemory scans a replica's memory holding 50,000 keys' counters
+// of a per-key rule with a minute and a day window, every one in use.
+func BenchmarkSummaryRulesMemory(b *testing.B) {
+	mem := budget.NewMemory(budget.SystemClock{}, 1<<20)
+	for i := range 50000 {
+		id := fmt.Sprintf("team-%03d_key-%05d", i%300, i)
+		res, err := mem.Reserve(context.Background(), &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{
+			rolling("llm/per-key", 0, budget.APIKey, id, "", 1000, time.Minute),
+			rolling("llm/per-key", 1, budget.APIKey, id, "", 100000, 24*time.Hour)}, float64(1+i%900))})
+		if err != nil || !res.Admitted {
+			b.Fatal(res, err)
+		}
+	}
+	s := &Summarizer{Levels: mem, Every: 15 * time.Second}
+	var size int
+	b.ResetTimer()
+	for range b.N {
+		u, err := s.Summary(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(u.Encode())
+	}
+	b.ReportMetric(float64(size), "report-bytes")
 }
