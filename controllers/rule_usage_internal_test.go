@@ -41,10 +41,10 @@ func TestSumRuleUsage(t *testing.T) {
 	if u.Used != "50%" || len(u.Windows) != 2 || u.SubjectsAtLimit != nil || u.TopConsumer != "" {
 		t.Fatalf("team rule: %+v", u)
 	}
-	if w := u.Windows[0]; w.Window != "10k/min" || w.UsedPercent != 50 || w.Used != "5k" || w.Refused != 2 || w.SubjectsAtLimit != nil {
+	if w := u.Windows[0]; w.Window != "10k/min" || ptr.Deref(w.UsedPercent, -1) != 50 || w.Used != "5k" || w.Refused != 2 || w.SubjectsAtLimit != nil {
 		t.Fatalf("team rule's minute: %+v", w)
 	}
-	if w := u.Windows[1]; w.Window != "100 req/s" || w.UsedPercent != 0 || w.Used != "" || w.Refused != 1 {
+	if w := u.Windows[1]; w.Window != "100 req/s" || ptr.Deref(w.UsedPercent, -1) != 0 || w.Used != "" || w.Refused != 1 {
 		t.Fatalf("team rule's request rate: %+v", w)
 	}
 	if u.Refusals.IntervalSeconds != 60 || idle(u) {
@@ -73,8 +73,9 @@ func TestSumRuleUsage(t *testing.T) {
 		reps[i].Rules[0].Rule = "team-b/keys"
 		reps[i] = index(reps[i].Usage)
 	}
-	if u := sumRuleUsage(foreignKeys, reps, now); u.TopConsumer != "" || u.Windows[0].TopConsumer != "" || u.Used != "60%" {
-		t.Fatalf("another namespace's budget names no subject: %+v", u)
+	if u := sumRuleUsage(foreignKeys, reps, now); u.TopConsumer != "" || u.Used != "" || ptr.Deref(u.SubjectsAtLimit, -1) != 1 ||
+		u.Windows[0] != (twv1alpha1.WindowUsage{Window: "5 req/s", SubjectsAtLimit: u.Windows[0].SubjectsAtLimit}) || idle(u) {
+		t.Fatalf("another namespace's budget shows no subject nor its level, only the count at the limit: %+v", u)
 	}
 
 	// A Redis fleet's monthly $50 cost: every replica reads the same counter.
@@ -89,11 +90,11 @@ func TestSumRuleUsage(t *testing.T) {
 	// What a status write is worth for windows.
 	have := u.DeepCopy()
 	want := u.DeepCopy()
-	want.Windows[0].UsedPercent = 29
+	want.Windows[0].UsedPercent = ptr.To(int32(29))
 	if meaningful(have, want) {
 		t.Error("4 points of a window written")
 	}
-	want.Windows[0].UsedPercent = 30
+	want.Windows[0].UsedPercent = ptr.To(int32(30))
 	if !meaningful(have, want) {
 		t.Error("5 points of a window not written")
 	}

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
@@ -54,8 +55,8 @@ var _ = Describe("Live usage of rule-shaped budgets", func() {
 			w := budgetStatus(g, ns, "research").Usage.Windows
 			g.Expect(w).To(HaveLen(2))
 			g.Expect(w[0].Window).To(Equal("60k/min"))
-			g.Expect(w[0].UsedPercent).To(BeNumerically("<=", 10), "at most 6,000 of 60,000, refilling")
-			g.Expect(w[1]).To(Equal(twv1alpha1.WindowUsage{Window: "10k/day", UsedPercent: 60, Used: "6k"}))
+			g.Expect(w[0].UsedPercent).To(HaveValue(BeNumerically("<=", 10)), "at most 6,000 of 60,000, refilling")
+			g.Expect(w[1]).To(Equal(twv1alpha1.WindowUsage{Window: "10k/day", UsedPercent: ptr.To(int32(60)), Used: "6k"}))
 		}, enforceTimeout).Should(Succeed())
 
 		// describe: the window's refusals over the last interval, while alice keeps

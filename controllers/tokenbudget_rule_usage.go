@@ -94,22 +94,26 @@ func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.T
 			if pu == nil {
 				continue // no allowance: nothing to show
 			}
-			wu.UsedPercent = pu.UsedPercent
-			if topUsed > 0 {
-				wu.Used = amountText(g.amount, topUsed)
-			}
 			if !single {
 				wu.SubjectsAtLimit = ptr.To(int32(min(atLimit, math.MaxInt32))) //nolint:gosec // bounded just above
-				if !hide && topUsed > 0 {
-					wu.TopConsumer = counterName(b, top)
-				}
 				mostAt = max(mostAt, *wu.SubjectsAtLimit)
 			}
-			if f := topUsed / capacity; f > bestFrac {
-				bestFrac = f
-				u.TopConsumer = wu.TopConsumer
+			// A budget of another namespace with a counter per subject governs other
+			// tenants' subjects too: it shows neither their names nor their levels.
+			if single || !hide {
+				wu.UsedPercent = ptr.To(pu.UsedPercent)
+				most = max(most, pu.UsedPercent)
+				if topUsed > 0 {
+					wu.Used = amountText(g.amount, topUsed)
+				}
+				if !single && topUsed > 0 {
+					wu.TopConsumer = counterName(b, top)
+				}
+				if f := topUsed / capacity; f > bestFrac {
+					bestFrac = f
+					u.TopConsumer = wu.TopConsumer
+				}
 			}
-			most = max(most, wu.UsedPercent)
 			if len(u.Windows) < 16 {
 				u.Windows = append(u.Windows, wu)
 			}

@@ -428,7 +428,8 @@ func meaningful(have, want *twv1alpha1.TokenBudgetUsage) bool {
 	}
 	for i := range have.Windows {
 		hw, ww := &have.Windows[i], &want.Windows[i]
-		if hw.Window != ww.Window || abs(hw.UsedPercent-ww.UsedPercent) >= usagePoints || (hw.Used == "") != (ww.Used == "") ||
+		hp, wp := hw.UsedPercent, ww.UsedPercent
+		if hw.Window != ww.Window || (hp == nil) != (wp == nil) || hp != nil && abs(*hp-*wp) >= usagePoints || (hw.Used == "") != (ww.Used == "") ||
 			ptr.Deref(hw.SubjectsAtLimit, -1) != ptr.Deref(ww.SubjectsAtLimit, -1) || hw.TopConsumer != ww.TopConsumer ||
 			countMoved(hw.Refused, ww.Refused) {
 			return true
@@ -450,7 +451,7 @@ func idle(u *twv1alpha1.TokenBudgetUsage) bool {
 		}
 	}
 	for _, w := range u.Windows {
-		if w.Used != "" || w.Refused > 0 {
+		if w.Used != "" || w.Refused > 0 || ptr.Deref(w.SubjectsAtLimit, 0) > 0 {
 			return false
 		}
 	}

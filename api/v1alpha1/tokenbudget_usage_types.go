@@ -79,8 +79,11 @@ type WindowUsage struct {
 	// "600k/min", "50 req/s", "$1000/month".
 	// +kubebuilder:validation:MaxLength=128
 	Window string `json:"window"`
-	// UsedPercent is the part of the allowance in use, in percent (above 100 in debt).
-	UsedPercent int32 `json:"usedPercent"`
+	// UsedPercent is the part of the allowance in use, in percent (above 100 in debt);
+	// absent, with Used, on a budget of another namespace with a counter per subject,
+	// which shows no subject's level.
+	// +optional
+	UsedPercent *int32 `json:"usedPercent,omitempty"`
 	// Used is the amount in use, in the window's units: "592k", "12 req", "$12.50".
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
