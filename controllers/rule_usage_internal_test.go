@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -85,6 +86,13 @@ func TestSumRuleUsage(t *testing.T) {
 	u = sumRuleUsage(spend, []indexedReport{replica(true, r), replica(true, r), replica(true, r)}, now)
 	if u.Used != "25%" || u.Windows[0].Used != "$12.50" || u.Windows[0].Window != "$50/month" {
 		t.Fatalf("calendar cost: %+v", u)
+	}
+
+	// A false report's refusal counts saturate rather than wrap below zero, which the
+	// field would refuse.
+	huge := report.RuleUsage{Rule: "llm/spend", Refused: math.MaxInt64 - 1}
+	if u := sumRuleUsage(spend, []indexedReport{replica(false, huge), replica(false, huge)}, now); u.Windows[0].Refused != math.MaxInt64 {
+		t.Fatalf("saturated refusals: %+v", u.Windows[0])
 	}
 
 	// What a status write is worth for windows.

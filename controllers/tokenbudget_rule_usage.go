@@ -68,7 +68,10 @@ func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.T
 					}
 					continue
 				}
-				refused += max(e.Refused, 0)
+				if e.Refused > 0 {
+					// A count no replica could reach (a false report) saturates.
+					refused = min(refused, math.MaxInt64-e.Refused) + e.Refused
+				}
 				atLimit = max(atLimit, e.AtLimit)
 				for _, t := range e.Top {
 					c, v := counterOf{t.ID, t.By}, used[counterOf{t.ID, t.By}]

@@ -77,6 +77,7 @@ type TokenBudgetUsage struct {
 type WindowUsage struct {
 	// Window is the window in words, as status.summary.windows writes it:
 	// "600k/min", "50 req/s", "$1000/month".
+	// +required
 	// +kubebuilder:validation:MaxLength=128
 	Window string `json:"window"`
 	// UsedPercent is the part of the allowance in use, in percent (above 100 in debt);
@@ -100,8 +101,9 @@ type WindowUsage struct {
 	// +kubebuilder:validation:MaxLength=253
 	TopConsumer string `json:"topConsumer,omitempty"`
 	// Refused counts the requests the window refused over the last interval
-	// (status.usage.refusals.intervalSeconds), summed over the fleet.
+	// (status.usage.refusals.intervalSeconds), summed over the fleet; 0 when none.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	Refused int64 `json:"refused,omitempty"`
 }
 
