@@ -16,10 +16,11 @@ import (
 )
 
 // checkRendered loads a rendered document the way every proxy of the fleet will:
-// marshal, then the proxy's own strict parse, defaults and validation. A document
-// that fails here would be refused by every proxy on reload, so it is never written.
+// encoded as it is written, then the proxy's own strict parse, defaults and
+// validation. A document that fails here would be refused by every proxy on reload,
+// so it is never written.
 func checkRendered(cfg *config.Config) error {
-	doc, err := cfg.Marshal()
+	doc, err := encode(cfg)
 	if err != nil {
 		return err
 	}

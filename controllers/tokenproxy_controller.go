@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -58,10 +59,14 @@ type TokenProxyReconciler struct {
 
 	// renewals tells live replicas by the renewals the operator saw (leases.go).
 	renewals renewals
+	// apiReader reads what the cache does not hold: a ConfigMap the operator did not
+	// label, in the way of a config chunk (createChunk).
+	apiReader client.Reader
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.apiReader = mgr.GetAPIReader()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
@@ -258,6 +263,63 @@ type verdict struct {
 	message  string
 }
 
+// byObjectKey returns pointers to the items, in the order of their objectKey
+// (namespace/name), without making the keys: a fleet of 50,000 keys sorts on every
+// reconcile.
+func byObjectKey[T any, P interface {
+	*T
+	client.Object
+}](items []T) []P {
+	out := make([]P, len(items))
+	for i := range items {
+		out[i] = P(&items[i])
+	}
+	slices.SortFunc(out, func(a, b P) int {
+		return compareJoined(a.GetNamespace(), a.GetName(), b.GetNamespace(), b.GetName())
+	})
+	return out
+}
+
+// compareJoined compares a1+"/"+a2 with b1+"/"+b2, as strings.Compare would, without
+// joining them.
+func compareJoined(a1, a2, b1, b2 string) int {
+	at := func(s1, s2 string, i int) byte {
+		switch {
+		case i < len(s1):
+			return s1[i]
+		case i == len(s1):
+			return '/'
+		default:
+			return s2[i-len(s1)-1]
+		}
+	}
+	la, lb := len(a1)+1+len(a2), len(b1)+1+len(b2)
+	for i := range min(la, lb) {
+		if ca, cb := at(a1, a2, i), at(b1, b2, i); ca != cb {
+			if ca < cb {
+				return -1
+			}
+			return 1
+		}
+	}
+	return cmp.Compare(la, lb)
+}
+
+// apiKeySecrets are the Secrets of a namespace labelled for ApiKeys, by name, as the
+// cache holds them: not to be written to.
+func (r *TokenProxyReconciler) apiKeySecrets(ctx context.Context, namespace string) (map[string]*corev1.Secret, error) {
+	var list corev1.SecretList
+	if err := r.List(ctx, &list, client.InNamespace(namespace),
+		client.MatchingLabels{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the ApiKey Secrets of %s: %w", namespace, err)
+	}
+	out := make(map[string]*corev1.Secret, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
 func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenProxy) (*gathered, error) {
 	g := &gathered{
 		fleet:          fleet{proxy: tp},
@@ -265,14 +327,16 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		keyVerdicts:    map[string]verdict{},
 		fingerprints:   map[string]string{},
 	}
+	// The budgets, keys and Secrets are read from the cache without copies: a fleet of
+	// 50,000 keys would copy them all on every reconcile. Nothing here writes to them;
+	// patchStatus copies the one it writes.
 	var budgets twv1alpha1.TokenBudgetList
-	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()}); err != nil {
+	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list TokenBudgets: %w", err)
 	}
-	slices.SortFunc(budgets.Items, func(a, b twv1alpha1.TokenBudget) int { return strings.Compare(objectKey(&a), objectKey(&b)) })
 	allowed := make([]*twv1alpha1.TokenBudget, 0, len(budgets.Items))
-	for i := range budgets.Items {
-		b := &budgets.Items[i]
+	for _, b := range byObjectKey(budgets.Items) {
 		if !b.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -309,12 +373,12 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	}
 
 	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()}); err != nil {
+	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list ApiKeys: %w", err)
 	}
-	slices.SortFunc(keys.Items, func(a, b twv1alpha1.ApiKey) int { return strings.Compare(objectKey(&a), objectKey(&b)) })
-	for i := range keys.Items {
-		k := &keys.Items[i]
+	secrets := map[string]map[string]*corev1.Secret{} // the ApiKey Secrets, by namespace and name
+	for _, k := range byObjectKey(keys.Items) {
 		if !k.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -332,14 +396,17 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		}
 		// The cache holds only the Secrets labelled for the operator's use; an ApiKey
 		// may use only those labelled for ApiKeys, in its own namespace.
-		var s corev1.Secret
-		err = r.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Spec.SecretRef.Name}, &s)
-		switch {
-		case apierrors.IsNotFound(err), err == nil && s.Labels[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey:
+		inNS, listed := secrets[k.Namespace]
+		if !listed {
+			if inNS, err = r.apiKeySecrets(ctx, k.Namespace); err != nil {
+				return nil, err
+			}
+			secrets[k.Namespace] = inNS
+		}
+		s, found := inNS[k.Spec.SecretRef.Name]
+		if !found {
 			g.keyVerdicts[objectKey(k)] = keySecretNotFound(k)
 			continue
-		case err != nil:
-			return nil, fmt.Errorf("get Secret %s: %w", k.Spec.SecretRef.Name, err)
 		}
 		material := strings.TrimSpace(string(s.Data[secretKey(k.Spec.SecretRef)]))
 		if material == "" {

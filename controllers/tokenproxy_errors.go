@@ -72,6 +72,10 @@ func (r *TokenProxyReconciler) setDegraded(tp *twv1alpha1.TokenProxy, conds *[]m
 		return
 	}
 	reason := string(ss.failed[0].step) + "Failed"
+	var taken *chunkTakenError
+	if errors.As(ss.failed[0].err, &taken) {
+		reason = twv1alpha1.ReasonConfigChunkTaken
+	}
 	msgs := make([]string, 0, len(ss.failed))
 	for _, f := range ss.failed {
 		msgs = append(msgs, fmt.Sprintf("%s: %v", f.step, f.err))

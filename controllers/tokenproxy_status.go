@@ -37,17 +37,22 @@ func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Objec
 	}
 	switch o := obj.(type) {
 	case *twv1alpha1.TokenBudget:
-		// A merge patch of what changed: the usage controller writes status.usage
-		// concurrently (tokenbudget_usage.go), which must neither make this write
-		// conflict nor be overwritten by it.
+		// A fleet's budgets are the cache's own objects (gather lists them without
+		// copies): the one written is copied first. It is a merge patch of what
+		// changed: the usage controller writes status.usage concurrently
+		// (tokenbudget_usage.go), which must neither make this write conflict nor be
+		// overwritten by it.
+		o = o.DeepCopy()
 		patch := client.MergeFrom(o.DeepCopy())
 		o.Status = *desired.(*twv1alpha1.TokenBudgetStatus)
-		if err := r.Status().Patch(ctx, obj, patch); err != nil {
-			return fmt.Errorf("patch status of %s: %w", obj.GetName(), err)
+		if err := r.Status().Patch(ctx, o, patch); err != nil {
+			return fmt.Errorf("patch status of %s: %w", o.GetName(), err)
 		}
 		return nil
 	case *twv1alpha1.ApiKey:
+		o = o.DeepCopy()
 		o.Status = *desired.(*twv1alpha1.ApiKeyStatus)
+		obj = o
 	case *twv1alpha1.TokenProxy:
 		o.Status = *desired.(*twv1alpha1.TokenProxyStatus)
 	}

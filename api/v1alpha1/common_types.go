@@ -116,4 +116,8 @@ const (
 	ReasonNoReplicas         = "NoReplicas"
 	// Degraded=False on a TokenProxy: every step of the reconcile succeeded.
 	ReasonReconciled = "Reconciled"
+	// Degraded=True on a TokenProxy: a ConfigMap the operator did not write holds the
+	// name of one of the fleet's config chunks (the message names it); the operator
+	// neither uses nor overwrites it, and the fleet keeps its last config.
+	ReasonConfigChunkTaken = "ConfigChunkTaken"
 )

@@ -91,6 +91,10 @@ type RuleRecorder interface {
 	Decision(o RuleOutcome)
 	// Amount records an amount of outcome, in the rule's units.
 	Amount(o Outcome, n float64)
+	// Level records the bucket a request just drew on: the share of its limit in use
+	// (0 full, 1 empty, above 1 in debt), the limit in the rule's amount, and for a
+	// calendar window when it resets (zero for a rolling window).
+	Level(used, limit float64, amount Amount, reset time.Time)
 }
 
 // Identity is who a request is, as far as the dimensions care.
@@ -401,6 +405,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	if res.Admitted || res.RefusedBy != Requests {
 		l.recordSkipped(c.reqs, res.RequestSkipped)
 		l.recordRules(c.reqs, res.RequestWarned, -1)
+		l.recordLevels(c.reqs, res.RequestLevels, res.RequestSkipped, view)
 	}
 	if !res.Admitted {
 		dec.Refusal = l.refusal(c, &res, now, view)
@@ -431,6 +436,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	}
 	l.recordSkipped(c.toks, res.TokenSkipped)
 	l.recordRules(c.toks, res.TokenWarned, -1)
+	l.recordLevels(c.toks, res.TokenLevels, res.TokenSkipped, view)
 	for i, w := range res.RequestWarned {
 		if w {
 			dec.Warnings = append(dec.Warnings, Warning{Rule: c.reqs[i].Key.Rule, Window: c.reqs[i].ctr.name})
@@ -517,6 +523,28 @@ func (l *Limiter) recordRules(charges []Charge, warned []bool, refused int) {
 			o = RuleWarned
 		}
 		l.stats(ch.ctr).Decision(o)
+	}
+}
+
+// recordLevels publishes the level of each rule bucket a request drew on, as the
+// store reported it after the reservation (the fleet's for a shared store). A rule
+// fanned out by subject reports the bucket of the last request it decided: one
+// series per rule window, never one per subject.
+func (l *Limiter) recordLevels(charges []Charge, levels []float64, skipped []bool, view func(Charge) Charge) {
+	for i := range charges {
+		ch := &charges[i]
+		if ch.Key.Rule == "" || i >= len(levels) || (skipped != nil && skipped[i]) {
+			continue
+		}
+		v := view(*ch)
+		if !(v.Capacity > 0) {
+			continue
+		}
+		var end time.Time
+		if ch.Key.Kind == Calendar {
+			end = time.UnixMilli(ch.EndMillis)
+		}
+		l.stats(ch.ctr).Level((v.Capacity-levels[i])/v.Capacity, v.Capacity, ch.ctr.amount, end)
 	}
 }
 
@@ -784,3 +812,5 @@ type nopRule struct{}
 
 func (nopRule) Decision(RuleOutcome)    {}
 func (nopRule) Amount(Outcome, float64) {}
+
+func (nopRule) Level(float64, float64, Amount, time.Time) {}

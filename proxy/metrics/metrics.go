@@ -10,6 +10,7 @@ package metrics
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,11 +50,15 @@ type Metrics struct {
 	ConfigGeneration prometheus.Gauge       // tokenwarden_config_generation
 	ConfigInfo       *prometheus.GaugeVec   // tokenwarden_config_info{digest}
 	ConfigLastReload prometheus.Gauge       // tokenwarden_config_last_reload_success_timestamp_seconds
+	ConfigReloadTime prometheus.Gauge       // tokenwarden_config_last_reload_duration_seconds
 	RestartRequired  prometheus.Gauge       // tokenwarden_config_restart_required
 
 	RuleRequests     *prometheus.CounterVec // tokenwarden_rule_requests_total{rule,window,outcome}
 	RuleWarnings     *prometheus.CounterVec // tokenwarden_rule_warnings_total{rule,window}
 	RuleAmount       *prometheus.CounterVec // tokenwarden_rule_amount_total{rule,window,outcome}
+	RuleUsed         *prometheus.GaugeVec   // tokenwarden_rule_window_used_ratio{rule,window}
+	RuleLimit        *prometheus.GaugeVec   // tokenwarden_rule_window_limit{rule,window,amount}
+	RuleReset        *prometheus.GaugeVec   // tokenwarden_rule_window_reset_timestamp_seconds{rule,window}
 	Spend            *prometheus.CounterVec // tokenwarden_spend_dollars_total{model}
 	DurableRefusals  *prometheus.CounterVec // tokenwarden_durable_refusals_total{dimension}
 	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
@@ -182,6 +187,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last config applied.",
 		}),
+		ConfigReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenwarden_config_last_reload_duration_seconds",
+			Help: "How long the last config applied took to parse, validate and compile, in seconds.",
+		}),
 		RestartRequired: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tokenwarden_config_restart_required",
 			Help: "1 while the config in force changed a setting that takes effect only at the next restart (listed in /admin/effective restart_required), else 0.",
@@ -198,6 +207,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_rule_amount_total",
 			Help: "Amounts moved on a rule's window, in the rule's units (tokens, requests or US dollars), by rule name, window and outcome (reserved, refunded, charged).",
 		}, []string{"rule", "window", "outcome"}),
+		RuleUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_rule_window_used_ratio",
+			Help: "Share of a rule window's limit in use in the bucket the last request drew on, as the store reported it (the fleet's level in Redis): 0 full, 1 exhausted, above 1 in debt. A rule counted per subject reports its last request's subject: one series per rule window.",
+		}, []string{"rule", "window"}),
+		RuleLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_rule_window_limit",
+			Help: "A rule window's limit per bucket in the rule's amount (tokens, input_tokens, output_tokens, requests, cost in US dollars): the fleet total in Redis, this replica's share in memory.",
+		}, []string{"rule", "window", "amount"}),
+		RuleReset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_rule_window_reset_timestamp_seconds",
+			Help: "Unix time a calendar rule window resets (its current window's end); absent for rolling windows.",
+		}, []string{"rule", "window"}),
 		Spend: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_spend_dollars_total",
 			Help: "US dollars the backends' reported usage costs at the models' prices, by model (priced models only).",
@@ -218,8 +239,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
-		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
-		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.Spend, m.DurableRefusals)
+		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
+		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -315,7 +336,14 @@ func (m *Metrics) RedisPipeline(d time.Duration, reservations, refunds, charges 
 
 // Rule implements budget.Recorder: one rule window's series, resolved once.
 func (m *Metrics) Rule(rule, window string) budget.RuleRecorder {
-	r := &ruleMetrics{warnings: m.RuleWarnings.WithLabelValues(rule, window)}
+	r := &ruleMetrics{
+		warnings: m.RuleWarnings.WithLabelValues(rule, window),
+		used:     m.RuleUsed.WithLabelValues(rule, window),
+		limitVec: m.RuleLimit,
+		resetVec: m.RuleReset,
+		rule:     rule,
+		window:   window,
+	}
 	for o := budget.RuleOutcome(0); o < budget.NumRuleOutcomes; o++ {
 		r.decisions[o] = m.RuleRequests.WithLabelValues(rule, window, o.String())
 	}
@@ -327,7 +355,10 @@ func (m *Metrics) Rule(rule, window string) budget.RuleRecorder {
 
 // ForgetRules drops the series of rules no longer configured.
 func (m *Metrics) ForgetRules(keep func(rule string) bool) {
-	for _, vec := range []*prometheus.CounterVec{m.RuleRequests, m.RuleWarnings, m.RuleAmount} {
+	for _, vec := range []interface {
+		prometheus.Collector
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset} {
 		labels := map[string]bool{}
 		metrics := make(chan prometheus.Metric, 64)
 		go func() { vec.Collect(metrics); close(metrics) }()
@@ -353,6 +384,12 @@ type ruleMetrics struct {
 	decisions [budget.NumRuleOutcomes]prometheus.Counter
 	amounts   [budget.NumOutcomes]prometheus.Counter
 	warnings  prometheus.Counter
+	used      prometheus.Gauge
+	// limit is resolved at the window's first level, when its amount is known; reset
+	// at a calendar window's first level, so a rolling window has no reset series.
+	limitVec, resetVec *prometheus.GaugeVec
+	limit, reset       atomic.Pointer[prometheus.Gauge]
+	rule, window       string
 }
 
 func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
@@ -363,6 +400,24 @@ func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
 }
 
 func (r *ruleMetrics) Amount(o budget.Outcome, n float64) { r.amounts[o].Add(n) }
+
+func (r *ruleMetrics) Level(used, limit float64, amount budget.Amount, reset time.Time) {
+	r.used.Set(used)
+	resolve(&r.limit, r.limitVec, r.rule, r.window, amount.String()).Set(limit)
+	if !reset.IsZero() {
+		resolve(&r.reset, r.resetVec, r.rule, r.window).Set(float64(reset.UnixMilli()) / 1000)
+	}
+}
+
+// resolve is the child of vec with these labels, looked up once.
+func resolve(p *atomic.Pointer[prometheus.Gauge], vec *prometheus.GaugeVec, labels ...string) prometheus.Gauge {
+	if g := p.Load(); g != nil {
+		return *g
+	}
+	g := vec.WithLabelValues(labels...)
+	p.Store(&g)
+	return g
+}
 
 // DurableRefused implements budget.Recorder.
 func (m *Metrics) DurableRefused(d budget.Dimension) {

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -75,6 +78,24 @@ var _ = Describe("Rules at the proxy", func() {
 		Expect(counter(h.m.RuleAmount.WithLabelValues("watch-keys", "minute", "refunded"))).To(Equal(chatEstimate(10)-30), "settled on 10 input and 20 output tokens")
 		Expect(counter(h.m.RuleRequests.WithLabelValues("watch-keys", "minute", "admitted"))).To(Equal(1.0))
 		Expect(h.llm.Requests()).To(HaveLen(2))
+	})
+
+	It("publishes one level per rule window, whichever key drew on it last, and drops it with the rule", func() {
+		h := newHarness(keysDoc + `
+  rules:
+  - {name: key-minute, dimension: api_key, windows: [{limit: 1000, rolling: {period: minute}}]}
+`)
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(10)/1000, 1e-3),
+			"alice's reservation, in a bucket of 1,000")
+		Expect(h.chat("sk-bob", 400).code).To(Equal(200))
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(400)/1000, 1e-3),
+			"bob's bucket, the last one drawn on")
+		Expect(testutil.CollectAndCount(h.m.RuleUsed)).To(Equal(1), "one series for the rule window, not one per key")
+		Expect(counter(h.m.RuleLimit.WithLabelValues("key-minute", "minute", "tokens"))).To(Equal(1000.0))
+		Expect(h.apply(keysDoc)).To(Succeed())
+		Expect(testutil.CollectAndCount(h.m.RuleUsed)).To(Equal(0), "the rule is gone, and its level with it")
+		Expect(testutil.CollectAndCount(h.m.RuleLimit)).To(Equal(0))
 	})
 
 	It("counts cached input tokens at cached_input_weight", func() {
@@ -156,6 +177,15 @@ rate_limiting:
 			Expect(refused.errorField("error", "details", "rule")).To(Equal("alice-dollars"))
 			Expect(refused.errorField("error", "details", "window")).To(Equal("calendar_month"))
 			Expect(refused.errorField("error", "message")).To(ContainSubstring("is spent until the window resets"))
+			// The gauges the near-limit table and the run-out alert read: the fleet's
+			// level the last request saw, the limit, and the window's reset.
+			Expect(counter(p.m.RuleUsed.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically(">", 0.5))
+			Expect(counter(p.m.RuleLimit.WithLabelValues("alice-dollars", "calendar_month", "cost"))).To(Equal(1.0))
+			wait, err := strconv.ParseInt(refused.header.Get("Retry-After"), 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(counter(p.m.RuleReset.WithLabelValues("alice-dollars", "calendar_month"))).To(BeNumerically("~", float64(time.Now().Unix()+wait), 5),
+				"the month's end, as Retry-After tells it")
+			Expect(testutil.CollectAndCount(p.m.RuleReset)).To(Equal(1), "no reset series for a rolling window")
 			Expect(ask("sk-bob", 100).code).To(Equal(200), "bob has no cost budget")
 		})
 

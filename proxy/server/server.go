@@ -160,6 +160,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	if cur := s.rt.Load(); cur != nil && cur.digest == digest {
 		return cur.cfg, nil
 	}
+	began := time.Now()
 	cfg, err := config.Parse(data)
 	var rt *runtime
 	if err == nil {
@@ -170,18 +171,21 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		s.log.Error("Refused a config document; the config in force stays", "origin", origin, "error", err)
 		return nil, err
 	}
+	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
 	s.metrics.ForgetRules(rt.policy.HasRule)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
+	s.metrics.ConfigReloadTime.Set(took.Seconds())
 	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
 	for _, w := range cfg.Warnings() {
 		s.log.Warn("Config warning", "origin", origin, "warning", w)
 	}
 	s.log.Info("Applied config", "origin", origin, "generation", cfg.Generation, "digest", digest[:12],
-		"divisor", rt.policy.Divisor, "storage", cfg.RateLimiting.Storage, "first", prev == nil)
+		"divisor", rt.policy.Divisor, "storage", cfg.RateLimiting.Storage, "first", prev == nil,
+		"keys", len(cfg.APIKeys), "took", took.Round(time.Millisecond))
 	return cfg, nil
 }
 

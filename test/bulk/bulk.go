@@ -70,3 +70,59 @@ func CreateKeys(ctx context.Context, c client.Client, ns, fleet string, n int) e
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// Parallel calls create(i) for every i from 0 to n-1, writers at a time, and returns
+// every error, joined.
+func Parallel(n, writers int, create func(i int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	next := make(chan int)
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := create(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ShortKeyName is the i-th key of CreateShortKeys, and its Secret's name.
+func ShortKeyName(i int) string { return fmt.Sprintf("key-%06d", i) }
+
+// CreateShortKeys creates the ApiKeys from to from+n-1 of the fleet in namespace ns,
+// named ShortKeyName(i), user user-<i> and team team-<i mod 100> (about 160 bytes of
+// rendered config each, as a platform's keys are), each with its labelled Secret of
+// the same name holding SecretValue(i); writers at a time.
+func CreateShortKeys(ctx context.Context, c client.Client, ns, fleet string, from, n, writers int) error {
+	return Parallel(n, writers, func(j int) error {
+		i := from + j
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ShortKeyName(i), Namespace: ns,
+			Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}},
+			StringData: map[string]string{"key": SecretValue(i)}}
+		if err := c.Create(ctx, secret); err != nil {
+			return err
+		}
+		return c.Create(ctx, ShortKey(ns, fleet, i))
+	})
+}
+
+// ShortKey is the i-th ApiKey of CreateShortKeys.
+func ShortKey(ns, fleet string, i int) *twv1alpha1.ApiKey {
+	return &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Name: ShortKeyName(i), Namespace: ns},
+		Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: fleet},
+			SecretRef: twv1alpha1.SecretKeyReference{Name: ShortKeyName(i)},
+			User:      fmt.Sprintf("user-%d", i), Team: fmt.Sprintf("team-%d", i%100)}}
+}

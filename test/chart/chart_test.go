@@ -46,6 +46,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -263,13 +264,46 @@ func TestMetricNamesExist(t *testing.T) {
 	}
 
 	// A proxy whose Redis is unreachable (so the fallback counter has a series), with a
-	// key whose budget one request exhausts.
+	// key whose budget one request exhausts; and one on a running Redis with a priced
+	// model and a monthly dollar budget (so the spend and the rule windows' series
+	// show).
+	exported := exportedBy(t, "redis://127.0.0.1:1/0", `
+  limits:
+    per_api_key: {tokens_per_minute: 200}
+`, "", "tokenwarden_api_key_usage_tokens_total")
+	rs := redisserver.Start(t)
+	for name := range exportedBy(t, rs.URL(), `
+  rules:
+  - {name: alice-dollars, dimension: api_key, amount: cost, windows: [{limit: 25, calendar: {every: month}}]}
+`, "models: [{name: m, price: {input: 2.5, output: 10}}]", "tokenwarden_spend_dollars_total") {
+		exported[name] = true
+	}
+	var missing []string
+	for _, u := range used {
+		if !exported[u] {
+			missing = append(missing, u)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Fatalf("the rules or the dashboard use metrics a proxy does not export: %v", missing)
+	}
+	if len(used) < 10 {
+		t.Fatalf("found only %d metric references; the pattern is broken", len(used))
+	}
+}
+
+// exportedBy runs a proxy on the Redis at redisURL with the rate_limiting settings
+// given, sends it two requests as alice, and returns the metric families its /metrics
+// lists once the family until shows.
+func exportedBy(t *testing.T, redisURL, rateLimiting, models, until string) map[string]bool {
+	t.Helper()
 	backend := httptest.NewServer(fakellm.New())
 	defer backend.Close()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	mem := budget.NewMemory(budget.SystemClock{}, 100)
-	store, err := redisstore.New(redisstore.Options{URL: "redis://127.0.0.1:1/0", DialTimeout: 50 * time.Millisecond,
+	store, err := redisstore.New(redisstore.Options{URL: redisURL, DialTimeout: 50 * time.Millisecond,
 		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, Fallback: mem, Recorder: m})
 	if err != nil {
 		t.Fatal(err)
@@ -278,20 +312,19 @@ func TestMetricNamesExist(t *testing.T) {
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, AsyncSettle: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	doc := `
 upstreams: [{name: fake, url: "` + backend.URL + `"}]
+` + models + `
 api_keys: [{name: alice, key_sha256: "` + sha256Hex("sk-alice") + `", user: alice}]
 rate_limiting:
   storage: redis
-  redis: {url: "redis://127.0.0.1:1/0"}
+  redis: {url: "` + redisURL + `"}
   budget_division: {replicas: 1}
-  limits:
-    per_api_key: {tokens_per_minute: 200}
-`
+` + rateLimiting
 	if _, err := srv.Apply([]byte(doc), "test"); err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(srv)
 	defer front.Close()
-	for i := 0; i < 2; i++ { // the first is answered, the second refused
+	for i := 0; i < 2; i++ {
 		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":100}`))
 		req.Header.Set("Authorization", "Bearer sk-alice")
 		resp, err := http.DefaultClient.Do(req)
@@ -313,7 +346,7 @@ rate_limiting:
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		scraped = string(b)
-		if strings.Contains(scraped, "tokenwarden_api_key_usage_tokens_total") || time.Now().After(deadline) {
+		if strings.Contains(scraped, until) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -330,19 +363,7 @@ rate_limiting:
 			}
 		}
 	}
-	var missing []string
-	for _, u := range used {
-		if !exported[u] {
-			missing = append(missing, u)
-		}
-	}
-	sort.Strings(missing)
-	if len(missing) > 0 {
-		t.Fatalf("the rules or the dashboard use metrics a proxy does not export: %v", missing)
-	}
-	if len(used) < 10 {
-		t.Fatalf("found only %d metric references; the pattern is broken", len(used))
-	}
+	return exported
 }
 
 // TestInstall installs the chart into a real API server and checks the operator's

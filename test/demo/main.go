@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -91,7 +90,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root, err := os.Getwd()
 	if err == nil {
-		err = run(ctx, options{Root: root, Once: os.Getenv("DEMO_ONCE") == "1"})
+		err = run(ctx, options{Root: root, Once: os.Getenv("DEMO_ONCE") == "1", NeedRedis: os.Getenv("DEMO_NEED_REDIS") == "1"})
 	}
 	stop()
 	if err != nil {
@@ -112,6 +111,9 @@ type options struct {
 	// LogPath receives the control plane's and the operator's logs; default
 	// tokenwarden-demo.log in the temporary directory.
 	LogPath string
+	// NeedRedis makes a missing redis-server a failed step; otherwise the story skips
+	// the Redis-backed fleet and says how to install it.
+	NeedRedis bool
 }
 
 func run(ctx context.Context, o options) error {
@@ -208,7 +210,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	indent(out)
-	st.check(strings.Contains(out, "10000"), "per-key: 30,000 a minute for the fleet, 10,000 per replica")
+	perReplica, err := s.Kubectl("get", "tb/per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}")
+	if err != nil {
+		return err
+	}
+	st.check(strings.TrimSpace(perReplica) == "10000", "per-key: 30,000 a minute for the fleet, 10k (10,000) per replica")
 
 	st.step(4, "kubectl scale tp/fleet --replicas=4 re-divides every budget and every proxy reloads")
 	if _, err := s.Kubectl("scale", "tp/fleet", "-n", ns, "--replicas=4"); err != nil {
@@ -230,7 +236,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	indent(out)
-	st.check(strings.Contains(out, "7500"), "per-key: 7,500 per replica now")
+	if perReplica, err = s.Kubectl("get", "tb/per-key", "-n", ns, "-o", "jsonpath={.status.perReplica.tokensPerMinute}"); err != nil {
+		return err
+	}
+	st.check(strings.TrimSpace(perReplica) == "7500", "per-key: 7.5k (7,500) per replica now")
 	// The control plane counts the replicas from their own reports (a Lease each):
 	// the fourth reports itself once it has loaded the config.
 	var enforcedOut string
@@ -247,25 +256,26 @@ func run(ctx context.Context, o options) error {
 	}
 	st.check(enforcedOut == "4/4", "kubectl get tp: ENFORCED 4/4, every live replica reports the current config generation")
 
-	st.step(5, "The metrics each proxy exports (an excerpt)")
-	resp, err := http.Get(proxies[0].AdminURL + "/metrics")
-	if err != nil {
+	var redisProxies []*stack.Proxy
+	if err := redisFleet(ctx, s, st, o.NeedRedis, &redisProxies); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	shown := 0
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "rate_limit_token_budget_tokens_total{dimension=\"api_key\"") ||
+
+	st.step(6, "The metrics each proxy exports (an excerpt)")
+	shown := excerpt(proxies[0].AdminURL, func(line string) bool {
+		return strings.HasPrefix(line, "rate_limit_token_budget_tokens_total{dimension=\"api_key\"") ||
 			strings.HasPrefix(line, "rate_limit_token_budget_refusals_total{dimension=\"api_key\"") ||
 			strings.HasPrefix(line, "tokenwarden_api_key_usage_tokens_total") ||
-			strings.HasPrefix(line, "tokenwarden_budget_division_replicas") {
-			indent(line)
-			shown++
-		}
+			strings.HasPrefix(line, "tokenwarden_budget_division_replicas")
+	})
+	if len(redisProxies) > 0 {
+		say("and on the Redis fleet, the spend in dollars and each rule window's level, limit and reset:")
+		spend := excerpt(redisProxies[0].AdminURL, func(line string) bool {
+			return strings.HasPrefix(line, "tokenwarden_spend_dollars_total") ||
+				strings.HasPrefix(line, "tokenwarden_rule_window_")
+		})
+		st.check(spend > 0, "the proxy exports spend and rule levels: the dashboard's cost panel and near-limit table read them")
 	}
-	_ = resp.Body.Close()
 	st.check(shown > 0, "the proxy counts reserved, refunded and refused tokens per dimension and per key")
 
 	fmt.Println()

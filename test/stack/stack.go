@@ -71,6 +71,9 @@ type Options struct {
 	// (--usage-interval) and the shortest time between two writes of a budget's
 	// status.usage; default 15 s each.
 	UsageInterval time.Duration
+	// APIServerFlags are set on the kube-apiserver, for example a higher
+	// max-requests-inflight for a benchmark that writes many objects at once.
+	APIServerFlags map[string]string
 }
 
 // Stack is a running system.
@@ -143,6 +146,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		BinaryAssetsDirectory: bin,
 		CRDDirectoryPaths:     []string{filepath.Join(o.Root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+	}
+	for k, v := range o.APIServerFlags {
+		s.env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	if s.Config, err = s.env.Start(); err != nil {
 		return nil, fmt.Errorf("start the control plane: %w", err)
