@@ -116,11 +116,14 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	for i := range budgets.Items {
 		b := &budgets.Items[i]
 		var want *twv1alpha1.TokenBudgetUsage
-		// The replicas report the buckets of the seed-000 limits, by dimension and
-		// model; a budget in the rule shape has its own counters, which they do not
-		// report yet.
-		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) && !rulesShaped(b) {
-			want = sumUsage(b, reports, now)
+		// The replicas report the buckets of the seed-000 limits by dimension and
+		// model, and a budget in the rule shape by its rules' windows.
+		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
+			if rulesShaped(b) {
+				want = sumRuleUsage(b, reports, now)
+			} else {
+				want = sumUsage(b, reports, now)
+			}
 		}
 		if !meaningful(b.Status.Usage, want) {
 			continue
@@ -220,12 +223,17 @@ func reportSlot(d twv1alpha1.Dimension) (name string, perSubject bool) {
 type indexedReport struct {
 	*report.Usage
 	budgets map[[2]string]*report.BudgetUsage
+	rules   map[ruleWindow]*report.RuleUsage
 }
 
 func index(u *report.Usage) indexedReport {
-	ir := indexedReport{Usage: u, budgets: make(map[[2]string]*report.BudgetUsage, len(u.Budgets))}
+	ir := indexedReport{Usage: u, budgets: make(map[[2]string]*report.BudgetUsage, len(u.Budgets)),
+		rules: make(map[ruleWindow]*report.RuleUsage, len(u.Rules))}
 	for i := range u.Budgets {
 		ir.budgets[[2]string{u.Budgets[i].Dimension, u.Budgets[i].Model}] = &u.Budgets[i]
+	}
+	for i := range u.Rules {
+		ir.rules[ruleWindow{u.Rules[i].Rule, u.Rules[i].Window}] = &u.Rules[i]
 	}
 	return ir
 }
@@ -411,17 +419,39 @@ func meaningful(have, want *twv1alpha1.TokenBudgetUsage) bool {
 	}
 	h, w := have.Refusals, want.Refusals
 	for _, c := range [][2]int64{{h.Minute, w.Minute}, {h.Day, w.Day}, {h.Requests, w.Requests}} {
-		if (c[0] == 0) != (c[1] == 0) || c[1] >= 2*c[0] && c[0] > 0 || c[0] >= 2*c[1] && c[1] > 0 {
+		if countMoved(c[0], c[1]) {
+			return true
+		}
+	}
+	if len(have.Windows) != len(want.Windows) {
+		return true
+	}
+	for i := range have.Windows {
+		hw, ww := &have.Windows[i], &want.Windows[i]
+		hp, wp := hw.UsedPercent, ww.UsedPercent
+		if hw.Window != ww.Window || (hp == nil) != (wp == nil) || hp != nil && abs(*hp-*wp) >= usagePoints || (hw.Used == "") != (ww.Used == "") ||
+			ptr.Deref(hw.SubjectsAtLimit, -1) != ptr.Deref(ww.SubjectsAtLimit, -1) || hw.TopConsumer != ww.TopConsumer ||
+			countMoved(hw.Refused, ww.Refused) {
 			return true
 		}
 	}
 	return false
 }
 
+// countMoved reports whether a refusal count started, stopped, doubled or halved.
+func countMoved(have, want int64) bool {
+	return (have == 0) != (want == 0) || want >= 2*have && have > 0 || have >= 2*want && want > 0
+}
+
 // idle reports whether a usage shows no use and no refusal.
 func idle(u *twv1alpha1.TokenBudgetUsage) bool {
 	for _, p := range []*twv1alpha1.PeriodUsage{u.Minute, u.Day} {
 		if p != nil && p.UsedTokens > 0 {
+			return false
+		}
+	}
+	for _, w := range u.Windows {
+		if w.Used != "" || w.Refused > 0 || ptr.Deref(w.SubjectsAtLimit, 0) > 0 {
 			return false
 		}
 	}

@@ -5,21 +5,25 @@ package budget
 
 import "context"
 
-// LevelFunc receives one token bucket's state in a usage scan: its key, its level
-// brought up to the time of the scan (below zero when in debt) and its capacity.
+// LevelFunc receives one token bucket's or rule counter's state in a usage scan: its
+// key, its level brought up to the time of the scan (below zero when in debt) and its
+// capacity. A calendar window's counter never refills: its capacity less its level is
+// what was spent since the window's start (Key.Start).
 type LevelFunc func(k Key, level, capacity float64)
 
 // Leveler is a store whose token buckets can be scanned for a usage report. A scan
 // runs off the request path: it never creates, refills or drops a bucket.
 type Leveler interface {
-	// EachLevel calls fn for every token bucket (minute and day) the store holds. An
-	// absent bucket is a full one, and is not reported.
+	// EachLevel calls fn for every token bucket (minute and day) and every rule
+	// counter (rolling and calendar, whatever its amount) the store holds. An absent
+	// bucket is a full one, and is not reported.
 	EachLevel(ctx context.Context, fn LevelFunc) error
 }
 
 // EachLevel implements Leveler. It takes one shard's lock at a time (a 64th of the
 // buckets), reads the shard's token buckets into a small buffer, and calls fn after
-// the lock is released, so a request waits at most for one shard's copy.
+// the lock is released, so a request waits at most for one shard's copy. The request
+// buckets of limits are left out.
 func (m *Memory) EachLevel(ctx context.Context, fn LevelFunc) error {
 	type entry struct {
 		k        Key
@@ -36,7 +40,7 @@ func (m *Memory) EachLevel(ctx context.Context, fn LevelFunc) error {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		for k, b := range sh.m {
-			if k.Kind != TokensMinute && k.Kind != TokensDay {
+			if k.Kind == Requests {
 				continue
 			}
 			level := b.level

@@ -178,6 +178,8 @@ type Refusal struct {
 	Rule, Window string
 	Amount       Amount
 	Scoped       bool
+	// WindowIndex is the refusing window's index in its rule's windows.
+	WindowIndex uint8
 	// BothPeriods: the refusing dimension has a minute and a day budget, so the
 	// refusal names the period (details.token_budget).
 	BothPeriods bool
@@ -588,6 +590,7 @@ func (l *Limiter) refusal(c *charges, res *Result, now time.Time, view func(Char
 	ctr := ch.ctr
 	r.Dimension, r.Period, r.BothPeriods = ch.Key.Dim, ch.Key.Kind, ctr.both
 	r.Rule, r.Window, r.Amount, r.Scoped, r.Asked = ch.Key.Rule, ctr.name, ctr.amount, ctr.scoped, ch.Amount
+	r.WindowIndex = ch.Key.Window
 	if ctr.scoped {
 		v := view(*ch)
 		if ctr.amount == AmountCost {

@@ -52,8 +52,11 @@ type Usage struct {
 	// Budgets are the dimensions (and models) with any use or refusal; an idle one is
 	// left out.
 	Budgets []BudgetUsage `json:"b,omitempty"`
-	// Cut is the number of budgets left out to keep the report under MaxUsageBytes:
-	// the least used ones.
+	// Rules are the windows of rate_limiting.rules with any use or refusal; an idle
+	// one is left out.
+	Rules []RuleUsage `json:"rl,omitempty"`
+	// Cut is the number of budgets and rule windows left out to keep the report under
+	// MaxUsageBytes: the least used ones.
 	Cut int `json:"cut,omitempty"`
 }
 
@@ -109,12 +112,23 @@ type Refused struct {
 
 func (r *Refused) empty() bool { return r == nil || r.Minute+r.Day+r.Requests == 0 }
 
-// Refusals counts the replica's refusals by dimension, model and period until the next
-// report takes them. It is called only for a refused request, never on an admitted
-// one.
+// Refusals counts the replica's refusals by dimension, model and period, and by rule
+// window, until the next report takes them. It is called only for a refused request,
+// never on an admitted one.
 type Refusals struct {
-	mu sync.Mutex
-	n  map[slot]*Refused
+	mu    sync.Mutex
+	n     map[slot]*Refused
+	rules map[ruleSlot]int64
+}
+
+// RefusedRule counts one refusal by a rule's window (its index in the rule's windows).
+func (r *Refusals) RefusedRule(rule string, window uint8) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rules == nil {
+		r.rules = map[ruleSlot]int64{}
+	}
+	r.rules[ruleSlot{rule, window}]++
 }
 
 // slot is a budget of the config: a dimension, and the model of a model budget.
@@ -150,15 +164,21 @@ func (r *Refusals) Refused(d budget.Dimension, k budget.Kind, model string) {
 }
 
 // take returns the counts and starts again from zero.
-func (r *Refusals) take() map[slot]*Refused {
+func (r *Refusals) take() refusalScan {
 	if r == nil {
-		return nil
+		return refusalScan{}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.n
-	r.n = nil
+	n := refusalScan{r.n, r.rules}
+	r.n, r.rules = nil, nil
 	return n
+}
+
+// refusalScan is the refusals one scan took.
+type refusalScan struct {
+	limits map[slot]*Refused
+	rules  map[ruleSlot]int64
 }
 
 // Summarizer builds a replica's usage reports. Summary is called from one goroutine
@@ -177,7 +197,7 @@ type Summarizer struct {
 	Every time.Duration
 
 	// scans are the refusal counts of the last RefusalScans scans, newest last.
-	scans []map[slot]*Refused
+	scans []refusalScan
 }
 
 // perSubject reports whether a dimension has one bucket per subject.
@@ -204,9 +224,12 @@ func (s *Summarizer) Summary(ctx context.Context) (*Usage, error) {
 	if len(s.scans) > RefusalScans {
 		s.scans = s.scans[len(s.scans)-RefusalScans:]
 	}
-	refused := map[slot]*Refused{}
+	refused, ruleRefused := map[slot]*Refused{}, map[ruleSlot]int64{}
 	for _, scan := range s.scans {
-		for sl, r := range scan {
+		for sl, n := range scan.rules {
+			ruleRefused[sl] += n
+		}
+		for sl, r := range scan.limits {
 			sum := refused[sl]
 			if sum == nil {
 				sum = &Refused{}
@@ -217,7 +240,8 @@ func (s *Summarizer) Summary(ctx context.Context) (*Usage, error) {
 			sum.Requests += r.Requests
 		}
 	}
-	acc.finish(u, refused)
+	size := acc.finish(u, refused)
+	acc.finishRules(u, ruleRefused, size)
 	return u, nil
 }
 
@@ -225,6 +249,10 @@ func (s *Summarizer) Summary(ctx context.Context) (*Usage, error) {
 type accumulator struct {
 	shared map[slot]*BudgetUsage
 	subj   [budget.NumDimensions]*subjects
+	// rules are the rule windows' scans; calendars the newest calendar counter of
+	// each subject, counted into rules when the scan is done.
+	rules     map[ruleSlot]*ruleScan
+	calendars map[counterKey]calendarLevel
 }
 
 // subjects is one per-subject dimension's scan.
@@ -239,6 +267,13 @@ func newAccumulator() *accumulator { return &accumulator{shared: map[slot]*Budge
 
 // add takes one bucket.
 func (a *accumulator) add(k budget.Key, level, capacity float64) {
+	if k.Rule != "" {
+		a.addRule(k, level, capacity)
+		return
+	}
+	if k.Kind != budget.TokensMinute && k.Kind != budget.TokensDay {
+		return
+	}
 	used := capacity - level
 	if !(used >= 1) && capacity > 0 {
 		return // a full bucket (or nearly): no use to report
@@ -293,8 +328,8 @@ func (a *accumulator) add(k budget.Key, level, capacity float64) {
 }
 
 // finish writes the scan and the refusals into u, most used first, within
-// MaxUsageBytes.
-func (a *accumulator) finish(u *Usage, refused map[slot]*Refused) {
+// MaxUsageBytes, and returns the report's size so far.
+func (a *accumulator) finish(u *Usage, refused map[slot]*Refused) int {
 	var out []BudgetUsage
 	for d, s := range a.subj {
 		if s == nil {
@@ -337,11 +372,12 @@ func (a *accumulator) finish(u *Usage, refused map[slot]*Refused) {
 		b, _ := json.Marshal(out[i])
 		if size += len(b) + 1; size > MaxUsageBytes {
 			u.Cut = len(out) - i
-			out = out[:i]
-			break
+			u.Budgets = out[:i]
+			return MaxUsageBytes
 		}
 	}
 	u.Budgets = out
+	return size
 }
 
 // weight orders a report's budgets: per-subject dimensions first, then by the largest

@@ -104,9 +104,11 @@ type Options struct {
 }
 
 // RefusalCounter counts refusals by the dimension and period that refused: d's bucket
-// of kind k (Requests, TokensMinute or TokensDay); model is the request's model.
+// of kind k (Requests, TokensMinute or TokensDay) of limits, model the request's
+// model; or a rule's window, by the rule's name and the window's index.
 type RefusalCounter interface {
 	Refused(d budget.Dimension, k budget.Kind, model string)
+	RefusedRule(rule string, window uint8)
 }
 
 // Server is the data plane. It is safe for concurrent use; Apply swaps its config.
@@ -297,7 +299,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if dec.Refusal.Requests {
 				kind = budget.Requests
 			}
-			s.refusals.Refused(dec.Refusal.Dimension, kind, id.Model)
+			if dec.Refusal.Rule != "" {
+				s.refusals.RefusedRule(dec.Refusal.Rule, dec.Refusal.WindowIndex)
+			} else {
+				s.refusals.Refused(dec.Refusal.Dimension, kind, id.Model)
+			}
 		}
 		ex.refuse(w, dec.Refusal)
 		return

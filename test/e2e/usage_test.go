@@ -90,4 +90,45 @@ var _ = Describe("Live usage from real proxies", func() {
 			g.Expect(out).To(MatchRegexp(`Refusals:\s+Day:\s+[1-9][0-9]*\s+Interval Seconds:\s+4\s`))
 		}).Should(Succeed())
 	})
+
+	It("reads a Redis fleet's rule counters once: a team's rolling and calendar day, a key's requests", func() {
+		redis := redisserver.Start(GinkgoT())
+		ns := namespace()
+		proxies := fleet(ns, 2, `{type: Redis, redis: {url: "`+redis.URL()+`"}}`, `
+apiVersion: tokenwarden.io/v1alpha1
+kind: TokenBudget
+metadata: {name: team}
+spec:
+  proxyRef: {name: fleet}
+  dimension: PerTeam
+  subjects: [e2e]
+  windows:
+  - {limit: "10k", rolling: {period: Day}}
+  - {limit: "20k", calendar: {every: Day}}
+`, `
+apiVersion: tokenwarden.io/v1alpha1
+kind: TokenBudget
+metadata: {name: requests}
+spec: {proxyRef: {name: fleet}, dimension: PerAPIKey, amount: Requests, windows: [{limit: "2", rolling: {period: Day}}]}
+`)
+		st.LLM.Set(fakellm.Behaviour{InputTokens: 1000, OutputTokens: 0})
+		Expect(send(proxies[0], "sk-e2e-bob")).To(Equal(200))
+		Expect(send(proxies[1], "sk-e2e-bob")).To(Equal(200))
+		Expect(send(proxies[0], "sk-e2e-alice")).To(Equal(200))
+		Eventually(func(g Gomega) {
+			// bob's third request finds his two requests spent, on either replica.
+			g.Expect(send(proxies[1], "sk-e2e-bob")).To(Equal(429))
+			used, atLimit, top := usageColumns(g, ns, "team")
+			g.Expect([]string{used, atLimit, top}).To(Equal([]string{"30%", "<none>", "<none>"}),
+				"both replicas read the same 3,000 of the team's 10,000 a day")
+			out, err := st.Kubectl("get", "tb", "team", "-n", ns, "-o", "jsonpath={range .status.usage.windows[*]}{.window}={.used}/{.usedPercent} {end}")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal("10k/day=3k/30 20k/day=3k/15 "), "the calendar day's spend since midnight")
+			used, atLimit, top = usageColumns(g, ns, "requests")
+			g.Expect([]string{used, atLimit, top}).To(Equal([]string{"100%", "1", "bob"}))
+			out, err = st.Kubectl("describe", "tb", "requests", "-n", ns)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(MatchRegexp(`Windows:\s+Refused:\s+[1-9][0-9]*\s`))
+		}).Should(Succeed())
+	})
 })

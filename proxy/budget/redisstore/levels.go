@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
@@ -62,24 +63,80 @@ func (s *Store) levels(ctx context.Context, keys []string, dims map[string]budge
 		if !ok || len(raw) != 96 {
 			continue // expired since the scan, or not a bucket
 		}
-		dim, id, ok := strings.Cut(strings.TrimPrefix(keys[i], s.prefix), ":")
+		name := strings.TrimPrefix(keys[i], s.prefix)
+		if rest, ok := strings.CutPrefix(name, "rule:"); ok {
+			if k, ok := ruleKey(rest, dims); ok {
+				level, capacity, ok := slotLevel(raw, 0, nowMs)
+				if ok {
+					if rate(raw, 0) == 0 {
+						calendar(&k)
+					}
+					fn(k, level, capacity)
+				}
+			}
+			continue
+		}
+		dim, id, ok := strings.Cut(name, ":")
 		d, known := dims[dim]
 		if !ok || !known {
 			continue
 		}
 		for _, kind := range []budget.Kind{budget.TokensMinute, budget.TokensDay} {
-			f := func(j int) float64 {
-				return math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[32*int(kind)+8*j:])))
+			if level, capacity, ok := slotLevel(raw, int(kind), nowMs); ok {
+				fn(budget.Key{Kind: kind, Dim: d, ID: id}, level, capacity)
 			}
-			level, last, capacity, rate := f(0), f(1), f(2), f(3)
-			if !(capacity >= 0) {
-				continue // an absent slot
-			}
-			if dt := (nowMs - last) / 1000; dt > 0 {
-				level = min(capacity, level+dt*rate)
-			}
-			fn(budget.Key{Kind: kind, Dim: d, ID: id}, level, capacity)
 		}
 	}
 	return nil
+}
+
+// slotField is one number of a key's slot: 0 level, 1 last_ms, 2 capacity, 3 rate.
+func slotField(raw string, slot, j int) float64 {
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[32*slot+8*j:])))
+}
+
+func rate(raw string, slot int) float64 { return slotField(raw, slot, 3) }
+
+// slotLevel is a slot's level brought up to now, and its capacity; false for an absent
+// slot. A calendar counter's last_ms is its window's end, later than now, so it never
+// refills.
+func slotLevel(raw string, slot int, nowMs float64) (level, capacity float64, ok bool) {
+	level, last, capacity, r := slotField(raw, slot, 0), slotField(raw, slot, 1), slotField(raw, slot, 2), slotField(raw, slot, 3)
+	if !(capacity >= 0) {
+		return 0, 0, false
+	}
+	if dt := (nowMs - last) / 1000; dt > 0 {
+		level = min(capacity, level+dt*r)
+	}
+	return level, capacity, true
+}
+
+// ruleKey parses a rule counter's key after {prefix}:rule: (see Key):
+// RULE:WINDOW:DIMENSION:LEN:ID:BY, with @START for a calendar window. A rule's name
+// holds no colon; LEN delimits the id, which may hold colons (an IPv6 client). A key
+// that does not parse is skipped. The kind is Rolling; the caller tells a calendar
+// counter by its slot (it never refills) and its @START.
+func ruleKey(s string, dims map[string]budget.Dimension) (budget.Key, bool) {
+	var k budget.Key
+	rule, s, ok1 := strings.Cut(s, ":")
+	win, s, ok2 := strings.Cut(s, ":")
+	dim, s, ok3 := strings.Cut(s, ":")
+	n, s, ok4 := strings.Cut(s, ":")
+	w, err1 := strconv.ParseUint(win, 10, 8)
+	l, err2 := strconv.Atoi(n)
+	d, known := dims[dim]
+	if !ok1 || !ok2 || !ok3 || !ok4 || err1 != nil || err2 != nil || !known || l < 0 || len(s) < l+1 || s[l] != ':' {
+		return k, false
+	}
+	return budget.Key{Kind: budget.Rolling, Rule: rule, Window: uint8(w), Dim: d, ID: s[:l], By: s[l+1:]}, true
+}
+
+// calendar makes k, parsed from a counter that never refills, a calendar window's
+// counter when its key ends in @START.
+func calendar(k *budget.Key) {
+	if at := strings.LastIndexByte(k.By, '@'); at >= 0 {
+		if start, err := strconv.ParseInt(k.By[at+1:], 10, 64); err == nil {
+			k.By, k.Start, k.Kind = k.By[:at], start, budget.Calendar
+		}
+	}
 }
