@@ -123,6 +123,7 @@ func (s *Store) SetEpoch(epoch string) {
 	}
 	g.expected.Store(&epoch)
 	g.fence.Store(nil) // the next durable admission checks the new epoch
+	s.epochChanged()
 }
 
 // Epochs are the replica's slot groups and the epoch each runs under.
@@ -153,6 +154,7 @@ func (s *Store) ensureEpoch(ctx context.Context, g *group) error {
 	}
 	s.log.Info("Durable counters: running under the store's epoch", "group", g.name, "epoch", e)
 	g.expected.Store(&e)
+	s.epochChanged()
 	return nil
 }
 
@@ -163,6 +165,7 @@ func (s *Store) fenced(g *group, found string) error {
 		s.log.Error("Durable counters fenced: the store does not hold the epoch this replica runs under "+
 			"(Redis restarted without its data, or was flushed); calendar and cost rules answer 503 until the balances are restored or attested",
 			"group", g.name, "expected", g.want(), "found", found)
+		s.epochChanged()
 	}
 	return &budget.RecoveringError{Group: g.name, Expected: g.want(), Found: found}
 }
@@ -194,6 +197,7 @@ func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, er
 	}
 	g.expected.Store(&e)
 	g.fence.Store(nil)
+	s.epochChanged()
 	s.log.Warn("Durable counters attested: running under a new epoch", "group", g.name, "epoch", e, "counters_restored", len(restore))
 	return e, nil
 }

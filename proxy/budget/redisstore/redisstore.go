@@ -56,6 +56,9 @@ type Options struct {
 	// (rate_limiting.redis.epoch); empty: the one Redis holds, created when it holds
 	// none, at the first durable admission. See SetEpoch.
 	Epoch string
+	// EpochChanged, when set, is called (it must not block) when the epochs Epochs
+	// reports change: an epoch created, set or attested, a fence found or lifted.
+	EpochChanged func()
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -68,6 +71,8 @@ type Store struct {
 	// groups are the slot groups and their epochs (the trust fence); today one, the
 	// prefix.
 	groups []*group
+	// epochChanged is Options.EpochChanged, or a no-op.
+	epochChanged func()
 	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
 	// closed. A reload may change it (rate_limiting.redis.fallback_to_memory).
 	fallback atomic.Pointer[budget.Memory]
@@ -138,6 +143,10 @@ func New(o Options) (*Store, error) {
 		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	s.groups = []*group{{name: o.Prefix, key: s.prefix + epochKey}}
+	s.epochChanged = o.EpochChanged
+	if s.epochChanged == nil {
+		s.epochChanged = func() {}
+	}
 	if o.Epoch != "" {
 		s.groups[0].expected.Store(&o.Epoch)
 	}
@@ -281,7 +290,9 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 	}
 	if res.Admitted {
 		if g := s.groups[0]; g.fence.Load() != nil && fenceable(r) {
-			g.fence.Store(nil) // a durable admission found the epoch again
+			if g.fence.Swap(nil) != nil { // a durable admission found the epoch again
+				s.epochChanged()
+			}
 		}
 	}
 	if !res.Admitted {
