@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
@@ -102,6 +104,21 @@ func newer(a, b string) bool {
 	return ta.After(tb)
 }
 
+// runScript runs a script by its hash, loading it first when Redis does not have it:
+// a fleet's Redis user needs EVALSHA and SCRIPT LOAD, never EVAL (docs/redis.md).
+func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.EvalSha(ctx, s.c, keys, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		cmd = sc.EvalSha(ctx, s.c, keys, args...)
+	}
+	return cmd
+}
+
 func randomPart() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -148,7 +165,7 @@ func (s *Store) ensureEpoch(ctx context.Context, g *group) error {
 	if g.expected.Load() != nil {
 		return nil
 	}
-	e, err := epochScript.Run(ctx, s.c, []string{g.key}, randomPart()).Text()
+	e, err := s.runScript(ctx, epochScript, []string{g.key}, randomPart()).Text()
 	if err != nil {
 		return err
 	}
@@ -191,7 +208,7 @@ func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, er
 	keys = append(keys, g.key)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	e, err := attestScript.Run(ctx, s.c, keys, randomPart(), spec).Text()
+	e, err := s.runScript(ctx, attestScript, keys, randomPart(), spec).Text()
 	if err != nil {
 		return "", err
 	}
