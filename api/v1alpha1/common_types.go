@@ -90,7 +90,7 @@ const (
 	ReplicaDurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
 )
 
-// ConditionDurableBudgetsFenced, on a TokenProxy with Redis storage, is True while a
+// ConditionDurableBudgetsFenced is, on a TokenProxy with Redis storage, True while a
 // live replica fences its calendar and cost budgets (503 budget_recovering): Redis
 // does not hold the epoch of the durable counters the fleet runs under, because it
 // restarted without its data or was flushed. The message names the replica and the

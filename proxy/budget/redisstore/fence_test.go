@@ -142,7 +142,7 @@ var _ = Describe("The trust fence of durable counters", func() {
 		Expect(s.Epochs()[0].Fenced).To(BeTrue())
 
 		other, ol := open("1700000000000-00000000000000aa")
-		fencedErr(ol)
+		_ = fencedErr(ol)
 		e, err := other.Attest(context.Background(), nil) // start the windows from what Redis holds
 		Expect(err).NotTo(HaveOccurred())
 		_, err = try(ol, "alice")
@@ -168,14 +168,14 @@ var _ = Describe("The trust fence of durable counters", func() {
 		rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 		DeferCleanup(rc.Close)
 		host, port, _ := strings.Cut(own.Addr(), ":")
-		Expect(rc.SlaveOf(context.Background(), host, port).Err()).To(Succeed())
+		Expect(rc.ReplicaOf(context.Background(), host, port).Err()).To(Succeed())
 		Eventually(func() string {
 			info, _ := rc.Info(context.Background(), "replication").Result()
 			return info
 		}).WithTimeout(10 * time.Second).Should(ContainSubstring("master_link_status:up"))
 		Eventually(func() string { return rc.Get(context.Background(), "{tokenwarden}:epoch").Val() }).Should(Equal(epoch))
 		Expect(own.Kill()).To(Succeed())
-		Expect(rc.SlaveOf(context.Background(), "NO", "ONE").Err()).To(Succeed()) // promoted
+		Expect(rc.ReplicaOf(context.Background(), "NO", "ONE").Err()).To(Succeed()) // promoted
 
 		promoted, err := redisstore.New(redisstore.Options{URL: replica.URL(), Epoch: epoch, DialTimeout: time.Second,
 			ReadTimeout: time.Second, WriteTimeout: time.Second})

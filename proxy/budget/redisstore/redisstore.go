@@ -288,11 +288,11 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 		found, _ := out[5].(string)
 		return budget.Result{}, s.fenced(s.groups[0], found)
 	}
-	if res.Admitted {
-		if g := s.groups[0]; g.fence.Load() != nil && fenceable(r) {
-			if g.fence.Swap(nil) != nil { // a durable admission found the epoch again
-				s.epochChanged()
-			}
+	if g := s.groups[0]; g.fence.Load() != nil && fenceable(r) {
+		// A durable reservation decided (admitted or refused by a budget) found the
+		// epoch again.
+		if g.fence.Swap(nil) != nil {
+			s.epochChanged()
 		}
 	}
 	if !res.Admitted {
