@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
@@ -53,10 +54,18 @@ func epochCreated(e string) int64 {
 	return n
 }
 
+// epochSkew bounds how far in the future (on the operator's clock) a reported epoch's
+// creation may be: Redis' clock and the operator's agree to far better than this, and
+// an epoch from further ahead (a forged report) would keep every later attestation
+// from being recorded.
+const epochSkew = 10 * time.Minute
+
 // recordEpochs is the fleet's durable epochs: the recorded ones, each replaced by a
 // newer one a live replica reports (an attestation's), and a group's first reported
-// epoch for a group with none (a brand-new fleet).
-func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports) []twv1alpha1.DurableEpoch {
+// epoch for a group with none (a brand-new fleet). Only a replica that is not fenced
+// vouches for an epoch: its Redis holds it. A forged report can only record an
+// epoch Redis does not hold, which fences: it fails closed.
+func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports, now time.Time) []twv1alpha1.DurableEpoch {
 	out := append([]twv1alpha1.DurableEpoch(nil), recorded...)
 	index := map[string]int{}
 	for i, e := range out {
@@ -64,7 +73,7 @@ func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports) []twv1alpha1.
 	}
 	for _, rr := range rs.live {
 		for _, e := range rr.epochs {
-			if e.Group == "" || epochCreated(e.Epoch) == 0 {
+			if e.Group == "" || e.Fenced || epochCreated(e.Epoch) == 0 || epochCreated(e.Epoch) > now.Add(epochSkew).UnixMilli() {
 				continue
 			}
 			i, ok := index[e.Group]
