@@ -10,12 +10,17 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
@@ -134,5 +139,22 @@ var _ = Describe("The trust fence of a fleet's durable budgets", func() {
 			g.Expect(verdictOf(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionDurableBudgetsFenced).Status).To(BeEquivalentTo("False"))
 		}, enforceTimeout).Should(Succeed())
 		Expect(chat()).To(Equal(200))
+
+		By("a forged report of an epoch from the far future, and a fenced one")
+		for name, epochs := range map[string]string{
+			"fleet-proxy-forged": `[{"group":"` + ns + `/fleet","epoch":"9999999999999-ff"}]`,
+			"fleet-proxy-fenced": `[{"group":"` + ns + `/fleet","epoch":"` + strconv.FormatInt(time.Now().UnixMilli(), 10) + `-ee","fenced":true}]`,
+		} {
+			now := metav1.NewMicroTime(time.Now())
+			Expect(k8sClient.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+					Labels: map[string]string{twv1alpha1.ReplicaConfigMapLabel: "fleet-proxy"},
+					Annotations: map[string]string{twv1alpha1.ReplicaGenerationAnnotation: "1", twv1alpha1.ReplicaDigestAnnotation: "x",
+						twv1alpha1.ReplicaDurableEpochsAnnotation: epochs}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To(int32(600)), RenewTime: &now},
+			})).To(Succeed())
+		}
+		Eventually(func(g Gomega) int32 { return proxyStatus(g, ns).LiveReplicas }, enforceTimeout).Should(Equal(int32(3)), "the operator has read both")
+		Expect(recorded(Default)).To(Equal(out.Epoch), "neither is recorded")
 	})
 })
