@@ -110,6 +110,8 @@ func render(f *fleet) *config.Config {
 		r := p.Spec.Storage.Redis
 		rl.Storage = config.StorageRedis
 		rl.Redis = config.Redis{URL: r.URL, FallbackToMemory: r.FallbackToMemory, KeyPrefix: p.Namespace + "/" + p.Name}
+		// The epoch of the durable counters, as the fleet recorded it (trust fence).
+		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
 			rl.Redis.PasswordEnv = redisPasswordEnv
 		}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -231,11 +232,18 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, tp *twv1al
 			rs = nil
 		}
 	}
-	if err := r.patchStatus(ctx, tp, &tp.Status, r.fleetStatus(tp, g, cfg, deploy, rs, ss)); err != nil {
+	st := r.fleetStatus(tp, g, cfg, deploy, rs, ss)
+	// A newly recorded durable epoch goes into the config at once: the next reconcile
+	// renders it.
+	epochsChanged := !equality.Semantic.DeepEqual(st.DurableEpochs, tp.Status.DurableEpochs)
+	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
 		return 0, err
 	}
 	if rs == nil {
 		return 0, nil
+	}
+	if epochsChanged {
+		return time.Millisecond, nil
 	}
 	return rs.requeue(now), nil
 }

@@ -57,6 +57,9 @@ type replicaReport struct {
 	// otherDoc is true in that case.
 	otherDoc bool
 	expires  time.Time
+	// epochs are the durable counters' epochs the replica runs under
+	// (ReplicaDurableEpochsAnnotation).
+	epochs []reportedEpoch
 }
 
 // loadedWhat says what the replica has loaded, for a condition's message.
@@ -134,7 +137,8 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.T
 		if le.Spec.HolderIdentity != nil && *le.Spec.HolderIdentity != "" {
 			name = *le.Spec.HolderIdentity
 		}
-		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires})
+		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires,
+			epochs: parseEpochs(le.Annotations[twv1alpha1.ReplicaDurableEpochsAnnotation])})
 		if rs.next.IsZero() || expires.Before(rs.next) {
 			rs.next = expires
 		}
@@ -236,7 +240,8 @@ func (r *TokenProxyReconciler) proxyOfLease(ctx context.Context, o client.Object
 	return nil
 }
 
-// leaseReportChanged passes a replica arriving, leaving, or reporting another config;
+// leaseReportChanged passes a replica arriving, leaving, reporting another config or
+// other durable epochs (a fence found or lifted, an attestation);
 // not a renewal, which changes only renewTime (the requeue at the earliest expiry
 // sees whether it was renewed). A fleet of N replicas thus reconciles on what its
 // replicas load, not N times per renewal period.
@@ -244,7 +249,8 @@ func leaseReportChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			a, b := e.ObjectOld, e.ObjectNew
-			for _, k := range []string{twv1alpha1.ReplicaGenerationAnnotation, twv1alpha1.ReplicaDigestAnnotation} {
+			for _, k := range []string{twv1alpha1.ReplicaGenerationAnnotation, twv1alpha1.ReplicaDigestAnnotation,
+				twv1alpha1.ReplicaDurableEpochsAnnotation} {
 				if a.GetAnnotations()[k] != b.GetAnnotations()[k] {
 					return true
 				}

@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -161,6 +162,12 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 	}
 	if rs != nil {
 		setFleetEnforced(st, rs, cfg.generation, tp.Generation)
+		if storageOf(tp) == twv1alpha1.StorageRedis {
+			st.DurableEpochs = recordEpochs(st.DurableEpochs, rs, time.Now())
+			setFenced(st, rs, tp.Generation)
+		} else {
+			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced)
+		}
 	}
 	var ready, updated int32
 	st.Replicas, st.ReadyReplicas = 0, 0

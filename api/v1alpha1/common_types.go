@@ -83,6 +83,24 @@ const (
 	// ReplicaDigestAnnotation on a replica's Lease is the SHA-256 of the config
 	// document the replica has applied (/admin/effective's "digest").
 	ReplicaDigestAnnotation = "tokenwarden.io/config-digest"
+	// ReplicaDurableEpochsAnnotation on a replica's Lease is the epochs of the durable
+	// counters the replica runs under, per slot group, as JSON:
+	// [{"group", "epoch", "fenced", "found"}] (fenced: Redis holds another epoch, or
+	// none, "found").
+	ReplicaDurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
+)
+
+// ConditionDurableBudgetsFenced is, on a TokenProxy with Redis storage, True while a
+// live replica fences its calendar and cost budgets (503 budget_recovering): Redis
+// does not hold the epoch of the durable counters the fleet runs under, because it
+// restarted without its data or was flushed. The message names the replica and the
+// recovery procedure (docs/runbooks.md). Reasons: CounterStateLost, Trusted.
+const ConditionDurableBudgetsFenced = "DurableBudgetsFenced"
+
+// Reasons of DurableBudgetsFenced.
+const (
+	ReasonCounterStateLost = "CounterStateLost"
+	ReasonTrusted          = "Trusted"
 )
 
 // Condition reasons.

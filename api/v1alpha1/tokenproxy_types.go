@@ -362,13 +362,38 @@ type TokenProxyStatus struct {
 	// Enforced is "enforcedReplicas/liveReplicas", for kubectl get.
 	// +optional
 	Enforced string `json:"enforced,omitempty"`
+	// DurableEpochs are the epochs of the fleet's durable counters (calendar windows
+	// and cost budgets, kept in Redis), one per slot group (the fleet's Redis key
+	// prefix), recorded from the replicas' reports (their Leases'
+	// tokenwarden.io/durable-epochs) and rendered into their config
+	// (rate_limiting.redis.epoch). A replica whose Redis does not hold its group's
+	// epoch has lost counter state and fences those budgets (DurableBudgetsFenced). The
+	// operator records a group's first reported epoch, and then only a newer one (an
+	// attestation's).
+	// +optional
+	// +listType=map
+	// +listMapKey=group
+	// +kubebuilder:validation:MaxItems=16
+	DurableEpochs []DurableEpoch `json:"durableEpochs,omitempty"`
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
-	// config generation) and Degraded (a step of the reconcile fails).
+	// config generation), Degraded (a step of the reconcile fails) and, with Redis
+	// storage, DurableBudgetsFenced (a replica refuses calendar and cost budgets
+	// until their balances are restored or attested).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DurableEpoch is the epoch of one slot group's durable counters.
+type DurableEpoch struct {
+	// Group is the slot group: the fleet's Redis key prefix.
+	// +kubebuilder:validation:MaxLength=253
+	Group string `json:"group"`
+	// Epoch is "<created Unix milliseconds on the Redis clock>-<random hex>".
+	// +kubebuilder:validation:MaxLength=100
+	Epoch string `json:"epoch"`
 }
 
 // Condition reasons of a TokenProxy.

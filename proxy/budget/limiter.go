@@ -383,8 +383,19 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
 		var unavailable *UnavailableError
-		if errors.As(err, &unavailable) {
+		var recovering *RecoveringError
+		switch {
+		case errors.As(err, &unavailable):
 			l.recordDurable(c)
+		case errors.As(err, &recovering):
+			if fr, ok := l.rec.(FenceRecorder); ok {
+				for _, ch := range append(c.reqs[:len(c.reqs):len(c.reqs)], c.toks...) {
+					if ch.Durable {
+						fr.DurableFenced(ch.Key.Dim)
+						break
+					}
+				}
+			}
 		}
 		return dec, err
 	}

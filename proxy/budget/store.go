@@ -5,6 +5,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -88,4 +89,32 @@ func WithAmount(charges []Charge, amount float64) []Charge {
 		out[i] = c
 	}
 	return out
+}
+
+// RecoveringError is returned by a store whose durable counters cannot be trusted: the
+// state they were kept in was lost (a Redis restart without persistence, or a flush),
+// so a calendar or cost budget would otherwise start whole again. Every request
+// governed by a durable rule is refused (503 budget_recovering) until the balances are
+// restored or attested; rolling token and request rules are unaffected.
+type RecoveringError struct {
+	// Group is the slot group whose epoch was not found (the Redis key prefix).
+	Group string
+	// Expected is the epoch this replica runs under; Found is what the store holds
+	// instead ("" when it holds none).
+	Expected, Found string
+}
+
+func (e *RecoveringError) Error() string {
+	found := "none"
+	if e.Found != "" {
+		found = e.Found
+	}
+	return fmt.Sprintf("the durable counters of %q are not trusted: this replica runs under epoch %s, the store holds %s; "+
+		"restore or attest the balances (POST /admin/durable/attest)", e.Group, e.Expected, found)
+}
+
+// FenceRecorder is a Recorder that also counts the requests a fenced durable rule
+// refused (RecoveringError), by the dimension of its first durable bucket.
+type FenceRecorder interface {
+	DurableFenced(d Dimension)
 }

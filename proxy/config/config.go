@@ -190,6 +190,13 @@ type Redis struct {
 	// FallbackToMemory admits on replica-local buckets at the divided share while Redis
 	// is unreachable (default true); false answers 503 with Retry-After: 5.
 	FallbackToMemory *bool `json:"fallback_to_memory,omitempty"`
+	// Epoch is the epoch of the fleet's durable counters (calendar windows and cost
+	// rules), "<created Unix ms>-<hex>", as the control plane recorded it from the
+	// replicas' reports: a replica whose Redis does not hold it has lost state, and
+	// answers every request its durable rules govern with 503 budget_recovering until
+	// the balances are restored or attested (docs/runbooks.md). Empty: the epoch Redis
+	// holds, created when it holds none (a brand-new fleet). A reload applies it.
+	Epoch string `json:"epoch,omitempty"`
 	// DialTimeoutMillis, ReadTimeoutMillis and WriteTimeoutMillis bound each Redis call,
 	// so an unreachable Redis costs milliseconds. Defaults 100, 50, 50.
 	DialTimeoutMillis  int64 `json:"dial_timeout_ms,omitempty"`

@@ -85,6 +85,7 @@ rate_limiting:
 		Entry("an unknown storage", minimal+"rate_limiting: {storage: etcd}", `rate_limiting.storage: must be "memory" or "redis", got "etcd"`),
 		Entry("redis storage without a URL", minimal+"rate_limiting: {storage: redis}", "rate_limiting.redis.url: is required when rate_limiting.storage is redis"),
 		Entry("a Sentinel URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis-sentinel://h:26379'}}", "rate_limiting.redis.url: Redis Sentinel is not supported"),
+		Entry("an epoch not in the reported form", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', epoch: yesterday}}", `rate_limiting.redis.epoch: want <created Unix milliseconds>-<hex digits>, as the replicas report it, got "yesterday"`),
 		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster"),
 		Entry("a negative division", minimal+"rate_limiting: {budget_division: {replicas: -2}}", "rate_limiting.budget_division.replicas: must not be negative"),
 		Entry("a bad whitelist entry", minimal+"rate_limiting: {whitelist: [nope]}", `rate_limiting.whitelist[0]: not an address or CIDR: "nope"`),

@@ -205,6 +205,9 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 			errs.add("rate_limiting.redis.url", "%v", err)
 		}
 	}
+	if e := rl.Redis.Epoch; e != "" && !validEpoch(e) {
+		errs.add("rate_limiting.redis.epoch", "want <created Unix milliseconds>-<hex digits>, as the replicas report it, got %q", e)
+	}
 	nonNegative(errs, "rate_limiting.redis.dial_timeout_ms", rl.Redis.DialTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.read_timeout_ms", rl.Redis.ReadTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.write_timeout_ms", rl.Redis.WriteTimeoutMillis)
@@ -366,4 +369,24 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	return w
+}
+
+// validEpoch tells whether e has the form of a durable counters' epoch:
+// "<created Unix milliseconds>-<hex digits>".
+func validEpoch(e string) bool {
+	ms, id, ok := strings.Cut(e, "-")
+	if !ok || ms == "" || id == "" || len(ms) > 15 || len(id) > 64 {
+		return false
+	}
+	for _, r := range ms {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	for _, r := range id {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -61,6 +61,7 @@ type Metrics struct {
 	RuleReset        *prometheus.GaugeVec   // tokenwarden_rule_window_reset_timestamp_seconds{rule,window}
 	Spend            *prometheus.CounterVec // tokenwarden_spend_dollars_total{model}
 	DurableRefusals  *prometheus.CounterVec // tokenwarden_durable_refusals_total{dimension}
+	DurableFences    *prometheus.CounterVec // tokenwarden_durable_fenced_total{dimension}
 	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
 	BucketMapFullVec *prometheus.CounterVec // tokenwarden_bucket_map_full_total{dimension,kind}
 
@@ -227,6 +228,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_durable_refusals_total",
 			Help: "Requests answered 503 because a calendar or cost rule's counter could not be held (Redis unreachable, or a full bucket map): such a rule never fails open.",
 		}, dim),
+		DurableFences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_durable_fenced_total",
+			Help: "Requests answered 503 budget_recovering because a calendar or cost rule's counters are fenced: Redis does not hold the epoch the replica runs under (it restarted without its data, or was flushed). See docs/runbooks.md.",
+		}, dim),
 		BucketsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_buckets",
 			Help: "Buckets held in this replica's memory, by dimension and kind (requests, minute, day); max_buckets bounds each.",
@@ -240,7 +245,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
-		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals)
+		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -422,6 +427,11 @@ func resolve(p *atomic.Pointer[prometheus.Gauge], vec *prometheus.GaugeVec, labe
 // DurableRefused implements budget.Recorder.
 func (m *Metrics) DurableRefused(d budget.Dimension) {
 	m.DurableRefusals.WithLabelValues(d.String()).Inc()
+}
+
+// DurableFenced implements budget.FenceRecorder.
+func (m *Metrics) DurableFenced(d budget.Dimension) {
+	m.DurableFences.WithLabelValues(d.String()).Inc()
 }
 
 // RedisUnavailable implements budget.Recorder.

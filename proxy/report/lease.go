@@ -34,6 +34,10 @@ const (
 	ConfigMapLabel       = "tokenwarden.io/configmap"
 	GenerationAnnotation = "tokenwarden.io/config-generation"
 	DigestAnnotation     = "tokenwarden.io/config-digest"
+	// DurableEpochsAnnotation carries the epochs of the durable counters the replica
+	// runs under, per slot group, and whether they are fenced: a JSON list of
+	// {"group", "epoch", "fenced", "found"} (the Redis store's GroupEpoch).
+	DurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
 )
 
 // Defaults of a Lease.
@@ -66,6 +70,9 @@ type Lease struct {
 	Usage func(ctx context.Context) (string, error)
 	// UsageEvery is how often Usage is called. Default DefaultUsageEvery.
 	UsageEvery time.Duration
+	// Epochs, when set, returns the value of DurableEpochsAnnotation ("" when the
+	// replica has no durable counters): read at each write.
+	Epochs func() string
 
 	mu         sync.Mutex
 	generation int64
@@ -104,6 +111,16 @@ func (l *Lease) init() {
 			l.UsageEvery = DefaultUsageEvery
 		}
 	})
+}
+
+// Changed asks Run to write the Lease now (the durable epochs changed: a fence to
+// report, or one lifted).
+func (l *Lease) Changed() {
+	l.init()
+	select {
+	case l.applied <- struct{}{}:
+	default:
+	}
 }
 
 // Applied records the config the replica now enforces; Run reports it at once.
@@ -202,6 +219,11 @@ func (l *Lease) write(ctx context.Context) error {
 		le.Annotations[DigestAnnotation] = digest
 		if usage != "" && (usage != usageWritten || !l.created) {
 			le.Annotations[UsageAnnotation] = usage
+		}
+		if l.Epochs != nil {
+			if e := l.Epochs(); e != "" {
+				le.Annotations[DurableEpochsAnnotation] = e
+			}
 		}
 		le.Spec.HolderIdentity = ptr.To(l.Replica)
 		le.Spec.LeaseDurationSeconds = ptr.To(int32(l.Duration / time.Second))

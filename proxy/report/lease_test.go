@@ -5,6 +5,7 @@ package report
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,4 +68,39 @@ func TestLease(t *testing.T) {
 	if _, err := get(); !apierrors.IsNotFound(err) {
 		t.Fatalf("the Lease after a clean stop: %v", err)
 	}
+}
+
+// TestLeaseEpochs: the durable epochs are reported with the config, and a change to
+// them (a fence) is written at once, not at the next renewal.
+func TestLeaseEpochs(t *testing.T) {
+	cs := fake.NewClientset()
+	var mu sync.Mutex
+	epochs := `[{"group":"tokenwarden","epoch":"1-aa"}]`
+	l := &Lease{Client: cs, Namespace: "llm", ConfigMap: "fleet-proxy", Replica: "r1", Renew: time.Hour,
+		Epochs: func() string { mu.Lock(); defer mu.Unlock(); return epochs }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			le, err := cs.CoordinationV1().Leases("llm").Get(context.Background(), "fleet-proxy-r1", metav1.GetOptions{})
+			if err == nil && le.Annotations[DurableEpochsAnnotation] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("want %s, lease %+v, error %v", want, le, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	l.Applied(1, "d1")
+	waitFor(`[{"group":"tokenwarden","epoch":"1-aa"}]`)
+	mu.Lock()
+	epochs = `[{"group":"tokenwarden","epoch":"1-aa","fenced":true}]`
+	mu.Unlock()
+	l.Changed()
+	waitFor(`[{"group":"tokenwarden","epoch":"1-aa","fenced":true}]`)
 }

@@ -73,7 +73,8 @@ func (s *Server) Effective() (Effective, bool) {
 	return e, true
 }
 
-// AdminHandler serves /metrics, /healthz, /readyz and /admin/effective.
+// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, and the trust
+// fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md).
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -102,5 +103,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(e)
 	})
+	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
+	mux.HandleFunc("POST /admin/durable/attest", s.attest)
 	return mux
 }

@@ -196,6 +196,9 @@ func (s *Server) applyLive(rt *runtime, origin string) {
 			f.SetFallback(nil)
 		}
 	}
+	if e, ok := s.store.(interface{ SetEpoch(string) }); ok {
+		e.SetEpoch(cfg.RateLimiting.Redis.Epoch)
+	}
 	r := &s.restart
 	if r.started == nil {
 		r.started = cfg

@@ -284,6 +284,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, ask)
 	if err != nil {
 		var unavailable *budget.UnavailableError
+		var recovering *budget.RecoveringError
+		if errors.As(err, &recovering) {
+			w.Header().Set("Retry-After", recoveringRetryAfter)
+			ex.fail(w, http.StatusServiceUnavailable, "budget_recovering",
+				"a calendar or cost budget that governs this request is recovering from lost counter state; "+
+					"it refuses until an administrator restores or attests its balance", nil)
+			return
+		}
 		if errors.As(err, &unavailable) {
 			w.Header().Set("Retry-After", "5")
 			ex.fail(w, http.StatusServiceUnavailable, "budget_store_unavailable", "the budget store is unreachable; retry later", nil)

@@ -361,7 +361,8 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 	p.buf = slices.Grow(p.buf, (buckets-len(refund))*(decideSpecSize-specSize))
 	ends := make([]int, 1, 1+reserves)
 	ends[0] = len(p.buf)
-	args := make([]any, 1, 1+2*reserves)
+	args := make([]any, 2, 2+2*reserves)
+	args[1] = ""
 	for _, c := range batch {
 		if reserves == 0 {
 			break
@@ -370,6 +371,9 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 			continue
 		}
 		r := c.reservation
+		if args[1] == "" && fenceable(r) {
+			args[1] = s.groups[0].want()
+		}
 		for i := range r.Requests {
 			p.addDecide(s, &r.Requests[i], 1)
 		}
@@ -382,7 +386,11 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 	// The spec buffer grew while it was filled: slice it once it is complete.
 	args[0] = p.buf[:ends[0]]
 	for i := 1; i < len(ends); i++ {
-		args[2*i] = p.buf[ends[i-1]:ends[i]]
+		args[2*i+1] = p.buf[ends[i-1]:ends[i]]
+	}
+	if args[1] != "" {
+		// The epoch key goes last, after every bucket's: the spec never indexes it.
+		return append(p.keys, s.groups[0].key), args
 	}
 	return p.keys, args
 }
@@ -418,6 +426,9 @@ func (p *spec) add(s *Store, k budget.Key, x, y, z float64) {
 const (
 	flagWarn     = 1
 	flagCalendar = 2
+	// flagDurable marks a durable bucket that may refuse: its decision is checked
+	// against the trust fence.
+	flagDurable = 4
 )
 
 // addDecide appends one bucket of a reservation: its flags, shared capacity and rate,
@@ -434,6 +445,9 @@ func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
 	if ch.Key.Kind == budget.Calendar {
 		flags |= flagCalendar
 		wait = float64(ch.EndMillis)
+	}
+	if ch.Durable && !ch.Warn {
+		flags |= flagDurable
 	}
 	p.buf = append(p.buf, flags)
 	for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {

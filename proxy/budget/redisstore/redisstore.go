@@ -52,6 +52,13 @@ type Options struct {
 	// the scripts read the Redis server's clock (TIME), so replicas whose clocks
 	// disagree never credit the difference as refill. The fallback has its own clock.
 	Clock budget.Clock
+	// Epoch is the epoch of the durable counters the replica runs under
+	// (rate_limiting.redis.epoch); empty: the one Redis holds, created when it holds
+	// none, at the first durable admission. See SetEpoch.
+	Epoch string
+	// EpochChanged, when set, is called (it must not block) when the epochs Epochs
+	// reports change: an epoch created, set or attested, a fence found or lifted.
+	EpochChanged func()
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -61,6 +68,11 @@ type Options struct {
 type Store struct {
 	c      *redis.Client
 	prefix string
+	// groups are the slot groups and their epochs (the trust fence); today one, the
+	// prefix.
+	groups []*group
+	// epochChanged is Options.EpochChanged, or a no-op.
+	epochChanged func()
 	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
 	// closed. A reload may change it (rate_limiting.redis.fallback_to_memory).
 	fallback atomic.Pointer[budget.Memory]
@@ -129,6 +141,14 @@ func New(o Options) (*Store, error) {
 		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", backoff: o.Backoff, linger: o.RefundLinger,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
 		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	s.groups = []*group{{name: o.Prefix, key: s.prefix + epochKey}}
+	s.epochChanged = o.EpochChanged
+	if s.epochChanged == nil {
+		s.epochChanged = func() {}
+	}
+	if o.Epoch != "" {
+		s.groups[0].expected.Store(&o.Epoch)
 	}
 	s.fallback.Store(o.Fallback)
 	s.workers.Add(pipelineWorkers)
@@ -212,6 +232,15 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 	if len(r.Requests)+len(r.Tokens) == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
+	if g := s.groups[0]; g.expected.Load() == nil && fenceable(r) {
+		if err := s.ensureEpoch(ctx, g); err != nil {
+			if ctx.Err() != nil {
+				return budget.Result{}, ctx.Err()
+			}
+			s.markDown(err)
+			return s.unavailable(ctx, r, err)
+		}
+	}
 	rep := s.run(call{kind: reserveCall, reservation: r})
 	if rep.err != nil {
 		if ctx.Err() != nil {
@@ -240,7 +269,7 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 	if ms, ok := out[6].(int64); ok {
 		s.offset.Store(ms*int64(time.Millisecond) - time.Now().UnixNano())
 	}
-	if w, ok := out[5].(string); ok && len(w) == n {
+	if w, ok := out[5].(string); ok && len(w) == n && out[2].(int64) != 2 {
 		res.RequestWarned, res.TokenWarned = make([]bool, len(r.Requests)), make([]bool, len(r.Tokens))
 		for i := range n {
 			if i < len(r.Requests) {
@@ -255,6 +284,17 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 		return budget.Result{}, fmt.Errorf("redis reserve script: levels of %d bytes, want %d", len(levels), 8*n)
 	}
 	res.Admitted = out[0].(int64) == 1
+	if !res.Admitted && out[2].(int64) == 2 {
+		found, _ := out[5].(string)
+		return budget.Result{}, s.fenced(s.groups[0], found)
+	}
+	if g := s.groups[0]; g.fence.Load() != nil && fenceable(r) {
+		// A durable reservation decided (admitted or refused by a budget) found the
+		// epoch again.
+		if g.fence.Swap(nil) != nil {
+			s.epochChanged()
+		}
+	}
 	if !res.Admitted {
 		res.Refused = int(out[1].(int64)) - 1
 		res.RefusedBy = budget.Requests
@@ -272,6 +312,19 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 		}
 	}
 	return res, nil
+}
+
+// fenceable tells whether a reservation draws on a durable bucket that may refuse
+// (a warn rule stays advisory): such a reservation is checked against the trust fence.
+func fenceable(r *budget.Reservation) bool {
+	for _, group := range [2][]budget.Charge{r.Requests, r.Tokens} {
+		for i := range group {
+			if group[i].Durable && !group[i].Warn {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unavailable answers an admission Redis could not take: on the replica-local

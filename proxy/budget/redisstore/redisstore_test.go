@@ -587,8 +587,9 @@ var _ = Describe("The Redis store", func() {
 			Expect(logs.String()).To(ContainSubstring("NOPERM"))
 
 			// The least a fleet's user needs (docs/redis.md): the scripts, and in them
-			// TIME, and MGET and PSETEX on the keys under its prefix.
-			Expect(admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "~{fleet-a}:*", "+evalsha", "+script|load", "+time", "+mget", "+psetex").Err()).To(Succeed())
+			// TIME, MGET and PSETEX on the keys under its prefix, and GET and SET on its
+			// epoch (the trust fence of durable counters).
+			Expect(admin.Do(ctx, "ACL", "SETUSER", "fleet", "on", ">pw", "~{fleet-a}:*", "+evalsha", "+script|load", "+time", "+mget", "+psetex", "+get", "+set").Err()).To(Succeed())
 			fleet, err := redisstore.New(redisstore.Options{URL: "redis://fleet:pw@" + own.Addr() + "/0", Prefix: "fleet-a",
 				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, Clock: storetest.NewClock()})
 			Expect(err).NotTo(HaveOccurred())
@@ -597,6 +598,13 @@ var _ = Describe("The Redis store", func() {
 			res, err := fleet.Reserve(ctx, everyDimension(1000))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(res.Shared && res.Admitted).To(BeTrue())
+			durable := &budget.Reservation{Tokens: []budget.Charge{{Key: budget.Key{Kind: budget.Calendar, Dim: budget.Global, Rule: "month", Start: 1},
+				SharedCapacity: 10, Amount: 1, EndMillis: time.Now().Add(time.Hour).UnixMilli(), Durable: true}}}
+			res, err = fleet.Reserve(ctx, durable)
+			Expect(err).NotTo(HaveOccurred(), "the epoch is created")
+			Expect(res.Admitted).To(BeTrue())
+			_, err = fleet.Attest(ctx, durable.Tokens)
+			Expect(err).NotTo(HaveOccurred(), "and attested")
 			fleet.Refund(ctx, budget.WithAmount(everyDimension(0).Tokens, 500))
 			fleet.Charge(ctx, budget.WithAmount(everyDimension(0).Tokens, 100), budget.Debt)
 			reader, err := redisstore.New(redisstore.Options{URL: own.URL(), Prefix: "fleet-a", Clock: storetest.NewClock()}) // the default user may GET

@@ -46,8 +46,9 @@ do
   now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 local stored = {}
+local fetched = call('MGET', unpack(KEYS))
 do
-  local vals = call('MGET', unpack(KEYS))
+  local vals = fetched
   for k = 1, #KEYS do
     local v = vals[k]
     if v and #v == 96 then
@@ -97,16 +98,22 @@ end
 // window ends. A warn bucket that cannot cover its amount takes nothing and refuses
 // nothing; the reply marks it.
 //
+// A decision with a durable bucket (flag 4: a calendar window or a cost amount that
+// refuses) is checked against the trust fence: when the call names an epoch (ARGV[2])
+// that the group's epoch key (the last of KEYS) does not hold, it takes nothing and is
+// refused with kind 2, its warned value carrying the epoch found ("" when none).
+//
 // ARGV: the refunds' spec, with the capacity and rate recorded on the hold and the
-// amount for every bucket (empty when there are none); then two values per
+// amount for every bucket (empty when there are none); the epoch expected ("" when no
+// reservation of the call has a durable bucket); then two values per
 // reservation: nreq (its first nreq buckets are request-count buckets) and its
 // decide spec, 36 bytes per bucket, struct.pack("<HBBdddd"): key index, slot, flags
-// (1 warn, 2 calendar), capacity, rate, period_ms (the wait reported for a zero
+// (1 warn, 2 calendar, 4 durable), capacity, rate, period_ms (the wait reported for a zero
 // allowance, which never refills; for a calendar window its end in Unix
 // milliseconds), and the amount it takes.
 // Returns one decision per reservation: {admitted (1/0), refused index (1-based
 // within its kind, 0 when admitted), refused kind (0 requests, 1 the others),
-// retry_after_ms (at most 2^53), levels, warned, now_ms} where levels packs each
+// retry_after_ms (at most 2^53), levels, warned, now_ms} (refused kind 2: fenced) where levels packs each
 // bucket's level after the decision as a little-endian double, warned is one byte
 // per bucket ("1" for a warn bucket the request did not fit) or empty when none, and
 // now_ms is the Redis server's clock. A bucket in debt repays it before it holds
@@ -136,6 +143,18 @@ do
   end
 end
 
+-- The trust fence: a call that decides a durable bucket names the epoch its replica
+-- runs under in ARGV[2] and the group's epoch key last in KEYS (read by the MGET above
+-- with the buckets: no command of its own). An epoch absent or other is lost state.
+local trusted, found = true, ''
+if ARGV[2] ~= '' then
+  local e = fetched[#KEYS]
+  if e ~= ARGV[2] then
+    trusted = false
+    if e then found = e end
+  end
+end
+
 local key, base, level, cap, rate, period, amt, flg = {}, {}, {}, {}, {}, {}, {}, {}
 -- warned is nil until a warn bucket of the decision does not fit; then one '0' or '1'
 -- per bucket.
@@ -158,7 +177,7 @@ local function check(first, last)
       else
         if refused == 0 then refused = i - first + 1 end
         local w
-        if f >= 2 then w = period[i] - now
+        if f % 4 >= 2 then w = period[i] - now
         elseif r <= 0 then w = period[i]
         elseif need > c then
           local debt = 0
@@ -178,7 +197,7 @@ local function take(first, last)
       local s, b, l = stored[key[i]], base[i], level[i] - amt[i]
       level[i] = l
       local t = now
-      if flg[i] >= 2 then t = period[i] end
+      if flg[i] % 4 >= 2 then t = period[i] end
       s[b + 1], s[b + 2], s[b + 3], s[b + 4] = l, t, cap[i], rate[i]
       dirty[key[i]] = true
     end
@@ -203,13 +222,20 @@ local function decide(nreq, spec)
         if l > oc then l = oc end
       end
       if oc ~= c or orate ~= r then
-        if f >= 2 then l = l + c - oc
+        if f % 4 >= 2 then l = l + c - oc
         elseif oc > 0 then l = l / oc * c
         else l = c end
       end
       level[i] = l
     else
       level[i] = c
+    end
+  end
+  if not trusted then
+    for i = 1, n do
+      if flg[i] >= 4 then
+        return {0, 0, 2, 0, pack('<' .. string.rep('d', n), unpack(level, 1, n)), found, now - now % 1}
+      end
     end
   end
   local admitted, kind = 0, 0
@@ -232,7 +258,7 @@ local function decide(nreq, spec)
 end
 
 local out = {}
-for a = 2, #ARGV, 2 do
+for a = 3, #ARGV, 2 do
   out[#out + 1] = decide(tonumber(ARGV[a]), ARGV[a + 1])
 end
 flush()
@@ -291,4 +317,49 @@ for i = 1, n do
 end
 flush()
 return pack('<' .. string.rep('d', n), unpack(out, 1, n))
+`)
+
+// The epoch script gives a slot group an epoch when it has none, and returns the one
+// it holds: "<created ms on the Redis clock>-<random>".
+// KEYS: the group's epoch key. ARGV: the random part of a new epoch.
+var epochScript = redis.NewScript(`
+local e = redis.call('GET', KEYS[1])
+if not e then
+  local t = redis.call('TIME')
+  e = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) .. '-' .. ARGV[1]
+  redis.call('SET', KEYS[1], e)
+end
+return e
+`)
+
+// The attest script restores durable counters and then writes a new epoch, in one
+// atomic call: after it, the counters hold what was attested and the fence trusts
+// them. Each counter gets slot 0 of its key (a rule's counter has a key of its own):
+// level capacity minus spent (at most one capacity below zero for a rolling window,
+// which carries debt), refilling from now, or for a calendar window (end_ms above 0)
+// never refilling, until its window's end.
+// KEYS: the counters' keys, then the group's epoch key. ARGV: the random part of the
+// new epoch; a spec of 32 bytes per counter, struct.pack("<dddd"): capacity, rate,
+// end_ms, spent. Returns the new epoch.
+var attestScript = redis.NewScript(`#!lua
+local call, pack, ceil = redis.call, struct.pack, math.ceil
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local spec, pos = ARGV[2], 1
+for k = 1, #KEYS - 1 do
+  local c, r, e, x
+  c, r, e, x, pos = struct.unpack('<dddd', spec, pos)
+  local l, last, ttl = c - x, now, 1000
+  if e > 0 then
+    last, ttl = e, e - now + 1000
+  else
+    if l < -c then l = -c end
+    if r > 0 then ttl = ceil((c - l) / r * 1000) + 1000 end
+  end
+  if ttl < 1 then ttl = 1 end
+  call('PSETEX', KEYS[k], ceil(ttl), pack('<dddddddddddd', l, last, c, r, 0, 0, -1, 0, 0, 0, -1, 0))
+end
+local e = (now - now % 1) .. '-' .. ARGV[1]
+call('SET', KEYS[#KEYS], e)
+return e
 `)

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -176,11 +177,22 @@ func run(args []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 	clock := budget.SystemClock{}
-	store, mem, err := newStore(first, clock, m, log)
+	var epochChanged func()
+	if lease != nil {
+		epochChanged = lease.Changed
+	}
+	store, mem, err := newStore(first, clock, m, log, epochChanged)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = store.Close() }()
+	if rs, ok := store.(*redisstore.Store); ok && lease != nil {
+		// The fleet's durable epochs, for the operator to record and to fence on.
+		lease.Epochs = func() string {
+			b, _ := json.Marshal(rs.Epochs())
+			return string(b)
+		}
+	}
 	// The listeners and the store are built once, from the first document and the
 	// flags; a reload that changes them is reported as restart_required.
 	listenAddr, adminAddr := first.Listen, first.AdminListen
@@ -320,7 +332,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 // that changes rate_limiting.storage or how it reaches Redis takes effect at the next
 // restart (the server reports it as restart_required), and one that changes
 // fallback_to_memory at once.
-func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *slog.Logger) (budget.Store, *budget.Memory, error) {
+func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *slog.Logger, epochChanged func()) (budget.Store, *budget.Memory, error) {
 	rl := &c.RateLimiting
 	mem := budget.NewMemory(clock, rl.MaxBuckets)
 	if rl.Storage != config.StorageRedis {
@@ -336,9 +348,9 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 	}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	opts := redisstore.Options{
-		URL: rl.Redis.URL, Password: password, Prefix: rl.Redis.KeyPrefix,
+		URL: rl.Redis.URL, Password: password, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
 		DialTimeout: ms(rl.Redis.DialTimeoutMillis), ReadTimeout: ms(rl.Redis.ReadTimeoutMillis), WriteTimeout: ms(rl.Redis.WriteTimeoutMillis),
-		Clock: clock, Recorder: rec, Logger: log,
+		Clock: clock, Recorder: rec, Logger: log, EpochChanged: epochChanged,
 	}
 	if *rl.Redis.FallbackToMemory {
 		opts.Fallback = mem

@@ -1,0 +1,138 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// The trust fence of durable counters, on the control plane. A proxy alone cannot
+// tell a brand-new Redis from a flushed one, so the fleet remembers the epoch of its
+// durable counters here: each replica reports the epoch it runs under in its Lease
+// (ReplicaDurableEpochsAnnotation), the operator records the fleet's in
+// status.durableEpochs and renders it into the config (rate_limiting.redis.epoch), and
+// a replica whose Redis does not hold it fences its calendar and cost budgets until an
+// administrator restores or attests their balances, which writes a newer epoch that
+// the operator records in turn.
+
+// reportedEpoch is one slot group's epoch as a replica reports it.
+type reportedEpoch struct {
+	Group  string `json:"group"`
+	Epoch  string `json:"epoch,omitempty"`
+	Fenced bool   `json:"fenced,omitempty"`
+	Found  string `json:"found,omitempty"`
+}
+
+// parseEpochs reads a Lease's ReplicaDurableEpochsAnnotation; a value that does not
+// parse reports nothing.
+func parseEpochs(v string) []reportedEpoch {
+	if v == "" {
+		return nil
+	}
+	var out []reportedEpoch
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil
+	}
+	return out
+}
+
+// epochCreated is an epoch's creation time in Unix milliseconds; 0 when it has not
+// an epoch's form.
+func epochCreated(e string) int64 {
+	ms, _, _ := strings.Cut(e, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// epochSkew bounds how far in the future (on the operator's clock) a reported epoch's
+// creation may be: Redis' clock and the operator's agree to far better than this, and
+// an epoch from further ahead (a forged report) would keep every later attestation
+// from being recorded.
+const epochSkew = 10 * time.Minute
+
+// recordEpochs is the fleet's durable epochs: the recorded ones, each replaced by a
+// newer one a live replica reports (an attestation's), and a group's first reported
+// epoch for a group with none (a brand-new fleet). Only a replica that is not fenced
+// vouches for an epoch: its Redis holds it. A forged report can only record an
+// epoch Redis does not hold, which fences: it fails closed.
+func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports, now time.Time) []twv1alpha1.DurableEpoch {
+	out := append([]twv1alpha1.DurableEpoch(nil), recorded...)
+	index := map[string]int{}
+	for i, e := range out {
+		index[e.Group] = i
+	}
+	for _, rr := range rs.live {
+		for _, e := range rr.epochs {
+			if e.Group == "" || e.Fenced || epochCreated(e.Epoch) == 0 || epochCreated(e.Epoch) > now.Add(epochSkew).UnixMilli() {
+				continue
+			}
+			i, ok := index[e.Group]
+			switch {
+			case !ok:
+				if len(out) >= 16 {
+					continue
+				}
+				index[e.Group] = len(out)
+				out = append(out, twv1alpha1.DurableEpoch{Group: e.Group, Epoch: e.Epoch})
+			case epochCreated(e.Epoch) > epochCreated(out[i].Epoch),
+				epochCreated(e.Epoch) == epochCreated(out[i].Epoch) && e.Epoch > out[i].Epoch:
+				out[i].Epoch = e.Epoch
+			}
+		}
+	}
+	return out
+}
+
+// epochOf is the recorded epoch of a group; "" when none is.
+func epochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
+	for _, e := range epochs {
+		if e.Group == group {
+			return e.Epoch
+		}
+	}
+	return ""
+}
+
+// setFenced sets DurableBudgetsFenced from the live replicas' reports: True while one
+// fences its durable budgets.
+func setFenced(st *twv1alpha1.TokenProxyStatus, rs *reports, gen int64) {
+	var fenced []string
+	var first *reportedEpoch
+	for _, rr := range rs.live {
+		for i, e := range rr.epochs {
+			if e.Fenced {
+				fenced = append(fenced, rr.name)
+				if first == nil {
+					first = &rr.epochs[i]
+				}
+				break
+			}
+		}
+	}
+	if first == nil {
+		setCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced, false, twv1alpha1.ReasonTrusted,
+			"Every live replica finds the epoch of its durable counters in Redis", gen)
+		return
+	}
+	found := "no epoch"
+	if first.Found != "" {
+		found = "epoch " + first.Found
+	}
+	setCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced, true, twv1alpha1.ReasonCounterStateLost,
+		fmt.Sprintf("Replicas %s: Redis holds %s, not the epoch %s the fleet's durable counters run under (group %q): "+
+			"Redis restarted without its data or was flushed, so calendar and cost budgets answer 503 budget_recovering. "+
+			"Restore their balances or attest what Redis holds with POST /admin/durable/attest on one replica "+
+			"(the runbook: docs/runbooks.md); the fence lifts once the operator records the new epoch. "+
+			"Do not flush or restart Redis to clear it.",
+			strings.Join(fenced, ", "), found, first.Epoch, first.Group), gen)
+}

@@ -1,0 +1,220 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+)
+
+// The trust fence. Durable counters (calendar windows and cost amounts) live only in
+// Redis; a Redis that restarts without persistence, or is flushed, gives them back
+// absent, and an absent counter is a whole budget. So each slot group (today one: the
+// fleet's key prefix, whose hash tag every key carries) holds an epoch next to its
+// counters, {prefix}:epoch, "<created ms on the Redis clock>-<random>", and every
+// reservation that draws on a durable counter checks it in the same script call that
+// decides it (no round trip of its own). A replica runs under the epoch its config
+// names (rate_limiting.redis.epoch, which the operator records from the fleet's
+// reports) or, when it names none, the one it found or created at its first durable
+// admission. An epoch absent or other than the one the replica runs under is lost
+// state: the durable rules are fenced (503 budget_recovering) until the balances are
+// attested (Attest), which writes a new epoch.
+//
+// A failover to a replica that holds the counters is no loss: the epoch key is
+// replicated with them, so the promoted server holds the same epoch and nothing is
+// fenced. What asynchronous replication lost in the last moments before the failover
+// (at most the writes of the replication lag) is lost unnoticed for the counters as
+// for the epoch; see docs/redis.md.
+
+// epochKey is the name of a group's epoch key under its prefix.
+const epochKey = "epoch"
+
+// group is one slot group's epoch as this replica knows it.
+type group struct {
+	// name is the group's name (the key prefix); key its epoch key.
+	name, key string
+	// expected is the epoch the replica runs under; nil before it has one.
+	expected atomic.Pointer[string]
+	// fence is what the group's epoch key held when a durable admission last found it
+	// other than expected; nil while the group is trusted.
+	fence atomic.Pointer[string]
+	// mu serialises finding or creating the epoch.
+	mu sync.Mutex
+}
+
+func (g *group) want() string {
+	if e := g.expected.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// GroupEpoch is one slot group's epoch as this replica runs under it: what the
+// replica reports to the control plane.
+type GroupEpoch struct {
+	// Group is the slot group (the key prefix).
+	Group string `json:"group"`
+	// Epoch is the epoch the replica runs under; empty before it has one.
+	Epoch string `json:"epoch,omitempty"`
+	// Fenced is true when the last durable admission found another epoch, or none:
+	// the group's durable rules answer 503 budget_recovering.
+	Fenced bool `json:"fenced,omitempty"`
+	// Found is the epoch the store held then ("" when none).
+	Found string `json:"found,omitempty"`
+}
+
+// EpochCreated is when an epoch was created, on the Redis clock; false when the
+// string is not an epoch.
+func EpochCreated(epoch string) (time.Time, bool) {
+	ms, rest, ok := strings.Cut(epoch, "-")
+	if !ok || rest == "" {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
+}
+
+// ValidEpoch tells whether s has an epoch's form.
+func ValidEpoch(s string) bool {
+	_, ok := EpochCreated(s)
+	return ok
+}
+
+// newer reports whether epoch a was created after b.
+func newer(a, b string) bool {
+	ta, _ := EpochCreated(a)
+	tb, _ := EpochCreated(b)
+	return ta.After(tb)
+}
+
+// runScript runs a script by its hash, loading it first when Redis does not have it:
+// a fleet's Redis user needs EVALSHA and SCRIPT LOAD, never EVAL (docs/redis.md).
+func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.EvalSha(ctx, s.c, keys, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		cmd = sc.EvalSha(ctx, s.c, keys, args...)
+	}
+	return cmd
+}
+
+func randomPart() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// SetEpoch sets the epoch the replica runs under, as its config names it (a reload
+// applies it at once). An empty epoch keeps the one the replica has; an epoch older
+// than the one it has (attested here, before the config caught up) is ignored.
+func (s *Store) SetEpoch(epoch string) {
+	if epoch == "" {
+		return
+	}
+	g := s.groups[0]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur := g.want(); cur == epoch || (cur != "" && newer(cur, epoch)) {
+		return
+	}
+	g.expected.Store(&epoch)
+	g.fence.Store(nil) // the next durable admission checks the new epoch
+	s.epochChanged()
+}
+
+// Epochs are the replica's slot groups and the epoch each runs under.
+func (s *Store) Epochs() []GroupEpoch {
+	out := make([]GroupEpoch, 0, len(s.groups))
+	for _, g := range s.groups {
+		e := GroupEpoch{Group: g.name, Epoch: g.want()}
+		if f := g.fence.Load(); f != nil {
+			e.Fenced, e.Found = true, *f
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// ensureEpoch gives the group the epoch Redis holds, creating one when it holds none:
+// a replica whose config names no epoch (a brand-new fleet) does this once, at its
+// first durable admission.
+func (s *Store) ensureEpoch(ctx context.Context, g *group) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.expected.Load() != nil {
+		return nil
+	}
+	e, err := s.runScript(ctx, epochScript, []string{g.key}, randomPart()).Text()
+	if err != nil {
+		return err
+	}
+	s.log.Info("Durable counters: running under the store's epoch", "group", g.name, "epoch", e)
+	g.expected.Store(&e)
+	s.epochChanged()
+	return nil
+}
+
+// fenced records that a durable admission found the group's epoch other than the one
+// it runs under, and returns the refusal.
+func (s *Store) fenced(g *group, found string) error {
+	if prev := g.fence.Swap(&found); prev == nil || *prev != found {
+		s.log.Error("Durable counters fenced: the store does not hold the epoch this replica runs under "+
+			"(Redis restarted without its data, or was flushed); calendar and cost rules answer 503 until the balances are restored or attested",
+			"group", g.name, "expected", g.want(), "found", found)
+		s.epochChanged()
+	}
+	return &budget.RecoveringError{Group: g.name, Expected: g.want(), Found: found}
+}
+
+// Attest ends a fence: it writes the given balances (RestoreCharge's charges: each
+// counter's capacity, rate, window end and spend) over what Redis holds, or none to
+// start the windows from what Redis holds now, and a new epoch, in one atomic call.
+// The replica runs under the new epoch at once; the others when their config names
+// it. It returns the new epoch.
+func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, error) {
+	g := s.groups[0]
+	keys := make([]string, 0, len(restore)+1)
+	spec := make([]byte, 0, 32*len(restore))
+	for _, ch := range restore {
+		if ch.Key.Rule == "" {
+			return "", fmt.Errorf("only a rule's counter can be restored, not %v", ch.Key)
+		}
+		keys = append(keys, s.Key(ch.Key))
+		for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, float64(ch.EndMillis), ch.Amount} {
+			spec = binary.LittleEndian.AppendUint64(spec, math.Float64bits(v))
+		}
+	}
+	keys = append(keys, g.key)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, err := s.runScript(ctx, attestScript, keys, randomPart(), spec).Text()
+	if err != nil {
+		return "", err
+	}
+	g.expected.Store(&e)
+	g.fence.Store(nil)
+	s.epochChanged()
+	s.log.Warn("Durable counters attested: running under a new epoch", "group", g.name, "epoch", e, "counters_restored", len(restore))
+	return e, nil
+}
