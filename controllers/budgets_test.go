@@ -202,6 +202,11 @@ var _ = Describe("Budgets in the rule shape", func() {
 		Expect(k8sClient.Create(ctx, ruleBudget(ns, "monthly", twv1alpha1.DimensionPerTeam, func(s *twv1alpha1.TokenBudgetSpec) {
 			s.Windows = windows(calendarWindow("50M", twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryMonth}))
 		}))).To(Succeed())
+		// Refused first for another reason: the NeedsRedis event still comes when the
+		// reason changes.
+		Eventually(func(g Gomega) {
+			g.Expect(budgetVerdict(g, ns, "monthly").Reason).To(Equal(twv1alpha1.ReasonProxyNotFound))
+		}).Should(Succeed())
 		Expect(k8sClient.Create(ctx, fleetProxy(ns, 3))).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(budgetVerdict(g, ns, "monthly")).To(Equal(verdict{metav1.ConditionFalse, "NeedsRedis",

@@ -245,7 +245,9 @@ func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64
 }
 
 // applyVerdict sets an object's Accepted and Ready conditions from its verdict, and
-// records a warning event when it stops being accepted: what an operator acts on.
+// records a warning event when it stops being accepted or is refused for another
+// reason (a budget refused as ProxyNotFound until its fleet exists, then as
+// NeedsRedis): what an operator acts on.
 func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj client.Object, conds *[]metav1.Condition, v verdict, readyMsg string) {
 	gen := obj.GetGeneration()
 	if v.accepted {
@@ -253,7 +255,7 @@ func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj clien
 		setCondition(conds, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonRendered, readyMsg, gen)
 		return
 	}
-	if !meta.IsStatusConditionPresentAndEqual(*conds, twv1alpha1.ConditionAccepted, metav1.ConditionFalse) {
+	if was := meta.FindStatusCondition(*conds, twv1alpha1.ConditionAccepted); was == nil || was.Status != metav1.ConditionFalse || was.Reason != v.reason {
 		r.Events.Eventf(obj, tp, corev1.EventTypeWarning, v.reason, "Render", "%s", v.message)
 	}
 	setCondition(conds, twv1alpha1.ConditionAccepted, false, v.reason, v.message, gen)
