@@ -129,6 +129,12 @@ func BenchmarkProxy(b *testing.B) {
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
+	b.Run("tokenwarden-memory-rules", func(b *testing.B) {
+		srv := newBenchServerDoc(b, backend.URL, rulesDoc)
+		front := httptest.NewServer(srv)
+		defer front.Close()
+		benchHTTP(b, front.URL, 32)
+	})
 	b.Run("tokenwarden-redis", func(b *testing.B) {
 		srv := newRedisBenchServer(b, backend.URL, benchDoc)
 		front := httptest.NewServer(srv)
@@ -142,6 +148,24 @@ func BenchmarkProxy(b *testing.B) {
 		benchHTTP(b, front.URL, 32)
 	})
 }
+
+// rulesDoc is the seed-000 document of benchDoc written as ten limit rules of the
+// kinds a memory fleet may hold (rolling windows of tokens, input and output tokens and
+// requests, named subjects, a fan-out by model, bursts) besides the seed-000 limits of
+// the api_key dimension: seventeen counters per request.
+const rulesDoc = benchDoc + `
+  rules:
+  - {name: fleet, dimension: global, windows: [{limit: 1000000000000, rolling: {period: minute}}]}
+  - {name: research, dimension: team, subjects: [research], windows: [{limit: 1000000000000, rolling: {period: minute, burst_seconds: 20}}]}
+  - {name: key-input, dimension: api_key, amount: input_tokens, windows: [{limit: 1000000000000, rolling: {period: minute}}]}
+  - {name: key-output, dimension: api_key, amount: output_tokens, windows: [{limit: 1000000000000, rolling: {period: minute}}]}
+  - {name: key-model-rpm, dimension: api_key, count_by: model, amount: requests, windows: [{limit: 1000000000000, rolling: {period: minute}}]}
+  - {name: user-hour, dimension: user, windows: [{limit: 1000000000000, rolling: {period: hour, burst_seconds: 600}}]}
+  - {name: gpt-4o-day, dimension: model, subjects: [gpt-4o], windows: [{limit: 1000000000000, rolling: {period: day}}]}
+  - {name: client-rps, dimension: client, amount: requests, windows: [{limit: 1000000000000, rolling: {period: second}}]}
+  - {name: team-day, dimension: team, windows: [{limit: 1000000000000, rolling: {period: day}}]}
+  - {name: watch, dimension: api_key, action: warn, windows: [{limit: 1000000000000, rolling: {period: minute}}]}
+`
 
 // typicalDoc is a common fleet: a global minute budget, each key's minute and day
 // budgets and a team minute budget: four token buckets per request.
@@ -207,6 +231,11 @@ func BenchmarkLatency(b *testing.B) {
 }
 
 func newBenchServer(b *testing.B, upstream string) *server.Server {
+	return newBenchServerDoc(b, upstream, benchDoc)
+}
+
+// newBenchServerDoc is the benchmark proxy on the memory store with a document of its own.
+func newBenchServerDoc(b *testing.B, upstream, benchDoc string) *server.Server {
 	store := budget.NewMemory(budget.SystemClock{}, 1000000)
 	srv := server.New(server.Options{Store: store, Metrics: metrics.New(prometheus.NewRegistry()),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
