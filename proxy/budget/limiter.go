@@ -257,17 +257,19 @@ func (c *counter) spanAt(now time.Time) *span {
 	return sp
 }
 
-// charges are the buckets a request draws on; fixed arrays keep the hot path free of
-// allocations for the common case.
+// charges are the buckets a request draws on. They are lent by a pool and keep the
+// capacity they grew to, so a policy with many counters allocates none on the hot
+// path once warm.
 type charges struct {
-	reqs   []Charge
-	toks   []Charge
-	res    Reservation
-	reqBuf [NumDimensions]Charge
-	tokBuf [NumDimensions * 2]Charge
+	reqs []Charge
+	toks []Charge
+	res  Reservation
 }
 
 var chargesPool = sync.Pool{New: func() any { return new(charges) }}
+
+// heldPool lends the charges of holds on the memory store.
+var heldPool = sync.Pool{New: func() any { return new([]Charge) }}
 
 // add appends the bucket of one counter for a subject.
 func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, by string, ask *Ask) {
@@ -310,7 +312,7 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 // counts only when tokens is set), and counts the dimensions skipped for a missing
 // identity.
 func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
-	c.reqs, c.toks = c.reqBuf[:0], c.tokBuf[:0]
+	c.reqs, c.toks = c.reqs[:0], c.toks[:0]
 	for d := Global; d < NumDimensions; d++ {
 		list := p.counters[d]
 		var named []*counter
@@ -458,16 +460,36 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 			dec.Warnings = append(dec.Warnings, Warning{Rule: c.toks[i].Key.Rule, Window: c.toks[i].ctr.name})
 		}
 	}
-	taken := make([]Charge, 0, len(c.toks))
-	for i, ch := range c.toks {
+	n := 0
+	for i := range c.toks {
 		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
-			taken = append(taken, ch)
+			n++
 		}
 	}
-	if len(taken) == 0 {
+	if n == 0 {
 		return dec, nil
 	}
+	// The hold keeps its own copy of what it took. On the memory store, which keeps no
+	// charge once an operation returns, the copy goes back to a pool when the hold is
+	// settled or released.
+	_, recycle := res.Backend.(*Memory)
+	var buf *[]Charge
+	if recycle {
+		buf = heldPool.Get().(*[]Charge)
+	} else {
+		buf = new([]Charge)
+	}
+	taken := slices.Grow((*buf)[:0], n)
+	for i := range c.toks {
+		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
+			taken = append(taken, c.toks[i])
+		}
+	}
 	h := &Hold{l: l, store: res.Backend, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model)}
+	if recycle {
+		*buf = taken
+		h.buf = buf
+	}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
@@ -645,6 +667,9 @@ type Hold struct {
 	cachedWeight float64
 	price        *config.Price
 	done         atomic.Bool
+	// buf is the pooled backing of charges, returned once the hold is settled or
+	// released; nil when the charges are not pooled.
+	buf *[]Charge
 }
 
 // used is what a request consumed in one counter's units.
@@ -705,6 +730,7 @@ func (h *Hold) Settle(u Used) bool {
 			taken := h.store.Charge(context.Background(), over, h.overage)
 			h.recordEach(Charged, over, taken)
 		}
+		h.recycle()
 	})
 	return true
 }
@@ -718,8 +744,18 @@ func (h *Hold) Release() bool {
 	h.run(func() {
 		h.store.Refund(context.Background(), h.charges)
 		h.record(Refunded)
+		h.recycle()
 	})
 	return true
+}
+
+// recycle returns pooled charges once the hold is done with them.
+func (h *Hold) recycle() {
+	if h.buf == nil {
+		return
+	}
+	heldPool.Put(h.buf)
+	h.buf, h.charges = nil, nil
 }
 
 func (h *Hold) run(fn func()) {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,25 +78,36 @@ func (m *Memory) shardOf(k Key) int {
 	return int(maphash.Comparable(m.seed, k) % memoryShards)
 }
 
+// locked is the set of shards an operation holds, on the operation's stack.
+type locked struct {
+	n   int
+	idx [memoryShards]uint8
+}
+
 // lockAll locks the shards of every charge in ascending order, so two reservations
-// never wait on each other in a cycle, and returns the unlock.
-func (m *Memory) lockAll(groups ...[]Charge) func() {
-	var buf [32]int
-	idx := buf[:0]
+// never wait on each other in a cycle; unlock releases them.
+func (m *Memory) lockAll(l *locked, groups ...[]Charge) {
+	var set [memoryShards]bool
 	for _, g := range groups {
-		for _, c := range g {
-			idx = append(idx, m.shardOf(c.Key))
+		for i := range g {
+			set[m.shardOf(g[i].Key)] = true
 		}
 	}
-	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	for _, i := range idx {
+	l.n = 0
+	for i, in := range set {
+		if in {
+			l.idx[l.n] = uint8(i)
+			l.n++
+		}
+	}
+	for _, i := range l.idx[:l.n] {
 		m.shards[i].mu.Lock()
 	}
-	return func() {
-		for _, i := range idx {
-			m.shards[i].mu.Unlock()
-		}
+}
+
+func (m *Memory) unlock(l *locked) {
+	for _, i := range l.idx[:l.n] {
+		m.shards[i].mu.Unlock()
 	}
 }
 
@@ -148,16 +158,19 @@ func (b *bucket) rebuild(c Charge) {
 // Reserve implements Store.
 func (m *Memory) Reserve(_ context.Context, r *Reservation) (Result, error) {
 	now := m.clock.Now()
+	nr, nt := len(r.Requests), len(r.Tokens)
+	levels, skipped := make([]float64, nr+nt), make([]bool, nr+nt)
 	res := Result{
 		Admitted:       true,
 		Backend:        m,
-		RequestLevels:  make([]float64, len(r.Requests)),
-		TokenLevels:    make([]float64, len(r.Tokens)),
-		RequestSkipped: make([]bool, len(r.Requests)),
-		TokenSkipped:   make([]bool, len(r.Tokens)),
+		RequestLevels:  levels[:nr:nr],
+		TokenLevels:    levels[nr:],
+		RequestSkipped: skipped[:nr:nr],
+		TokenSkipped:   skipped[nr:],
 	}
-	unlock := m.lockAll(r.Requests, r.Tokens)
-	defer unlock()
+	var l locked
+	m.lockAll(&l, r.Requests, r.Tokens)
+	defer m.unlock(&l)
 
 	var bufR, bufT [NumDimensions * 2]*bucket
 	reqs, err := check(m, r.Requests, now, bufR[:0], res.RequestLevels, res.RequestSkipped, &res.RequestWarned, &res, Requests)
@@ -249,8 +262,9 @@ func scaled(amount float64, c Charge, b *bucket) float64 {
 // Refund implements Store.
 func (m *Memory) Refund(_ context.Context, charges []Charge) {
 	now := m.clock.Now()
-	unlock := m.lockAll(charges)
-	defer unlock()
+	var l locked
+	m.lockAll(&l, charges)
+	defer m.unlock(&l)
 	for _, c := range charges {
 		if b := m.getForSettle(c, now); b != nil {
 			b.level = min(b.capacity, b.level+scaled(c.Amount, c, b))
@@ -262,8 +276,9 @@ func (m *Memory) Refund(_ context.Context, charges []Charge) {
 func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) []float64 {
 	now := m.clock.Now()
 	taken := make([]float64, len(charges))
-	unlock := m.lockAll(charges)
-	defer unlock()
+	var l locked
+	m.lockAll(&l, charges)
+	defer m.unlock(&l)
 	for i, c := range charges {
 		b := m.getForSettle(c, now)
 		if b == nil {

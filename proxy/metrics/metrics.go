@@ -75,10 +75,15 @@ type Metrics struct {
 	redisOps     [3]prometheus.Counter // reserve, refund, charge
 	exceededTok  prometheus.Counter
 	exceededReq  prometheus.Counter
+	settled      prometheus.Counter
+	released     prometheus.Counter
 
 	mu          sync.Mutex
 	configInfo  string
 	keyCounters sync.Map // key name -> *[NumOutcomes]prometheus.Counter
+	keyUsage    sync.Map // key name -> *[2]prometheus.Counter (input, output)
+	modelUsage  sync.Map // model label -> *[2]prometheus.Counter (input, output)
+	modelSpend  sync.Map // model -> prometheus.Counter
 }
 
 // New creates the families and registers them on reg.
@@ -269,9 +274,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	for i, op := range []string{"reserve", "refund", "charge"} {
 		m.redisOps[i] = m.RedisOperations.WithLabelValues(op)
 	}
-	for _, r := range []string{"settled", "released"} {
-		m.Settlements.WithLabelValues(r)
-	}
+	m.settled = m.Settlements.WithLabelValues("settled")
+	m.released = m.Settlements.WithLabelValues("released")
 	for _, r := range []string{"success", "failure"} {
 		m.ConfigReloads.WithLabelValues(r)
 	}
@@ -442,15 +446,56 @@ func (m *Metrics) RedisUnavailable(d budget.Dimension, action string) {
 // ForgetKeys drops the series of API keys no longer configured, so a deleted key's
 // series ends.
 func (m *Metrics) ForgetKeys(keep func(name string) bool) {
-	m.keyCounters.Range(func(k, _ any) bool {
+	forget := func(k, _ any) bool {
 		name := k.(string)
 		if !keep(name) {
 			m.keyCounters.Delete(name)
+			m.keyUsage.Delete(name)
 			m.KeyTokensVec.DeletePartialMatch(prometheus.Labels{"api_key": name})
 			m.KeyUsage.DeletePartialMatch(prometheus.Labels{"api_key": name})
 		}
 		return true
-	})
+	}
+	m.keyCounters.Range(forget)
+	m.keyUsage.Range(forget)
+}
+
+// Settled counts a reservation settled on the usage the backend reported.
+func (m *Metrics) Settled() { m.settled.Inc() }
+
+// Released counts a reservation released whole.
+func (m *Metrics) Released() { m.released.Inc() }
+
+// AddUsage counts the tokens the backend reported by model label and, when key is
+// not empty, by API key. The children are looked up once per label value.
+func (m *Metrics) AddUsage(model, key string, input, output int64) {
+	c := pair(&m.modelUsage, m.Usage, model)
+	c[0].Add(float64(input))
+	c[1].Add(float64(output))
+	if key != "" {
+		c = pair(&m.keyUsage, m.KeyUsage, key)
+		c[0].Add(float64(input))
+		c[1].Add(float64(output))
+	}
+}
+
+// pair is the input and output children of vec for label, cached in cache.
+func pair(cache *sync.Map, vec *prometheus.CounterVec, label string) *[2]prometheus.Counter {
+	if c, ok := cache.Load(label); ok {
+		return c.(*[2]prometheus.Counter)
+	}
+	c := &[2]prometheus.Counter{vec.WithLabelValues(label, "input"), vec.WithLabelValues(label, "output")}
+	v, _ := cache.LoadOrStore(label, c)
+	return v.(*[2]prometheus.Counter)
+}
+
+// AddSpend counts the US dollars a request to a priced model cost.
+func (m *Metrics) AddSpend(model string, dollars float64) {
+	c, ok := m.modelSpend.Load(model)
+	if !ok {
+		c, _ = m.modelSpend.LoadOrStore(model, m.Spend.WithLabelValues(model))
+	}
+	c.(prometheus.Counter).Add(dollars)
 }
 
 // SetConfig records the config in force.

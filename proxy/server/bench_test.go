@@ -357,6 +357,14 @@ func BenchmarkHandler(b *testing.B) {
 	benchHandler(b, backend.URL)
 }
 
+// BenchmarkHandlerRules is BenchmarkHandler with the ten limit rules of rulesDoc beside
+// seed 000's limits: seventeen counters a request.
+func BenchmarkHandlerRules(b *testing.B) {
+	backend := benchBackend()
+	defer backend.Close()
+	benchHandlerDoc(b, backend.URL, rulesDoc)
+}
+
 // streamBackend answers every request with a 50-delta chat completion stream that
 // reports its usage.
 func streamBackend() *httptest.Server {
@@ -401,7 +409,12 @@ func BenchmarkHandlerGzip(b *testing.B) {
 // benchHandler sends benchRequest through the handler in front of backend, from
 // parallel goroutines, with extra header pairs.
 func benchHandler(b *testing.B, backend string, header ...string) {
-	srv := newBenchServer(b, backend)
+	benchHandlerDoc(b, backend, benchDoc, header...)
+}
+
+// benchHandlerDoc is benchHandler on a document of its own.
+func benchHandlerDoc(b *testing.B, backend, doc string, header ...string) {
+	srv := newBenchServerDoc(b, backend, doc)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

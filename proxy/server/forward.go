@@ -238,7 +238,7 @@ func (st *settler) finish() {
 func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
 	if ex.hold.Settle(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}) {
-		s.metrics.Settlements.WithLabelValues("settled").Inc()
+		s.metrics.Settled()
 	}
 	// The model label stays bounded: a model the config names, or "other".
 	model := "other"
@@ -246,19 +246,14 @@ func (ex *exchange) settle(u usage.Usage) {
 		model = ex.est.Model
 	}
 	if cost, ok := ex.rt.policy.Cost(ex.est.Model, budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}); ok {
-		s.metrics.Spend.WithLabelValues(ex.est.Model).Add(cost)
+		s.metrics.AddSpend(ex.est.Model, cost)
 	}
-	s.metrics.Usage.WithLabelValues(model, "input").Add(float64(u.Input))
-	s.metrics.Usage.WithLabelValues(model, "output").Add(float64(u.Output))
-	if ex.key != "" {
-		s.metrics.KeyUsage.WithLabelValues(ex.key, "input").Add(float64(u.Input))
-		s.metrics.KeyUsage.WithLabelValues(ex.key, "output").Add(float64(u.Output))
-	}
+	s.metrics.AddUsage(model, ex.key, u.Input, u.Output)
 }
 
 func (ex *exchange) release() {
 	if ex.hold.Release() {
-		ex.s.metrics.Settlements.WithLabelValues("released").Inc()
+		ex.s.metrics.Released()
 	}
 }
 
