@@ -172,7 +172,8 @@ func (m *Memory) Reserve(_ context.Context, r *Reservation) (Result, error) {
 	m.lockAll(&l, r.Requests, r.Tokens)
 	defer m.unlock(&l)
 
-	var bufR, bufT [NumDimensions * 2]*bucket
+	// Room for the counters of a large policy (limits and a few dozen rules) on the stack.
+	var bufR, bufT [32]*bucket
 	reqs, err := check(m, r.Requests, now, bufR[:0], res.RequestLevels, res.RequestSkipped, &res.RequestWarned, &res, Requests)
 	if err != nil {
 		return Result{}, err

@@ -344,11 +344,8 @@ func (w *headerWriter) family(names *[3]string, s budget.Status) {
 // cost reports the caller's tightest cost budget in US dollars.
 func (w *headerWriter) cost(d budget.Dollars) {
 	for i, v := range [2]float64{d.Limit, d.Remaining} {
-		if w.b == nil {
-			w.b = w.buf[:0]
-		}
-		w.b = strconv.AppendFloat(w.b, math.Round(v*1e6)/1e6, 'f', -1, 64)
-		w.add(costHeaders[i])
+		var tmp [32]byte
+		w.value(costHeaders[i], strconv.AppendFloat(tmp[:0], math.Round(v*1e6)/1e6, 'f', -1, 64))
 	}
 	w.int(costHeaders[2], unixCeil(d.Reset))
 }
@@ -362,35 +359,50 @@ var (
 
 // headerWriter sets a batch of headers with two allocations: every value is formatted
 // into one buffer that becomes one string, and the value slices share one backing
-// array. The rate limit headers are on every answer, so this is the hot path.
+// array. The rate limit headers are on every answer, so this is the hot path. The
+// writer stays on its caller's stack: values are copied into buf, never appended to a
+// slice of it (which would move the writer to the heap), and go on to over only when
+// buf is full.
 type headerWriter struct {
 	keys [40]string
 	ends [40]int
 	n    int
-	buf  [512]byte
-	b    []byte
+	used int
+	buf  [1024]byte
+	over []byte
 }
 
-func (w *headerWriter) add(key string) {
-	w.keys[w.n] = key
-	w.ends[w.n] = len(w.b)
+// value adds one header with its formatted value.
+func (w *headerWriter) value(key string, v []byte) {
+	if w.over == nil && w.used+len(v) <= len(w.buf) {
+		w.used += copy(w.buf[w.used:], v)
+	} else {
+		if w.over == nil {
+			w.over = append(make([]byte, 0, 2*len(w.buf)), w.buf[:w.used]...)
+		}
+		w.over = append(w.over, v...)
+		w.used = len(w.over)
+	}
+	w.keys[w.n], w.ends[w.n] = key, w.used
 	w.n++
 }
 
-func (w *headerWriter) int(key string, v int64) {
-	if w.b == nil {
-		w.b = w.buf[:0]
+// values is every value formatted so far, end to end.
+func (w *headerWriter) values() []byte {
+	if w.over != nil {
+		return w.over
 	}
-	w.b = strconv.AppendInt(w.b, v, 10)
-	w.add(key)
+	return w.buf[:w.used]
+}
+
+func (w *headerWriter) int(key string, v int64) {
+	var tmp [24]byte
+	w.value(key, strconv.AppendInt(tmp[:0], v, 10))
 }
 
 func (w *headerWriter) duration(key string, reset, now time.Time) {
-	if w.b == nil {
-		w.b = w.buf[:0]
-	}
-	w.b = append(w.b, resetDuration(reset, now)...)
-	w.add(key)
+	var tmp [32]byte
+	w.value(key, append(tmp[:0], resetDuration(reset, now)...))
 }
 
 // minute reports the api_key minute budget: capacity, tokens left, Unix time when whole.
@@ -412,11 +424,8 @@ func (w *headerWriter) day(s budget.Status) {
 func (w *headerWriter) anthropic(names *[3]string, s budget.Status) {
 	w.int(names[0], s.Limit)
 	w.int(names[1], s.Remaining)
-	if w.b == nil {
-		w.b = w.buf[:0]
-	}
-	w.b = time.Unix(unixCeil(s.Reset), 0).UTC().AppendFormat(w.b, time.RFC3339)
-	w.add(names[2])
+	var tmp [32]byte
+	w.value(names[2], time.Unix(unixCeil(s.Reset), 0).UTC().AppendFormat(tmp[:0], time.RFC3339))
 }
 
 // Anthropic's header families, as canonical keys.
@@ -437,7 +446,7 @@ func (w *headerWriter) flush(h http.Header) {
 	if w.n == 0 {
 		return
 	}
-	all := string(w.b)
+	all := string(w.values())
 	vals := make([]string, w.n)
 	start := 0
 	for i := 0; i < w.n; i++ {
