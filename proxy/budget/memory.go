@@ -74,8 +74,11 @@ func (m *Memory) LenOf(d Dimension, k Kind) int64 { return m.counts[d][k].Load()
 // count is the counter of a key's map.
 func (m *Memory) count(k Key) *atomic.Int64 { return &m.counts[k.Dim%NumDimensions][k.Kind%NumKinds] }
 
+// shardOf is a key's shard, by its identity alone: the buckets of one subject share a
+// shard, so a request locks one shard per subject rather than one per bucket, and the
+// shard costs one string hash instead of a hash of the whole key.
 func (m *Memory) shardOf(k Key) int {
-	return int(maphash.Comparable(m.seed, k) % memoryShards)
+	return int(maphash.String(m.seed, k.ID) % memoryShards)
 }
 
 // locked is the set of shards an operation holds, on the operation's stack.
