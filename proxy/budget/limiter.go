@@ -704,35 +704,42 @@ func (h *Hold) Settle(u Used) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
-	h.run(func() {
-		// The hold is done: its charges become the settlement's, refunds first, each
-		// with its delta (in floats: a usage the backend reported can be anything an
-		// int64 holds).
-		refunds := 0
-		for i := range h.charges {
-			ch := &h.charges[i]
-			ch.Amount -= h.used(ch.ctr.amount, u)
-			if ch.Amount > 0 {
-				h.charges[refunds], h.charges[i] = h.charges[i], h.charges[refunds]
-				refunds++
-			}
-		}
-		back, over := h.charges[:refunds], h.charges[refunds:]
-		over = slices.DeleteFunc(over, func(c Charge) bool { return c.Amount == 0 })
-		if len(back) > 0 {
-			h.store.Refund(context.Background(), back)
-			h.recordEach(Refunded, back, nil)
-		}
-		if len(over) > 0 {
-			for i := range over {
-				over[i].Amount = -over[i].Amount
-			}
-			taken := h.store.Charge(context.Background(), over, h.overage)
-			h.recordEach(Charged, over, taken)
-		}
-		h.recycle()
-	})
+	if h.l.async {
+		h.l.pending.Go(func() { h.settle(u) })
+	} else {
+		h.settle(u)
+	}
 	return true
+}
+
+// settle does the work of Settle, on the request's goroutine or off it.
+func (h *Hold) settle(u Used) {
+	// The hold is done: its charges become the settlement's, refunds first, each
+	// with its delta (in floats: a usage the backend reported can be anything an
+	// int64 holds).
+	refunds := 0
+	for i := range h.charges {
+		ch := &h.charges[i]
+		ch.Amount -= h.used(ch.ctr.amount, u)
+		if ch.Amount > 0 {
+			h.charges[refunds], h.charges[i] = h.charges[i], h.charges[refunds]
+			refunds++
+		}
+	}
+	back, over := h.charges[:refunds], h.charges[refunds:]
+	over = slices.DeleteFunc(over, func(c Charge) bool { return c.Amount == 0 })
+	if len(back) > 0 {
+		h.store.Refund(context.Background(), back)
+		h.recordEach(Refunded, back, nil)
+	}
+	if len(over) > 0 {
+		for i := range over {
+			over[i].Amount = -over[i].Amount
+		}
+		taken := h.store.Charge(context.Background(), over, h.overage)
+		h.recordEach(Charged, over, taken)
+	}
+	h.recycle()
 }
 
 // Release returns the whole reservation: the request failed, was cut, or reported no
@@ -741,12 +748,19 @@ func (h *Hold) Release() bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
-	h.run(func() {
-		h.store.Refund(context.Background(), h.charges)
-		h.record(Refunded)
-		h.recycle()
-	})
+	if h.l.async {
+		h.l.pending.Go(h.release)
+	} else {
+		h.release()
+	}
 	return true
+}
+
+// release does the work of Release, on the request's goroutine or off it.
+func (h *Hold) release() {
+	h.store.Refund(context.Background(), h.charges)
+	h.record(Refunded)
+	h.recycle()
 }
 
 // recycle returns pooled charges once the hold is done with them.
@@ -756,14 +770,6 @@ func (h *Hold) recycle() {
 	}
 	heldPool.Put(h.buf)
 	h.buf, h.charges = nil, nil
-}
-
-func (h *Hold) run(fn func()) {
-	if h.l.async {
-		h.l.pending.Go(fn)
-		return
-	}
-	fn()
 }
 
 // Wait waits until every settlement and release running off the request goroutines
