@@ -8,8 +8,8 @@
 package config
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
