@@ -195,6 +195,21 @@ func New(o Options) *Scheduler {
 	return s
 }
 
+// Configure changes the scheduler's bounds and order (every option but Now and
+// Observer) keeping what is in flight, what waits, and the tenants' service; waiters
+// that fit the new bounds are dispatched at once. A wait already begun keeps the
+// longest wait it started with.
+func (s *Scheduler) Configure(o Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o.Now, o.Observer = s.o.Now, s.o.Observer
+	if o.OutputWeight <= 0 {
+		o.OutputWeight = 1
+	}
+	s.o = o
+	s.dispatchLocked()
+}
+
 // Slot is a dispatched request's hold on the upstream's capacity. Its zero value holds
 // nothing. Done gives the capacity back; it is safe to call more than once.
 type Slot struct {
