@@ -304,7 +304,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	s.removeLocked(w)
 	if s.o.Observer != nil {
 		reason := "canceled"
-		if err == ErrQueueTimeout {
+		if errors.Is(err, ErrQueueTimeout) {
 			reason = "queue_timeout"
 		}
 		s.o.Observer.Left(r.Class, reason, s.o.Now().Sub(w.since))
@@ -314,7 +314,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 }
 
 func (s *Scheduler) waitError(err error) error {
-	if err == ErrQueueTimeout {
+	if errors.Is(err, ErrQueueTimeout) {
 		return &WaitError{Err: err, RetryAfter: s.retryAfterLocked()}
 	}
 	return err

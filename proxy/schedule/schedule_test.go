@@ -50,7 +50,6 @@ type harness struct {
 	s       *schedule.Scheduler
 	clk     *clock
 	out     chan got
-	queued  int
 	running schedule.Slot
 	runReq  schedule.Request
 }

@@ -327,7 +327,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Scheduling: an admitted request, holding its reservation, waits for the
-	// upstream's capacity (docs/proxy.md "Scheduling").
+	// upstream's capacity (docs/proxy-config.md "Scheduling").
 	if sc := ex.upstream.sched; sc != nil && !ex.wait(w, r, sc, key) {
 		return
 	}
