@@ -81,7 +81,7 @@ func waiting(s *schedule.Scheduler) int {
 }
 
 // waitFor waits until cond holds, failing after ten seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
