@@ -128,6 +128,7 @@ BENCH_KEYS ?= 50000
 BENCH_BUDGETS ?= 2000
 BENCH_UNRELATED ?= 100000
 BENCH_REPEATS ?= 5
+# make bench-schedule runs each mode this many seconds.
 SCHEDLAB_SECONDS ?= 20
 .PHONY: bench-operator
 bench-operator: build test-tools ## Measure the operator and a 3-replica fleet of proxy processes against the real API server at $(BENCH_KEYS) keys, $(BENCH_BUDGETS) budgets and $(BENCH_UNRELATED) unrelated objects (BENCH lines).
