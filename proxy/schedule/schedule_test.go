@@ -464,3 +464,29 @@ func TestNoLeakUnderLoad(t *testing.T) {
 	waitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 	t.Logf("outcomes %v", outcomes)
 }
+
+// TestConfigureKeepsState: raising the capacity dispatches a waiter at once, and what
+// is in flight stays counted.
+func TestConfigureKeepsState(t *testing.T) {
+	s := schedule.New(schedule.Options{MaxInFlightRequests: 1})
+	first, _ := s.Acquire(context.Background(), schedule.Request{Tenant: "a", Input: 10})
+	done := make(chan schedule.Slot)
+	go func() {
+		sl, err := s.Acquire(context.Background(), schedule.Request{Tenant: "b", Input: 10})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sl
+	}()
+	waitFor(t, "b to queue", func() bool { return waiting(s) == 1 })
+	s.Configure(schedule.Options{MaxInFlightRequests: 2})
+	second := <-done
+	if st := s.Stats(); st.InFlightRequests != 2 || st.InFlightTokens != 20 {
+		t.Fatalf("after raising the capacity: %+v, want both in flight", st)
+	}
+	first.Done(10, 0)
+	second.Done(10, 0)
+	if st := s.Stats(); st.InFlightRequests != 0 || st.InFlightTokens != 0 {
+		t.Fatalf("after both ended: %+v", st)
+	}
+}

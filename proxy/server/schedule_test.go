@@ -156,7 +156,8 @@ scheduling: {max_queue_wait_seconds: 1}
 		Expect(r.code).To(Equal(http.StatusTooManyRequests))
 		Expect(r.body).To(ContainSubstring(`"code":"queue_timeout"`))
 		Expect(r.hdr.Get("Retry-After")).NotTo(BeEmpty())
-		Expect(h.level(budget.TokensMinute, budget.APIKey, "bob", 100000)).To(Equal(held), "the queued request's reservation is released")
+		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "bob", 100000) }).
+			Should(Equal(held), "the queued request's reservation is released")
 		Expect(counter(h.m.QueueLeft.WithLabelValues("default", "interactive", "queue_timeout"))).To(Equal(1.0))
 
 		// A client that goes away while queued leaves the queue and frees its hold.
