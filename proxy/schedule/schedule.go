@@ -174,6 +174,7 @@ type waiter struct {
 	t       *tenant
 	since   time.Time
 	seq     uint64
+	charged float64 // service counted at dispatch
 	ready   chan struct{}
 	arrival *list.Element
 	own     *list.Element
@@ -217,8 +218,8 @@ type Slot struct {
 	t      *tenant
 	cost   int64
 	weight float64
-	input  int64
-	output int64
+	// charged is the service counted when the request started.
+	charged float64
 }
 
 // Held reports whether the slot holds capacity.
@@ -236,8 +237,8 @@ func (sl *Slot) Done(input, output int64) {
 	s.mu.Lock()
 	s.inReq--
 	s.inTok -= sl.cost
-	d := float64(input-sl.input) + s.o.OutputWeight*float64(output-sl.output)
-	sl.t.service = math.Max(0, sl.t.service+d/sl.weight)
+	used := (float64(input) + s.o.OutputWeight*float64(output)) / sl.weight
+	sl.t.service = math.Max(0, sl.t.service-sl.charged+used)
 	s.dispatchLocked()
 	s.mu.Unlock()
 }
@@ -257,9 +258,9 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	s.mu.Lock()
 	t := s.tenant(r.Tenant)
 	if s.waiting == 0 && s.fits(cost) {
-		s.startLocked(t, &r, cost)
+		charged := s.startLocked(t, &r, cost)
 		s.mu.Unlock()
-		return s.slot(t, &r, cost), nil
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
 	}
 	now := s.o.Now()
 	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength {
@@ -274,18 +275,20 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	w := &waiter{req: r, cost: cost, t: t, since: now, seq: s.seq, ready: make(chan struct{})}
 	s.pushLocked(w)
 	s.dispatchLocked()
+	maxWait := s.o.MaxQueueWait
 	s.mu.Unlock()
 
 	var timeout <-chan time.Time
-	if s.o.MaxQueueWait > 0 {
-		tm := time.NewTimer(s.o.MaxQueueWait)
+	if maxWait > 0 {
+		tm := time.NewTimer(maxWait)
 		defer tm.Stop()
 		timeout = tm.C
 	}
 	var err error
 	select {
 	case <-w.ready:
-		return s.slot(t, &r, cost), nil
+		// w.charged was written before ready was closed.
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: w.charged}, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timeout:
@@ -297,7 +300,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		// Dispatched as the wait ended: the capacity taken is given back.
 		s.inReq--
 		s.inTok -= cost
-		t.service = math.Max(0, t.service-(float64(r.Input)+s.o.OutputWeight*float64(r.Output))/r.Weight)
+		t.service = math.Max(0, t.service-w.charged)
 		s.dispatchLocked()
 		return Slot{}, s.waitError(err)
 	}
@@ -318,10 +321,6 @@ func (s *Scheduler) waitError(err error) error {
 		return &WaitError{Err: err, RetryAfter: s.retryAfterLocked()}
 	}
 	return err
-}
-
-func (s *Scheduler) slot(t *tenant, r *Request, cost int64) Slot {
-	return Slot{s: s, t: t, cost: cost, weight: r.Weight, input: r.Input, output: r.Output}
 }
 
 func (s *Scheduler) tenant(name string) *tenant {
@@ -345,11 +344,12 @@ func (s *Scheduler) fits(cost int64) bool {
 }
 
 // startLocked takes the capacity of a request that starts, and counts its service as
-// reserved; Done corrects it to what was used.
-func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) {
+// reserved, which it returns; Done corrects it to what was used.
+func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) float64 {
 	s.inReq++
 	s.inTok += cost
-	t.service += (float64(r.Input) + s.o.OutputWeight*float64(r.Output)) / r.Weight
+	charged := (float64(r.Input) + s.o.OutputWeight*float64(r.Output)) / r.Weight
+	t.service += charged
 	now := s.o.Now()
 	if !s.lastDispatch.IsZero() {
 		d := now.Sub(s.lastDispatch).Seconds()
@@ -360,6 +360,7 @@ func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) {
 		}
 	}
 	s.lastDispatch = now
+	return charged
 }
 
 func (s *Scheduler) pushLocked(w *waiter) {
@@ -454,7 +455,7 @@ func (s *Scheduler) dispatchLocked() {
 			return
 		}
 		s.removeLocked(w)
-		s.startLocked(w.t, &w.req, w.cost)
+		w.charged = s.startLocked(w.t, &w.req, w.cost)
 		w.done = true
 		if s.o.Observer != nil {
 			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))
