@@ -506,11 +506,17 @@ func DrainTimeout(upstreamTimeoutSeconds ...int64) time.Duration {
 	return min(time.Duration(longest)*time.Second, MaxDrainTimeout)
 }
 
-// DrainTimeout is the drain of this document's upstreams (see the function).
+// DrainTimeout is the drain of this document's upstreams (see the function); an
+// upstream with a capacity adds the longest queue wait to its timeout, as a request
+// may wait that long before it is forwarded.
 func (c *Config) DrainTimeout() time.Duration {
 	ts := make([]int64, 0, len(c.Upstreams))
 	for _, u := range c.Upstreams {
-		ts = append(ts, u.TimeoutSeconds)
+		t := u.TimeoutSeconds
+		if u.Capacity.Enabled() {
+			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.MaxQueueWait()/time.Second)
+		}
+		ts = append(ts, t)
 	}
 	return DrainTimeout(ts...)
 }

@@ -34,11 +34,13 @@ scheduling: {max_queue_wait_seconds: 5, output_weight: 4}
 		Expect(c.Scheduling.OutputTokenWeight()).To(Equal(4.0))
 		Expect(c.Scheduling.QueueLength()).To(Equal(1000))
 		Expect(c.Scheduling.Aging()).To(Equal(10 * time.Second))
+		Expect(c.DrainTimeout()).To(Equal(305*time.Second), "a stopping proxy waits for a queued request's wait and its upstream")
 
 		d, err := config.Parse([]byte(minimal))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(d.Scheduling.MaxQueueWait()).To(Equal(30 * time.Second))
 		Expect(d.Scheduling.OutputTokenWeight()).To(Equal(2.0))
+		Expect(d.DrainTimeout()).To(Equal(300 * time.Second))
 	})
 
 	It("refuses bad values and unknown words, naming the field", func() {
