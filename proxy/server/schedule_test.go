@@ -24,7 +24,11 @@ type gate struct {
 	mu      sync.Mutex
 	arrived []string
 	open    chan struct{}
+	once    sync.Once
 }
+
+// release lets every request through, now and from now on.
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
@@ -63,6 +67,9 @@ func gated(doc string) (*harness, *gate) {
 	h := newHarness(doc)
 	g := &gate{next: h.llm, open: make(chan struct{})}
 	h.backend.Config.Handler = g
+	// Registered after the servers' Close, so it runs first: a failed spec leaves no
+	// request held at the gate for Close to wait on.
+	DeferCleanup(g.release)
 	return h, g
 }
 
@@ -172,9 +179,29 @@ scheduling: {max_queue_wait_seconds: 1}
 		// Nothing leaked: once b0 ends the next request goes straight through.
 		g.open <- struct{}{}
 		Expect((<-out).code).To(Equal(200))
-		close(g.open)
+		g.release()
 		Expect(h.chat("sk-bob", 100).code).To(Equal(200))
 		Expect(counter(h.m.QueueDispatches.WithLabelValues("default", "interactive"))).To(BeZero(), "below capacity nothing waits")
+	})
+
+	It("keeps what is in flight and what waits across a reload, and applies the new capacity at once", func() {
+		h, g := gated(schedDoc)
+		out := make(chan sent, 4)
+		send(context.Background(), h, out, "b0", "sk-alice")
+		Eventually(g.order).Should(HaveLen(1))
+		send(context.Background(), h, out, "b1", "sk-alice")
+		Eventually(queued(h, "batch")).Should(Equal(1.0))
+		send(context.Background(), h, out, "b2", "sk-alice")
+		Eventually(queued(h, "batch")).Should(Equal(2.0))
+		// Two places: b0 still holds one, so exactly one waiter goes.
+		Expect(h.apply(strings.Replace(schedDoc, "max_in_flight_requests: 1", "max_in_flight_requests: 2", 1))).To(Succeed())
+		Eventually(g.order).Should(Equal([]string{"b0", "b1"}))
+		Consistently(g.order, "100ms").Should(HaveLen(2))
+		Expect(queued(h, "batch")()).To(Equal(1.0))
+		g.release()
+		for range 3 {
+			Expect((<-out).code).To(Equal(200))
+		}
 	})
 
 	It("forwards everything at once with no capacity configured", func() {
@@ -184,7 +211,7 @@ scheduling: {max_queue_wait_seconds: 1}
 			send(context.Background(), h, out, n, "sk-alice")
 		}
 		Eventually(func() int { return len(g.order()) }).Should(Equal(3))
-		close(g.open)
+		g.release()
 		for range 3 {
 			Expect((<-out).code).To(Equal(200))
 		}
