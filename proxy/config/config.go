@@ -9,6 +9,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,6 +47,8 @@ type Config struct {
 	Auth         Auth         `json:"auth,omitempty"`
 	APIKeys      []APIKey     `json:"api_keys,omitempty"`
 	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
+	// Scheduling orders requests waiting for an upstream's capacity.
+	Scheduling Scheduling `json:"scheduling,omitempty"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.
@@ -63,7 +66,80 @@ type Upstream struct {
 	AuthHeaderEnv string `json:"auth_header_env,omitempty"`
 	// TimeoutSeconds bounds the wait for the upstream's response headers. Default 300.
 	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// Capacity is what the upstream can run at once. Absent (or all zero): the proxy
+	// forwards every admitted request at once, as without a scheduler.
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
+
+// Capacity bounds an upstream's in-flight work; at it, admitted requests wait in the
+// proxy's queue (see Scheduling). A zero field is no bound.
+type Capacity struct {
+	// MaxInFlightRequests bounds the requests forwarded and not yet answered in full.
+	MaxInFlightRequests int64 `json:"max_in_flight_requests,omitempty"`
+	// MaxInFlightTokens bounds the tokens those requests reserved (input estimate plus
+	// output reservation). A single larger request runs alone.
+	MaxInFlightTokens int64 `json:"max_in_flight_tokens,omitempty"`
+}
+
+// Enabled reports whether the capacity bounds anything.
+func (c *Capacity) Enabled() bool {
+	return c != nil && (c.MaxInFlightRequests > 0 || c.MaxInFlightTokens > 0)
+}
+
+// Scheduling orders the requests that wait for an upstream's capacity. It applies to
+// every upstream with a capacity; without one it does nothing.
+type Scheduling struct {
+	// MaxQueueWaitSeconds bounds a wait: a request still queued then gets 429
+	// queue_timeout and its reservation is released (0 or absent: 30).
+	MaxQueueWaitSeconds int64 `json:"max_queue_wait_seconds,omitempty"`
+	// MaxQueueLength bounds each upstream's waiting requests; one more gets 429
+	// queue_full (0 or absent: 1000).
+	MaxQueueLength int64 `json:"max_queue_length,omitempty"`
+	// AgingSeconds raises a waiting class by one class for every AgingSeconds its
+	// oldest request has waited, so batch and background are never starved (0 or
+	// absent: 10).
+	AgingSeconds int64 `json:"aging_seconds,omitempty"`
+	// OutputWeight is what an output token counts in token-fair queueing, against 1 for
+	// an input token (0 or absent: 2).
+	OutputWeight float64 `json:"output_weight,omitempty"`
+}
+
+// Scheduling defaults.
+const (
+	DefaultMaxQueueWaitSeconds = 30
+	DefaultMaxQueueLength      = 1000
+	DefaultAgingSeconds        = 10
+	DefaultOutputWeight        = 2
+)
+
+// MaxQueueWait is max_queue_wait_seconds in force. The scheduling fields are read
+// through these methods rather than written by Default, so that a rendered document
+// does not change with them.
+func (s *Scheduling) MaxQueueWait() time.Duration {
+	return time.Duration(cmp.Or(s.MaxQueueWaitSeconds, DefaultMaxQueueWaitSeconds)) * time.Second
+}
+
+// QueueLength is max_queue_length in force.
+func (s *Scheduling) QueueLength() int { return int(cmp.Or(s.MaxQueueLength, DefaultMaxQueueLength)) }
+
+// Aging is aging_seconds in force.
+func (s *Scheduling) Aging() time.Duration {
+	return time.Duration(cmp.Or(s.AgingSeconds, DefaultAgingSeconds)) * time.Second
+}
+
+// OutputTokenWeight is output_weight in force.
+func (s *Scheduling) OutputTokenWeight() float64 { return cmp.Or(s.OutputWeight, DefaultOutputWeight) }
+
+// Priority classes of an API key (api_keys[].priority).
+const (
+	PriorityInteractive = "interactive"
+	PriorityBatch       = "batch"
+	PriorityBackground  = "background"
+)
+
+// PriorityHeader is the request header that may lower a request's priority class
+// below its key's (never raise it).
+const PriorityHeader = "X-Tokenwarden-Priority"
 
 // AuthMode says whether requests must carry a known API key.
 type AuthMode string
@@ -106,6 +182,13 @@ type APIKey struct {
 	RateLimitTokensPerDay int64 `json:"rate_limit_tokens_per_day,omitempty"`
 	// Bypass exempts the key from every limit.
 	Bypass bool `json:"bypass,omitempty"`
+	// Priority is the key's class in an upstream's queue: interactive, batch or
+	// background (absent: interactive). A request may lower it with the
+	// x-tokenwarden-priority header, never raise it.
+	Priority string `json:"priority,omitempty"`
+	// Weight is the key's share of token service against the other keys of its class
+	// when they wait (0 or absent: 1).
+	Weight float64 `json:"weight,omitempty"`
 }
 
 // Storage selects where buckets live.
@@ -423,11 +506,17 @@ func DrainTimeout(upstreamTimeoutSeconds ...int64) time.Duration {
 	return min(time.Duration(longest)*time.Second, MaxDrainTimeout)
 }
 
-// DrainTimeout is the drain of this document's upstreams (see the function).
+// DrainTimeout is the drain of this document's upstreams (see the function); an
+// upstream with a capacity adds the longest queue wait to its timeout, as a request
+// may wait that long before it is forwarded.
 func (c *Config) DrainTimeout() time.Duration {
 	ts := make([]int64, 0, len(c.Upstreams))
 	for _, u := range c.Upstreams {
-		ts = append(ts, u.TimeoutSeconds)
+		t := u.TimeoutSeconds
+		if u.Capacity.Enabled() {
+			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.MaxQueueWait()/time.Second)
+		}
+		ts = append(ts, t)
 	}
 	return DrainTimeout(ts...)
 }

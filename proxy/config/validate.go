@@ -89,6 +89,7 @@ func (c *Config) Validate() error {
 	c.validateKeys(&errs)
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)
+	c.validateScheduling(&errs)
 	return errors.Join(errs...)
 }
 
@@ -128,6 +129,10 @@ func (c *Config) validateUpstreams(errs *fieldErrors) {
 		}
 		if u.TimeoutSeconds < 0 {
 			errs.add(f+".timeout_seconds", "must not be negative, got %d", u.TimeoutSeconds)
+		}
+		if c := u.Capacity; c != nil {
+			nonNegative(errs, f+".capacity.max_in_flight_requests", c.MaxInFlightRequests)
+			nonNegative(errs, f+".capacity.max_in_flight_tokens", c.MaxInFlightTokens)
 		}
 	}
 }
@@ -173,6 +178,14 @@ func (c *Config) validateKeys(errs *fieldErrors) {
 				errs.add(f(".key_sha256"), "the same key as api_keys[%d]", j)
 			}
 			hashes[k.KeySHA256] = i
+		}
+		switch k.Priority {
+		case "", PriorityInteractive, PriorityBatch, PriorityBackground:
+		default:
+			errs.add(f(".priority"), "must be %q, %q or %q, got %q", PriorityInteractive, PriorityBatch, PriorityBackground, k.Priority)
+		}
+		if k.Weight < 0 || math.IsNaN(k.Weight) || math.IsInf(k.Weight, 0) {
+			errs.add(f(".weight"), "must be a positive number, got %v", k.Weight)
 		}
 		if k.RateLimit < 0 || k.RateLimitBurst < 0 || k.RateLimitTokensPerMinute < 0 || k.RateLimitTokensPerDay < 0 {
 			nonNegative(errs, f(".rate_limit"), k.RateLimit)
@@ -389,4 +402,14 @@ func validEpoch(e string) bool {
 		}
 	}
 	return true
+}
+
+func (c *Config) validateScheduling(errs *fieldErrors) {
+	sc := &c.Scheduling
+	nonNegative(errs, "scheduling.max_queue_wait_seconds", sc.MaxQueueWaitSeconds)
+	nonNegative(errs, "scheduling.max_queue_length", sc.MaxQueueLength)
+	nonNegative(errs, "scheduling.aging_seconds", sc.AgingSeconds)
+	if sc.OutputWeight < 0 || math.IsNaN(sc.OutputWeight) || math.IsInf(sc.OutputWeight, 0) {
+		errs.add("scheduling.output_weight", "must be a positive number, got %v", sc.OutputWeight)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
 // Metrics holds every family the proxy exports.
@@ -64,6 +65,11 @@ type Metrics struct {
 	DurableFences    *prometheus.CounterVec // tokenwarden_durable_fenced_total{dimension}
 	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
 	BucketMapFullVec *prometheus.CounterVec // tokenwarden_bucket_map_full_total{dimension,kind}
+
+	QueueLength     *prometheus.GaugeVec     // tokenwarden_queue_length{upstream,class}
+	QueueWait       *prometheus.HistogramVec // tokenwarden_queue_wait_seconds{upstream,class}
+	QueueDispatches *prometheus.CounterVec   // tokenwarden_queue_dispatches_total{upstream,class}
+	QueueLeft       *prometheus.CounterVec   // tokenwarden_queue_left_total{upstream,class,reason}
 
 	// Pre-resolved children for the hot path.
 	dimTokens    [budget.NumDimensions][budget.NumOutcomes]prometheus.Counter
@@ -245,12 +251,30 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_bucket_map_full_total",
 			Help: "Buckets not created because the map of their dimension and kind was at max_buckets: the request was admitted on that bucket without charge (also counted in rate_limit_skipped_total).",
 		}, []string{"dimension", "kind"}),
+		QueueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_queue_length",
+			Help: "Requests waiting for an upstream's capacity, by upstream and priority class.",
+		}, []string{"upstream", "class"}),
+		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokenwarden_queue_wait_seconds",
+			Help:    "Time a request waited for an upstream's capacity before it was forwarded, by upstream and priority class (requests that did not wait are not observed).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60},
+		}, []string{"upstream", "class"}),
+		QueueDispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_queue_dispatches_total",
+			Help: "Requests forwarded after waiting for an upstream's capacity, by upstream and priority class.",
+		}, []string{"upstream", "class"}),
+		QueueLeft: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_queue_left_total",
+			Help: "Requests that left an upstream's queue without being forwarded, by upstream, priority class and reason (queue_timeout, queue_full, canceled).",
+		}, []string{"upstream", "class", "reason"}),
 	}
 	reg.MustRegister(m.TokenBudgetTokens, m.TokenBudgetPeriodTokens, m.TokenBudgetRefusals, m.TokenBudgetPeriodRefusal,
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
-		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences)
+		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
+		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -538,3 +562,69 @@ func (m *Metrics) SetAllowances(divisor int64, eff []budget.Effective) {
 
 // Code turns a status code into its label value.
 func Code(code int) string { return strconv.Itoa(code) }
+
+// QueueObserver returns the observer of one upstream's scheduler: it keeps the queue
+// families of that upstream, its children resolved once.
+func (m *Metrics) QueueObserver(upstream string) schedule.Observer {
+	o := &queueObserver{}
+	for _, c := range schedule.Classes {
+		cs := c.String()
+		o.length[c] = m.QueueLength.WithLabelValues(upstream, cs)
+		o.wait[c] = m.QueueWait.WithLabelValues(upstream, cs)
+		o.dispatched[c] = m.QueueDispatches.WithLabelValues(upstream, cs)
+		o.left[c] = m.QueueLeft.MustCurryWith(prometheus.Labels{"upstream": upstream, "class": cs})
+	}
+	return o
+}
+
+// ForgetUpstreams drops the queue series of upstreams keep reports false for.
+func (m *Metrics) ForgetUpstreams(keep func(name string) bool) {
+	for _, v := range []deleter{m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft} {
+		forgetBy(v, "upstream", keep)
+	}
+}
+
+type deleter interface {
+	prometheus.Collector
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// forgetBy deletes the series of vec whose label's value keep reports false for.
+func forgetBy(vec deleter, label string, keep func(string) bool) {
+	values := map[string]bool{}
+	metrics := make(chan prometheus.Metric, 64)
+	go func() { vec.Collect(metrics); close(metrics) }()
+	for mt := range metrics {
+		var pb dto.Metric
+		if mt.Write(&pb) == nil {
+			for _, lp := range pb.GetLabel() {
+				if lp.GetName() == label {
+					values[lp.GetValue()] = true
+				}
+			}
+		}
+	}
+	for v := range values {
+		if !keep(v) {
+			vec.DeletePartialMatch(prometheus.Labels{label: v})
+		}
+	}
+}
+
+type queueObserver struct {
+	length     [len(schedule.Classes)]prometheus.Gauge
+	wait       [len(schedule.Classes)]prometheus.Observer
+	dispatched [len(schedule.Classes)]prometheus.Counter
+	left       [len(schedule.Classes)]*prometheus.CounterVec
+}
+
+func (o *queueObserver) Queued(c schedule.Class, n int) { o.length[c].Set(float64(n)) }
+
+func (o *queueObserver) Dispatched(c schedule.Class, wait time.Duration) {
+	o.dispatched[c].Inc()
+	o.wait[c].Observe(wait.Seconds())
+}
+
+func (o *queueObserver) Left(c schedule.Class, reason string, _ time.Duration) {
+	o.left[c].WithLabelValues(reason).Inc()
+}

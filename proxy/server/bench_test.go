@@ -406,6 +406,15 @@ func BenchmarkHandlerGzip(b *testing.B) {
 	benchHandler(b, backend.URL, "Accept-Encoding", "gzip, deflate")
 }
 
+// BenchmarkHandlerScheduled is BenchmarkHandler with the upstream declaring a capacity
+// it never reaches: the scheduler's cost below capacity.
+func BenchmarkHandlerScheduled(b *testing.B) {
+	backend := benchBackend()
+	defer backend.Close()
+	doc := strings.Replace(benchDoc, "url: UPSTREAM}", "url: UPSTREAM, capacity: {max_in_flight_requests: 100000, max_in_flight_tokens: 1000000000}}", 1)
+	benchHandlerOn(b, newBenchServerDoc(b, backend.URL, doc))
+}
+
 // benchHandler sends benchRequest through the handler in front of backend, from
 // parallel goroutines, with extra header pairs.
 func benchHandler(b *testing.B, backend string, header ...string) {
@@ -414,7 +423,11 @@ func benchHandler(b *testing.B, backend string, header ...string) {
 
 // benchHandlerDoc is benchHandler on a document of its own.
 func benchHandlerDoc(b *testing.B, backend, doc string, header ...string) {
-	srv := newBenchServerDoc(b, backend, doc)
+	benchHandlerOn(b, newBenchServerDoc(b, backend, doc), header...)
+}
+
+// benchHandlerOn is benchHandler on a server of the caller's.
+func benchHandlerOn(b *testing.B, srv *server.Server, header ...string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -237,6 +237,8 @@ func (st *settler) finish() {
 
 func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
+	// The upstream's capacity is given back with the tokens served.
+	ex.slot.Done(u.Input, u.Output)
 	if ex.hold.Settle(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}) {
 		s.metrics.Settled()
 	}
@@ -252,6 +254,8 @@ func (ex *exchange) settle(u usage.Usage) {
 }
 
 func (ex *exchange) release() {
+	// A request released served nothing: its capacity is given back uncharged.
+	ex.slot.Done(0, 0)
 	if ex.hold.Release() {
 		ex.s.metrics.Released()
 	}

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
 // runtime is one config compiled for the request path. It is immutable: a reload
@@ -39,7 +41,9 @@ type runtime struct {
 	retryPatience time.Duration
 	upstreams     []*upstream
 	byModel       map[string]*upstream
-	catchAll      *upstream
+	// keySched holds each key's priority class and weight, by key name.
+	keySched map[string]keySched
+	catchAll *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
 	// restartRequired are the fields this config changed that take effect only at the
@@ -55,6 +59,16 @@ type upstream struct {
 	proxy  *httputil.ReverseProxy
 	// credential is the upstream's own key, read from auth_header_env at load.
 	credential string
+	// sched orders requests at the upstream's capacity; nil when it declares none, and
+	// then nothing waits. schedOpts are its options, bound by bindSchedulers.
+	sched     *schedule.Scheduler
+	schedOpts *schedule.Options
+}
+
+// keySched is what the scheduler knows of an API key.
+type keySched struct {
+	class  schedule.Class
+	weight float64
 }
 
 // transports keeps one tuned transport per upstream URL and timeout across reloads, so
@@ -97,6 +111,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		maxBody:          cfg.MaxBodyBytes,
 		retryPatience:    cfg.RetryPatience(),
 		byModel:          map[string]*upstream{},
+		keySched:         make(map[string]keySched, len(cfg.APIKeys)),
 		knownModels:      map[string]bool{},
 		loadedAt:         s.clock.Now(),
 		generation:       cfg.Generation,
@@ -107,6 +122,8 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			return nil, fmt.Errorf("api_keys %s: key_sha256: %w", k.Name, err)
 		}
 		rt.keys[h] = rt.policy.Key(k.Name)
+		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
+		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1)}
 	}
 	for _, p := range cfg.Auth.TrustedProxies {
 		pf, _ := config.ParsePrefix(p)
@@ -130,6 +147,17 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			up.credential = strings.TrimSpace(v)
 		}
 		up.proxy = s.newReverseProxy(up, s.transports.get(uc))
+		if uc.Capacity.Enabled() {
+			sc := &cfg.Scheduling
+			up.schedOpts = &schedule.Options{
+				MaxInFlightRequests: uc.Capacity.MaxInFlightRequests,
+				MaxInFlightTokens:   uc.Capacity.MaxInFlightTokens,
+				MaxQueueWait:        sc.MaxQueueWait(),
+				MaxQueueLength:      sc.QueueLength(),
+				Aging:               sc.Aging(),
+				OutputWeight:        sc.OutputTokenWeight(),
+			}
+		}
 		rt.upstreams = append(rt.upstreams, up)
 		for _, m := range uc.Models {
 			rt.byModel[m] = up
@@ -295,4 +323,38 @@ func contains(ps []netip.Prefix, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// bindSchedulers gives each upstream of rt that declares a capacity its scheduler:
+// the one the upstream of that name had, reconfigured, so that a reload keeps what
+// is in flight and what waits; or a new one. It runs under applyMu, before rt is
+// swapped in.
+func (s *Server) bindSchedulers(rt *runtime) {
+	if s.schedulers == nil {
+		s.schedulers = map[string]*schedule.Scheduler{}
+	}
+	keep := map[string]bool{}
+	for _, up := range rt.upstreams {
+		if up.schedOpts == nil {
+			continue
+		}
+		keep[up.name] = true
+		if sc := s.schedulers[up.name]; sc != nil {
+			sc.Configure(*up.schedOpts)
+			up.sched = sc
+			continue
+		}
+		o := *up.schedOpts
+		o.Now = s.clock.Now
+		o.Observer = s.metrics.QueueObserver(up.name)
+		up.sched = schedule.New(o)
+		s.schedulers[up.name] = up.sched
+	}
+	for name := range s.schedulers {
+		if !keep[name] {
+			// Requests in flight on it still give their slots back to it.
+			delete(s.schedulers, name)
+		}
+	}
+	s.metrics.ForgetUpstreams(func(name string) bool { return keep[name] })
 }

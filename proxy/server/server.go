@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
 // Family is an API family: it decides the shape of error bodies and the upstream
@@ -125,6 +128,9 @@ type Server struct {
 	restart    restartState
 	draining   atomic.Bool
 	refusals   RefusalCounter
+	// schedulers are the upstreams' schedulers by upstream name, kept across reloads
+	// (guarded by applyMu).
+	schedulers map[string]*schedule.Scheduler
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -171,6 +177,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		s.log.Error("Refused a config document; the config in force stays", "origin", origin, "error", err)
 		return nil, err
 	}
+	s.bindSchedulers(rt)
 	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
@@ -204,8 +211,10 @@ type exchange struct {
 	hold     *budget.Hold
 	est      estimate.Estimate
 	dec      budget.Decision
-	key      string
-	start    time.Time
+	// slot is the request's place in its upstream's capacity, when it has a scheduler.
+	slot  schedule.Slot
+	key   string
+	start time.Time
 	// status is the upstream's status, or the proxy's own answer.
 	status int
 }
@@ -317,6 +326,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Scheduling: an admitted request, holding its reservation, waits for the
+	// upstream's capacity (docs/proxy-config.md "Scheduling").
+	if sc := ex.upstream.sched; sc != nil && !ex.wait(w, r, sc, key) {
+		return
+	}
+
 	ctx := context.WithValue(r.Context(), holdKey{}, ex)
 	ex.upstream.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
@@ -387,4 +402,44 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return body, true
+}
+
+// wait takes the request's place in its upstream's capacity: at once below it, after a
+// wait in the upstream's queue at it. The class is the key's (interactive for
+// anonymous requests), lowered by the x-tokenwarden-priority header and never
+// raised. A wait that ends without a place answers 429 queue_timeout or queue_full
+// with a Retry-After (nothing, when the client went away) and reports false; the
+// caller's deferred release then gives the reservation back.
+func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Scheduler, key *budget.KeyPolicy) bool {
+	req := schedule.Request{Class: schedule.Interactive, Weight: 1, Input: ex.est.Input, Output: ex.est.Output}
+	if key != nil {
+		ks := ex.rt.keySched[key.Name]
+		req.Tenant, req.Class, req.Weight = key.Name, ks.class, ks.weight
+	}
+	if h := r.Header.Get(config.PriorityHeader); h != "" {
+		if asked, ok := schedule.ParseClass(strings.ToLower(strings.TrimSpace(h))); ok {
+			req.Class = schedule.Lower(req.Class, asked)
+		}
+	}
+	slot, err := sc.Acquire(r.Context(), req)
+	if err == nil {
+		ex.slot = slot
+		return true
+	}
+	var we *schedule.WaitError
+	if !errors.As(err, &we) {
+		ex.status = 499 // the client closed the request while it waited
+		return false
+	}
+	secs := int64(math.Ceil(we.RetryAfter.Seconds()))
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set("Retry-After-Ms", strconv.FormatInt(we.RetryAfter.Milliseconds(), 10))
+	details := map[string]any{"retry_after_seconds": secs, "retryable": true, "class": req.Class.String()}
+	code, msg := "queue_timeout", "the request waited for the upstream "+ex.upstream.name+"'s capacity for the longest wait allowed; retry later"
+	if errors.Is(err, schedule.ErrQueueFull) {
+		code, msg = "queue_full", "the queue for the upstream "+ex.upstream.name+"'s capacity is full; retry later"
+	}
+	ex.fail(w, http.StatusTooManyRequests, code, msg, &refusalBody{limitType: "queue", details: details})
+	return false
 }

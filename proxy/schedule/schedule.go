@@ -1,0 +1,502 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+// Package schedule orders admitted requests in front of an upstream that can run only
+// so much at once. A Scheduler holds the upstream's capacity (in-flight requests and
+// in-flight reserved tokens): below it a request is dispatched at once, without
+// waiting; at it, requests wait and are dispatched as capacity frees, by priority
+// class first (interactive, batch, background), with aging so that a lower class is
+// never starved, and within a class by token-fair queueing after the Virtual Token
+// Counter (Sheng et al., OSDI 2024): the tenant with the least weighted service so far
+// goes first, service counted in tokens with output weighted above input.
+//
+// A wait is bounded: by the scheduler's maximum wait, by the queue's length, and by
+// the request's context (a client that goes away leaves the queue at once). Every
+// dispatched request holds a Slot until Done, which gives its capacity back.
+package schedule
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+)
+
+// Class is a priority class; a lower value is served first.
+type Class uint8
+
+// Priority classes.
+const (
+	Interactive Class = iota
+	Batch
+	Background
+	numClasses
+)
+
+// Classes lists the classes in order of service.
+var Classes = [...]Class{Interactive, Batch, Background}
+
+// String returns the class's config word.
+func (c Class) String() string {
+	switch c {
+	case Interactive:
+		return "interactive"
+	case Batch:
+		return "batch"
+	case Background:
+		return "background"
+	}
+	return "unknown"
+}
+
+// ParseClass reads a class's config word; ok is false for any other word.
+func ParseClass(s string) (Class, bool) {
+	switch s {
+	case "interactive":
+		return Interactive, true
+	case "batch":
+		return Batch, true
+	case "background":
+		return Background, true
+	}
+	return 0, false
+}
+
+// Lower returns the class a request runs in when its key's class is key and the
+// request asks for asked: a request may lower its priority, never raise it.
+func Lower(key, asked Class) Class {
+	if asked > key && asked < numClasses {
+		return asked
+	}
+	return key
+}
+
+// Options configure a Scheduler.
+type Options struct {
+	// MaxInFlightRequests bounds the requests dispatched and not yet done (0: no bound).
+	MaxInFlightRequests int64
+	// MaxInFlightTokens bounds the tokens those requests reserved, input plus output
+	// (0: no bound). A single request larger than the bound runs alone.
+	MaxInFlightTokens int64
+	// MaxQueueWait bounds a wait; a request still queued then gets ErrQueueTimeout.
+	MaxQueueWait time.Duration
+	// MaxQueueLength bounds the waiting requests; one more gets ErrQueueFull.
+	MaxQueueLength int
+	// Aging raises a waiting class by one class for every Aging its oldest request has
+	// waited, so a lower class is served within a bounded time (0: strict priority).
+	Aging time.Duration
+	// OutputWeight is what an output token counts in the fair-queueing service,
+	// against 1 for an input token (0: 1).
+	OutputWeight float64
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Observer, when set, is told of waits, dispatches and refusals.
+	Observer Observer
+}
+
+// Observer is told what the scheduler does, for metrics. Its methods are called with
+// the scheduler's lock held: they must be quick and must not call the scheduler.
+type Observer interface {
+	// Queued reports the class's queue length after a change.
+	Queued(c Class, length int)
+	// Dispatched reports a request leaving the queue for the upstream after wait.
+	Dispatched(c Class, wait time.Duration)
+	// Left reports a request leaving the queue without running, for reason
+	// "queue_timeout", "queue_full" or "canceled".
+	Left(c Class, reason string, wait time.Duration)
+}
+
+// Request is what the scheduler knows of one request.
+type Request struct {
+	// Tenant is whose service the request counts as (the API key's name).
+	Tenant string
+	// Weight is the tenant's share against others of its class (0: 1).
+	Weight float64
+	Class  Class
+	// Input and Output are the tokens the request reserved.
+	Input, Output int64
+}
+
+// Errors a wait ends with. A canceled context ends it with the context's error.
+var (
+	ErrQueueFull    = errors.New("the upstream's queue is full")
+	ErrQueueTimeout = errors.New("the request waited in the upstream's queue for the longest wait allowed")
+)
+
+// WaitError is a wait refused or ended without dispatch; RetryAfter is when the queue
+// should have room again, from its recent drain rate.
+type WaitError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *WaitError) Error() string { return e.Err.Error() }
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// Scheduler is one upstream's admission control. It is safe for concurrent use.
+type Scheduler struct {
+	o  Options
+	mu sync.Mutex
+	// inReq and inTok are what is dispatched and not done.
+	inReq, inTok int64
+	classes      [numClasses]classQueue
+	waiting      int
+	// tenants keeps each tenant's service counter; a tenant is kept while it has
+	// service recorded, bounded by the config's keys (and anonymous).
+	tenants map[string]*tenant
+	// interval is a moving average of the time between dispatches, for Retry-After.
+	interval     float64
+	lastDispatch time.Time
+	seq          uint64
+}
+
+type classQueue struct {
+	// arrivals holds the class's waiters oldest first, for aging.
+	arrivals list.List
+	// active are the tenants with a waiter in this class.
+	active map[*tenant]*tenantQueue
+}
+
+type tenantQueue struct {
+	waiters list.List // of *waiter, oldest first
+}
+
+type tenant struct {
+	// service is the weighted tokens served so far (the Virtual Token Counter).
+	service float64
+}
+
+type waiter struct {
+	req     Request
+	cost    int64
+	t       *tenant
+	since   time.Time
+	seq     uint64
+	charged float64 // service counted at dispatch
+	ready   chan struct{}
+	arrival *list.Element
+	own     *list.Element
+	done    bool // dispatched
+}
+
+// New returns a Scheduler.
+func New(o Options) *Scheduler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.OutputWeight <= 0 {
+		o.OutputWeight = 1
+	}
+	s := &Scheduler{o: o, tenants: make(map[string]*tenant)}
+	for i := range s.classes {
+		s.classes[i].active = make(map[*tenant]*tenantQueue)
+	}
+	return s
+}
+
+// Configure changes the scheduler's bounds and order (every option but Now and
+// Observer) keeping what is in flight, what waits, and the tenants' service; waiters
+// that fit the new bounds are dispatched at once. A wait already begun keeps the
+// longest wait it started with.
+func (s *Scheduler) Configure(o Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o.Now, o.Observer = s.o.Now, s.o.Observer
+	if o.OutputWeight <= 0 {
+		o.OutputWeight = 1
+	}
+	s.o = o
+	s.dispatchLocked()
+}
+
+// Slot is a dispatched request's hold on the upstream's capacity. Its zero value holds
+// nothing. Done gives the capacity back; it is safe to call more than once.
+type Slot struct {
+	s      *Scheduler
+	t      *tenant
+	cost   int64
+	weight float64
+	// charged is the service counted when the request started.
+	charged float64
+}
+
+// Held reports whether the slot holds capacity.
+func (sl *Slot) Held() bool { return sl.s != nil }
+
+// Done gives the slot's capacity back and corrects the tenant's service to the tokens
+// the request used (input and output as reported; a request that ran without usage
+// passes what it reserved). A second call does nothing.
+func (sl *Slot) Done(input, output int64) {
+	s := sl.s
+	if s == nil {
+		return
+	}
+	sl.s = nil
+	s.mu.Lock()
+	s.inReq--
+	s.inTok -= sl.cost
+	used := (float64(input) + s.o.OutputWeight*float64(output)) / sl.weight
+	sl.t.service = math.Max(0, sl.t.service-sl.charged+used)
+	s.dispatchLocked()
+	s.mu.Unlock()
+}
+
+// Acquire waits until the request may run and returns its slot. Below capacity with
+// no queue it returns at once. It returns a *WaitError wrapping ErrQueueFull or
+// ErrQueueTimeout, or the context's error when ctx ends first; either way the request
+// holds nothing.
+func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
+	if r.Weight <= 0 {
+		r.Weight = 1
+	}
+	if r.Class >= numClasses {
+		r.Class = Background
+	}
+	cost := r.Input + r.Output
+	s.mu.Lock()
+	t := s.tenant(r.Tenant)
+	if s.waiting == 0 && s.fits(cost) {
+		charged := s.startLocked(t, &r, cost)
+		s.mu.Unlock()
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
+	}
+	now := s.o.Now()
+	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength {
+		err := &WaitError{Err: ErrQueueFull, RetryAfter: s.retryAfterLocked()}
+		if s.o.Observer != nil {
+			s.o.Observer.Left(r.Class, "queue_full", 0)
+		}
+		s.mu.Unlock()
+		return Slot{}, err
+	}
+	s.seq++
+	w := &waiter{req: r, cost: cost, t: t, since: now, seq: s.seq, ready: make(chan struct{})}
+	s.pushLocked(w)
+	s.dispatchLocked()
+	maxWait := s.o.MaxQueueWait
+	s.mu.Unlock()
+
+	var timeout <-chan time.Time
+	if maxWait > 0 {
+		tm := time.NewTimer(maxWait)
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	var err error
+	select {
+	case <-w.ready:
+		// w.charged was written before ready was closed.
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: w.charged}, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timeout:
+		err = ErrQueueTimeout
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.done {
+		// Dispatched as the wait ended: the capacity taken is given back.
+		s.inReq--
+		s.inTok -= cost
+		t.service = math.Max(0, t.service-w.charged)
+		s.dispatchLocked()
+		return Slot{}, s.waitError(err)
+	}
+	s.removeLocked(w)
+	if s.o.Observer != nil {
+		reason := "canceled"
+		if errors.Is(err, ErrQueueTimeout) {
+			reason = "queue_timeout"
+		}
+		s.o.Observer.Left(r.Class, reason, s.o.Now().Sub(w.since))
+	}
+	s.dispatchLocked()
+	return Slot{}, s.waitError(err)
+}
+
+func (s *Scheduler) waitError(err error) error {
+	if errors.Is(err, ErrQueueTimeout) {
+		return &WaitError{Err: err, RetryAfter: s.retryAfterLocked()}
+	}
+	return err
+}
+
+func (s *Scheduler) tenant(name string) *tenant {
+	t := s.tenants[name]
+	if t == nil {
+		t = &tenant{}
+		s.tenants[name] = t
+	}
+	return t
+}
+
+// fits reports whether a request of cost tokens may start now.
+func (s *Scheduler) fits(cost int64) bool {
+	if s.o.MaxInFlightRequests > 0 && s.inReq >= s.o.MaxInFlightRequests {
+		return false
+	}
+	if s.o.MaxInFlightTokens > 0 && s.inTok > 0 && s.inTok+cost > s.o.MaxInFlightTokens {
+		return false
+	}
+	return true
+}
+
+// startLocked takes the capacity of a request that starts, and counts its service as
+// reserved, which it returns; Done corrects it to what was used.
+func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) float64 {
+	s.inReq++
+	s.inTok += cost
+	charged := (float64(r.Input) + s.o.OutputWeight*float64(r.Output)) / r.Weight
+	t.service += charged
+	now := s.o.Now()
+	if !s.lastDispatch.IsZero() {
+		d := now.Sub(s.lastDispatch).Seconds()
+		if s.interval == 0 {
+			s.interval = d
+		} else {
+			s.interval = 0.8*s.interval + 0.2*d
+		}
+	}
+	s.lastDispatch = now
+	return charged
+}
+
+func (s *Scheduler) pushLocked(w *waiter) {
+	cq := &s.classes[w.req.Class]
+	tq := cq.active[w.t]
+	if tq == nil {
+		// A tenant that starts waiting is lifted to the least service among the
+		// tenants already waiting in its class: idle time earns no credit (VTC).
+		if lo, ok := cq.minService(); ok && w.t.service < lo {
+			w.t.service = lo
+		}
+		tq = &tenantQueue{}
+		cq.active[w.t] = tq
+	}
+	w.own = tq.waiters.PushBack(w)
+	w.arrival = cq.arrivals.PushBack(w)
+	s.waiting++
+	if s.o.Observer != nil {
+		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
+	}
+}
+
+func (s *Scheduler) removeLocked(w *waiter) {
+	cq := &s.classes[w.req.Class]
+	tq := cq.active[w.t]
+	tq.waiters.Remove(w.own)
+	if tq.waiters.Len() == 0 {
+		delete(cq.active, w.t)
+	}
+	cq.arrivals.Remove(w.arrival)
+	s.waiting--
+	if s.o.Observer != nil {
+		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
+	}
+}
+
+func (cq *classQueue) minService() (float64, bool) {
+	lo, ok := 0.0, false
+	for t := range cq.active {
+		if !ok || t.service < lo {
+			lo, ok = t.service, true
+		}
+	}
+	return lo, ok
+}
+
+// next returns the waiter to serve next, or nil when none waits: the class whose
+// effective class (its class less one for every Aging its oldest waiter has waited)
+// is lowest, on a tie the one whose oldest waiter arrived first; in it, the oldest waiter of the tenant with
+// the least service, on a tie of service the tenant whose oldest waiter arrived
+// first.
+func (s *Scheduler) next(now time.Time) *waiter {
+	best, bestRank, bestSeq := -1, 0.0, uint64(0)
+	for c := range s.classes {
+		cq := &s.classes[c]
+		front := cq.arrivals.Front()
+		if front == nil {
+			continue
+		}
+		oldest := front.Value.(*waiter)
+		rank := float64(c)
+		if s.o.Aging > 0 {
+			rank -= math.Floor(float64(now.Sub(oldest.since)) / float64(s.o.Aging))
+		}
+		if best < 0 || rank < bestRank || rank == bestRank && oldest.seq < bestSeq {
+			best, bestRank, bestSeq = c, rank, oldest.seq
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	var pick *waiter
+	for t, tq := range s.classes[best].active {
+		w := tq.waiters.Front().Value.(*waiter)
+		if pick == nil || t.service < pick.t.service ||
+			t.service == pick.t.service && w.seq < pick.seq {
+			pick = w
+		}
+	}
+	return pick
+}
+
+// dispatchLocked starts waiters while the next one fits.
+func (s *Scheduler) dispatchLocked() {
+	if s.waiting == 0 {
+		return
+	}
+	now := s.o.Now()
+	for s.waiting > 0 {
+		w := s.next(now)
+		if w == nil || !s.fits(w.cost) {
+			return
+		}
+		s.removeLocked(w)
+		w.charged = s.startLocked(w.t, &w.req, w.cost)
+		w.done = true
+		if s.o.Observer != nil {
+			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))
+		}
+		close(w.ready)
+	}
+}
+
+// retryAfterLocked estimates when the queue will have drained: its length times the
+// recent time between dispatches, at least a second and at most the longest wait.
+func (s *Scheduler) retryAfterLocked() time.Duration {
+	d := time.Duration(float64(s.waiting+1) * s.interval * float64(time.Second))
+	if s.o.MaxQueueWait > 0 && d > s.o.MaxQueueWait {
+		d = s.o.MaxQueueWait
+	}
+	return max(d, time.Second)
+}
+
+// Stats is a snapshot of the scheduler's state.
+type Stats struct {
+	InFlightRequests, InFlightTokens int64
+	Waiting                          [numClasses]int
+}
+
+// Stats returns the scheduler's state now.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{InFlightRequests: s.inReq, InFlightTokens: s.inTok}
+	for c := range s.classes {
+		st.Waiting[c] = s.classes[c].arrivals.Len()
+	}
+	return st
+}
+
+// Service returns the tenant's weighted service so far, in tokens.
+func (s *Scheduler) Service(tenant string) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tenants[tenant]; t != nil {
+		return t.service
+	}
+	return 0
+}
