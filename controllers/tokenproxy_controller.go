@@ -6,11 +6,8 @@ package controllers
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -416,14 +413,12 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 			g.keyVerdicts[objectKey(k)] = keySecretNotFound(k)
 			continue
 		}
-		material := strings.TrimSpace(string(s.Data[secretKey(k.Spec.SecretRef)]))
-		if material == "" {
+		hash := keyHash(s, secretKey(k.Spec.SecretRef))
+		if hash == "" {
 			g.keyVerdicts[objectKey(k)] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
-		sum := sha256.Sum256([]byte(material))
-		hash := hex.EncodeToString(sum[:])
 		g.keys = append(g.keys, keyInput{key: k, hash: hash})
 		g.fingerprints[objectKey(k)] = hash[:8]
 		g.keyVerdicts[objectKey(k)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
