@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -57,6 +58,9 @@ type TokenProxyReconciler struct {
 
 	// renewals tells live replicas by the renewals the operator saw (leases.go).
 	renewals renewals
+	// keyStatuses memoizes, per fleet (by TokenProxy namespace and name), the inputs of the key
+	// statuses found current (keyStatusInputs).
+	keyStatuses sync.Map
 	// apiReader reads what the cache does not hold: a ConfigMap the operator did not
 	// label, in the way of a config chunk (createChunk).
 	apiReader client.Reader
@@ -154,6 +158,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if apierrors.IsNotFound(err) {
 			// The fleet is gone (its owned objects go with it, its cluster-scoped
 			// binding is deleted here); tell the objects that still reference it.
+			r.keyStatuses.Delete(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
