@@ -35,8 +35,7 @@ import (
 // Field indexes.
 const (
 	// proxyRefField indexes TokenBudgets and ApiKeys by their fleet: "namespace/name".
-	proxyRefField  = "spec.proxyRef"
-	secretRefField = "spec.secretRef.name"
+	proxyRefField = "spec.proxyRef"
 )
 
 // TokenProxyReconciler runs one fleet per TokenProxy: it renders the fleet's
@@ -77,11 +76,6 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, secretRefField, func(o client.Object) []string {
-		return []string{o.(*twv1alpha1.ApiKey).Spec.SecretRef.Name}
-	}); err != nil {
 		return err
 	}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
@@ -125,13 +119,14 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	return nil
 }
 
-// proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it, and to the fleets
-// whose pods read a credential from it.
+// proxiesOfSecret maps a Secret to the fleets whose pods read a credential from it
+// and, for a Secret labelled for ApiKeys, to every fleet that may hold an ApiKey of
+// its namespace: the fleets of that namespace and those that accept other
+// namespaces. The ApiKeys are not indexed by their Secret: such an index holds two
+// sets per key (by namespace and cluster-wide), most of the index memory of a
+// 50,000-key fleet, and a Secret that no key of a fleet uses costs that fleet one
+// reconcile that changes nothing.
 func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
-	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefField: o.GetName()}); err != nil {
-		return nil
-	}
 	var proxies twv1alpha1.TokenProxyList
 	if err := r.List(ctx, &proxies, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialSecretField: o.GetName()}); err != nil {
 		return nil
@@ -140,9 +135,20 @@ func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Obj
 	for _, p := range proxies.Items {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
 	}
-	for _, k := range keys.Items {
-		req := reconcile.Request{NamespacedName: proxyOf(&k)}
-		if !slices.Contains(out, req) {
+	if o.GetLabels()[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey {
+		return out
+	}
+	var all twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &all); err != nil {
+		return out
+	}
+	for i := range all.Items {
+		p := &all.Items[i]
+		if p.Namespace != o.GetNamespace() && p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromAll &&
+			p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromSelector {
+			continue
+		}
+		if req := (reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)}); !slices.Contains(out, req) {
 			out = append(out, req)
 		}
 	}
