@@ -82,6 +82,7 @@ func render(f *fleet) *config.Config {
 		}
 		c.Models = append(c.Models, cm)
 	}
+	c.APIKeys = make([]config.APIKey, 0, len(f.keys))
 	for _, k := range f.keys {
 		s := &k.key.Spec
 		c.APIKeys = append(c.APIKeys, config.APIKey{

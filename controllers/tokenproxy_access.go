@@ -39,7 +39,8 @@ const managedByLabel = "app.kubernetes.io/managed-by"
 // scopedCacheOptions are the manager's cache options: Secrets only with
 // SecretUsageLabel set to one of its values, owned objects only with the operator's
 // label, and no managed fields, except on Deployments (applyDeployment compares the
-// fields it owns, which it reads from them). byObject adds the callers' selections.
+// fields it owns, which it reads from them); ApiKey Secrets hold only hashes
+// (slimSecret). byObject adds the callers' selections.
 func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options {
 	usage, err := k8slabels.NewRequirement(twv1alpha1.SecretUsageLabel, selection.In,
 		[]string{twv1alpha1.SecretUsageAPIKey, twv1alpha1.SecretUsageCredential})
@@ -47,7 +48,7 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		panic(err) // constant, valid keys and values
 	}
 	owned := k8slabels.SelectorFromSet(k8slabels.Set{managedByLabel: fieldManager})
-	byObject[&corev1.Secret{}] = cache.ByObject{Label: k8slabels.NewSelector().Add(*usage)}
+	byObject[&corev1.Secret{}] = cache.ByObject{Label: k8slabels.NewSelector().Add(*usage), Transform: slimSecret}
 	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &corev1.ServiceAccount{},
 		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
 		byObject[o] = cache.ByObject{Label: owned}

@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -19,12 +20,17 @@ import (
 // encoded as it is written, then the proxy's own strict parse, defaults and
 // validation. A document that fails here would be refused by every proxy on reload,
 // so it is never written.
+//
+// The keys are checked as they are (config.ParseKeys), not encoded and decoded: they
+// are most of a large fleet's document, and this runs on every change.
 func checkRendered(cfg *config.Config) error {
-	doc, err := encode(cfg)
+	shell := *cfg
+	shell.APIKeys = nil
+	doc, err := encode(&shell)
 	if err != nil {
 		return err
 	}
-	_, err = config.Parse(doc)
+	_, err = config.ParseKeys(doc, slices.Clone(cfg.APIKeys))
 	return err
 }
 

@@ -61,16 +61,18 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		return configWrite{}, fmt.Errorf("get ConfigMap: %w", err)
 	}
 	prev, _ := strconv.ParseInt(live.Annotations[generationAnnotation], 10, 64)
-	cfg.Generation = prev
-	doc, err := encode(cfg)
+	enc, err := newEncoder(cfg)
+	if err != nil {
+		return configWrite{}, err
+	}
+	doc, err := enc.at(prev)
 	if err != nil {
 		return configWrite{}, err
 	}
 	liveDigest, liveChunks := documentOf(&live)
 	previous := splitNames(live.Annotations[previousChunksAnnotation])
 	if liveDigest != config.Digest(doc) {
-		cfg.Generation = prev + 1
-		if doc, err = encode(cfg); err != nil {
+		if doc, err = enc.at(prev + 1); err != nil {
 			return configWrite{}, err
 		}
 		previous = liveChunks
@@ -136,6 +138,34 @@ func encode(cfg *config.Config) ([]byte, error) {
 		return doc, err
 	}
 	return cfg.Marshal()
+}
+
+// encoder encodes one rendered Config at any generation, as encode would, rendering
+// its JSON once: a large fleet's document is encoded once per change, not once per
+// generation tried.
+type encoder struct {
+	cfg *config.Config
+	// json is cfg's Render at generation 0.
+	json []byte
+}
+
+func newEncoder(cfg *config.Config) (*encoder, error) {
+	c := *cfg
+	c.Generation = 0
+	doc, err := c.Render()
+	if err != nil {
+		return nil, err
+	}
+	return &encoder{cfg: cfg, json: doc}, nil
+}
+
+// at is encode of the Config at generation g; it sets cfg.Generation to g.
+func (e *encoder) at(g int64) ([]byte, error) {
+	e.cfg.Generation = g
+	if doc := config.WithGeneration(e.json, g); len(doc) > config.MaxInline {
+		return doc, nil
+	}
+	return e.cfg.Marshal()
 }
 
 // documentOf reads the fleet's ConfigMap as written: the digest of its document and,

@@ -6,11 +6,9 @@ package controllers
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,8 +35,7 @@ import (
 // Field indexes.
 const (
 	// proxyRefField indexes TokenBudgets and ApiKeys by their fleet: "namespace/name".
-	proxyRefField  = "spec.proxyRef"
-	secretRefField = "spec.secretRef.name"
+	proxyRefField = "spec.proxyRef"
 )
 
 // TokenProxyReconciler runs one fleet per TokenProxy: it renders the fleet's
@@ -60,6 +57,9 @@ type TokenProxyReconciler struct {
 
 	// renewals tells live replicas by the renewals the operator saw (leases.go).
 	renewals renewals
+	// keyStatuses memoizes, per fleet (by TokenProxy namespace and name), the inputs of the key
+	// statuses found current (keyStatusInputs).
+	keyStatuses sync.Map
 	// apiReader reads what the cache does not hold: a ConfigMap the operator did not
 	// label, in the way of a config chunk (createChunk).
 	apiReader client.Reader
@@ -76,11 +76,6 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, secretRefField, func(o client.Object) []string {
-		return []string{o.(*twv1alpha1.ApiKey).Spec.SecretRef.Name}
-	}); err != nil {
 		return err
 	}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
@@ -124,13 +119,14 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	return nil
 }
 
-// proxiesOfSecret maps a Secret to the fleets whose ApiKeys use it, and to the fleets
-// whose pods read a credential from it.
+// proxiesOfSecret maps a Secret to the fleets whose pods read a credential from it
+// and, for a Secret labelled for ApiKeys, to every fleet that may hold an ApiKey of
+// its namespace: the fleets of that namespace and those that accept other
+// namespaces. The ApiKeys are not indexed by their Secret: such an index holds two
+// sets per key (by namespace and cluster-wide), most of the index memory of a
+// 50,000-key fleet, and a Secret that no key of a fleet uses costs that fleet one
+// reconcile that changes nothing.
 func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
-	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefField: o.GetName()}); err != nil {
-		return nil
-	}
 	var proxies twv1alpha1.TokenProxyList
 	if err := r.List(ctx, &proxies, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialSecretField: o.GetName()}); err != nil {
 		return nil
@@ -139,9 +135,20 @@ func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Obj
 	for _, p := range proxies.Items {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
 	}
-	for _, k := range keys.Items {
-		req := reconcile.Request{NamespacedName: proxyOf(&k)}
-		if !slices.Contains(out, req) {
+	if o.GetLabels()[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey {
+		return out
+	}
+	var all twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &all); err != nil {
+		return out
+	}
+	for i := range all.Items {
+		p := &all.Items[i]
+		if p.Namespace != o.GetNamespace() && p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromAll &&
+			p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromSelector {
+			continue
+		}
+		if req := (reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)}); !slices.Contains(out, req) {
 			out = append(out, req)
 		}
 	}
@@ -157,6 +164,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if apierrors.IsNotFound(err) {
 			// The fleet is gone (its owned objects go with it, its cluster-scoped
 			// binding is deleted here); tell the objects that still reference it.
+			r.keyStatuses.Delete(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -416,14 +424,12 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 			g.keyVerdicts[objectKey(k)] = keySecretNotFound(k)
 			continue
 		}
-		material := strings.TrimSpace(string(s.Data[secretKey(k.Spec.SecretRef)]))
-		if material == "" {
+		hash := keyHash(s, secretKey(k.Spec.SecretRef))
+		if hash == "" {
 			g.keyVerdicts[objectKey(k)] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
-		sum := sha256.Sum256([]byte(material))
-		hash := hex.EncodeToString(sum[:])
 		g.keys = append(g.keys, keyInput{key: k, hash: hash})
 		g.fingerprints[objectKey(k)] = hash[:8]
 		g.keyVerdicts[objectKey(k)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}

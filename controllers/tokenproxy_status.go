@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -111,22 +112,46 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 		}
 	}
 
+	memo := r.keyMemo(tp)
+	seen := make(map[string]struct{}, len(g.allKeys))
 	for _, k := range g.allKeys {
-		v := g.keyVerdicts[objectKey(k)]
-		st := k.Status.DeepCopy()
-		st.ObservedGeneration = k.Generation
-		st.Fingerprint = g.fingerprints[objectKey(k)]
+		ok := objectKey(k)
+		seen[ok] = struct{}{}
+		v := g.keyVerdicts[ok]
+		fingerprint := g.fingerprints[ok]
 		// A rotated Secret changes the key's content without changing its generation.
 		prevConfigGen := k.Status.ConfigGeneration
-		if k.Status.Fingerprint != st.Fingerprint {
+		if k.Status.Fingerprint != fingerprint {
 			prevConfigGen = 0
 		}
-		st.ConfigGeneration = contentGeneration(v.accepted, k.Generation, k.Status.ObservedGeneration, prevConfigGen,
+		contentGen := contentGeneration(v.accepted, k.Generation, k.Status.ObservedGeneration, prevConfigGen,
 			k.Status.Conditions, generation)
+		in := keyStatusInputs{resourceVersion: k.ResourceVersion, proxyGeneration: tp.Generation, verdict: v,
+			fingerprint: fingerprint, contentGen: contentGen, loaded: loadedStateOf(rs, contentGen)}
+		if memo[ok] == in {
+			// The status this key already has is the one these inputs give.
+			continue
+		}
+		st := k.Status.DeepCopy()
+		st.ObservedGeneration = k.Generation
+		st.Fingerprint = fingerprint
+		st.ConfigGeneration = contentGen
 		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration))
 		setEnforced(&st.Conditions, "key", v, st.ConfigGeneration, rs, k.Generation)
+		if equality.Semantic.DeepEqual(&k.Status, st) {
+			// The fingerprint is a slice of the whole hash, which the memo need not keep.
+			in.fingerprint = strings.Clone(in.fingerprint)
+			memo[ok] = in
+			continue
+		}
+		delete(memo, ok)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
+		}
+	}
+	for ok := range memo {
+		if _, there := seen[ok]; !there {
+			delete(memo, ok)
 		}
 	}
 
@@ -290,4 +315,45 @@ func allowance(total, divisor int64) *int64 {
 	}
 	n := a.Tokens()
 	return &n
+}
+
+// keyStatusInputs are everything an ApiKey's status is computed from in
+// writeObjectStatuses, but the fleet's identity: the key as read (its resourceVersion
+// covers its spec and status), the fleet's generation, its verdict, the fingerprint
+// of its Secret's key, its content generation and what the replicas have loaded of
+// it. A key whose inputs are those of the last reconcile that found its status
+// current is current still: a one-key change of a 50,000-key fleet computes and
+// compares one status, not 50,000.
+type keyStatusInputs struct {
+	resourceVersion string
+	proxyGeneration int64
+	verdict         verdict
+	fingerprint     string
+	contentGen      int64
+	loaded          loadedState
+}
+
+// loadedState is what setEnforced reads of the replicas' reports for one content
+// generation.
+type loadedState struct {
+	live     int
+	behind   string
+	behindAt int64
+	otherDoc bool
+}
+
+func loadedStateOf(rs *reports, contentGen int64) loadedState {
+	_, behind := rs.loaded(contentGen)
+	st := loadedState{live: len(rs.live)}
+	if behind != nil {
+		st.behind, st.behindAt, st.otherDoc = behind.name, behind.generation, behind.otherDoc
+	}
+	return st
+}
+
+// keyMemo is the fleet's memo of current key statuses, by ApiKey objectKey. One
+// fleet is reconciled by one worker at a time.
+func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[string]keyStatusInputs {
+	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[string]keyStatusInputs{})
+	return m.(map[string]keyStatusInputs)
 }

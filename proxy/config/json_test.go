@@ -4,6 +4,7 @@
 package config_test
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -121,6 +122,21 @@ var _ = Describe("Render", func() {
 		Expect(after[len(after)-1].Name).NotTo(Equal(before[len(before)-1].Name))
 	})
 
+	It("renders a document at any generation from its rendering at generation 0 (WithGeneration)", func() {
+		c, err := config.Parse(largeDocument(100))
+		Expect(err).NotTo(HaveOccurred())
+		c.Generation = 0
+		doc0, err := c.Render()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(config.WithGeneration(doc0, 0)).To(Equal(doc0))
+		for _, g := range []int64{1, 8, 123456} {
+			c.Generation = g
+			want, err := c.Render()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(config.WithGeneration(doc0, g))).To(Equal(string(want)))
+		}
+	})
+
 	It("renders a document without keys or generation", func() {
 		c, err := config.Parse([]byte(minimal))
 		Expect(err).NotTo(HaveOccurred())
@@ -130,5 +146,24 @@ var _ = Describe("Render", func() {
 		again, err := config.Parse(doc)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(again).To(Equal(c))
+	})
+})
+
+var _ = Describe("ParseKeys", func() {
+	It("means what Parse of the whole document means, and refuses what it refuses, naming the key's field", func() {
+		whole, err := config.Parse(largeDocument(200))
+		Expect(err).NotTo(HaveOccurred())
+		shell := *whole
+		shell.APIKeys = nil
+		doc, err := shell.Render()
+		Expect(err).NotTo(HaveOccurred())
+		got, err := config.ParseKeys(doc, slices.Clone(whole.APIKeys))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got).To(Equal(whole))
+
+		keys := slices.Clone(whole.APIKeys)
+		keys[150].KeySHA256 = keys[3].KeySHA256
+		_, err = config.ParseKeys(doc, keys)
+		Expect(err).To(MatchError(ContainSubstring("api_keys[150].key_sha256: the same key as api_keys[3]")))
 	})
 })

@@ -187,10 +187,10 @@ func TestScale(t *testing.T) {
 	addKeys := func(label string) {
 		var took []time.Duration
 		for range repeats {
-			d, writes := addKey(ctx, t, st, proxies, next)
+			d, stages, writes := addKey(ctx, t, st, proxies, next)
 			next++
 			took = append(took, d)
-			r.printf("(a) %s: key %s enforced by every replica %v after its create", label, bulk.ShortKeyName(next-1), d.Round(time.Millisecond))
+			r.printf("(a) %s: key %s enforced by every replica %v after its create; %s", label, bulk.ShortKeyName(next-1), d.Round(time.Millisecond), stages)
 			r.printf("(b) %s: one key added: %s", label, writes)
 			if err := writes.only(map[string]int{"ApiKey": 1, "TokenBudget": 0}); err != nil {
 				t.Errorf("one key added: %v", err)
@@ -352,11 +352,32 @@ func waitFleet(ctx context.Context, t *testing.T, c client.Client, budgets, keys
 	}
 }
 
+// stages are when, after a key's create, each step of its path was first seen: the
+// key Ready in a config generation (the operator rendered the fleet and wrote the
+// ConfigMap), each replica reporting that generation (it fetched the chunks and
+// reloaded), and the key Enforced=True (the operator read the replicas' reports);
+// and each replica's own reload time of that document.
+type stages struct {
+	ready, enforced time.Duration
+	loaded          []time.Duration
+	reloads         []float64
+}
+
+func (s *stages) String() string {
+	var loaded, reloads []string
+	for i := range s.loaded {
+		loaded = append(loaded, s.loaded[i].Round(time.Millisecond).String())
+		reloads = append(reloads, fmt.Sprintf("%.3fs", s.reloads[i]))
+	}
+	return fmt.Sprintf("stages: in the config (Ready, ConfigMap written) at %v; each replica loaded it at %s (its reload: %s); Enforced=True at %v",
+		s.ready.Round(time.Millisecond), strings.Join(loaded, ", "), strings.Join(reloads, ", "), s.enforced.Round(time.Millisecond))
+}
+
 // addKey creates the Secret of key i, then the key, and returns the time from the
 // key's create until it is Enforced=True and every proxy reports a config generation
-// that holds it, and the status writes counted from before the create until quiet
-// after.
-func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack.Proxy, i int) (time.Duration, *writes) {
+// that holds it, the stages of that path, and the status writes counted from before
+// the create until quiet after.
+func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack.Proxy, i int) (time.Duration, *stages, *writes) {
 	t.Helper()
 	c := st.Client
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: bulk.ShortKeyName(i), Namespace: ns,
@@ -372,11 +393,13 @@ func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack
 		t.Fatal(err)
 	}
 	deadline := start.Add(2 * time.Minute)
+	sg := &stages{loaded: make([]time.Duration, len(proxies)), reloads: make([]float64, len(proxies))}
 	var last string
 	for {
-		took, ok, why := enforcedEverywhere(ctx, c, proxies, key, start)
+		took, ok, why := enforcedEverywhere(ctx, c, proxies, key, start, sg)
 		if ok {
-			return took, w.stop()
+			sg.enforced = took
+			return took, sg, w.stop()
 		}
 		last = why
 		if time.Now().After(deadline) {
@@ -388,22 +411,42 @@ func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack
 
 // enforcedEverywhere tells whether the key is Enforced=True and every proxy has
 // applied its config generation, and how long after start that was seen.
-func enforcedEverywhere(ctx context.Context, c client.Client, proxies []*stack.Proxy, key *twv1alpha1.ApiKey, start time.Time) (time.Duration, bool, string) {
+// The stages seen so far are recorded in sg.
+func enforcedEverywhere(ctx context.Context, c client.Client, proxies []*stack.Proxy, key *twv1alpha1.ApiKey, start time.Time,
+	sg *stages,
+) (time.Duration, bool, string) {
 	var k twv1alpha1.ApiKey
 	if err := c.Get(ctx, client.ObjectKeyFromObject(key), &k); err != nil {
 		return 0, false, err.Error()
 	}
-	if !meta.IsStatusConditionTrue(k.Status.Conditions, twv1alpha1.ConditionEnforced) || k.Status.ConfigGeneration == 0 {
+	seen := time.Since(start)
+	if k.Status.ConfigGeneration == 0 {
 		return 0, false, fmt.Sprintf("the key's conditions: %v", k.Status.Conditions)
 	}
-	for _, p := range proxies {
+	if sg.ready == 0 {
+		sg.ready = seen
+	}
+	behind := ""
+	for i, p := range proxies {
+		if sg.loaded[i] != 0 {
+			continue
+		}
 		m, err := scrape(ctx, p)
 		if err != nil {
 			return 0, false, err.Error()
 		}
 		if g := int64(m["tokenwarden_config_generation"]); g < k.Status.ConfigGeneration {
-			return 0, false, fmt.Sprintf("%s has applied generation %d, the key is in %d", p, g, k.Status.ConfigGeneration)
+			behind = fmt.Sprintf("%s has applied generation %d, the key is in %d", p, g, k.Status.ConfigGeneration)
+			continue
 		}
+		sg.loaded[i] = time.Since(start)
+		sg.reloads[i] = m["tokenwarden_config_last_reload_duration_seconds"]
+	}
+	if behind != "" {
+		return 0, false, behind
+	}
+	if !meta.IsStatusConditionTrue(k.Status.Conditions, twv1alpha1.ConditionEnforced) {
+		return 0, false, fmt.Sprintf("the key's conditions: %v", k.Status.Conditions)
 	}
 	return time.Since(start), true, ""
 }
