@@ -48,7 +48,7 @@ type Config struct {
 	APIKeys      []APIKey     `json:"api_keys,omitempty"`
 	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
 	// Scheduling orders requests waiting for an upstream's capacity.
-	Scheduling Scheduling `json:"scheduling,omitempty"`
+	Scheduling Scheduling `json:"scheduling,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.
