@@ -117,8 +117,9 @@ var _ = Describe("Scoped reads", func() {
 				GinkgoHelper()
 				var tp twv1alpha1.TokenProxy
 				Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: home, Name: "fleet"}, &tp)).To(Succeed())
+				patch := client.MergeFrom(tp.DeepCopy())
 				tp.Spec.AllowedNamespaces = an
-				Expect(k8sClient.Update(ctx, &tp)).To(Succeed())
+				Expect(k8sClient.Patch(ctx, &tp, patch)).To(Succeed())
 			}
 
 			By("from: Same (the default)")
@@ -194,9 +195,11 @@ var _ = Describe("Scoped reads", func() {
 			}
 			setBypass := func(p twv1alpha1.BypassPolicy) {
 				GinkgoHelper()
-				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())
+				// A merge patch: the operator writes the fleet's status meanwhile, which
+				// would make an update of what was read conflict.
+				patch := client.MergeFrom(tp.DeepCopy())
 				tp.Spec.AllowBypass = p
-				Expect(k8sClient.Update(ctx, tp)).To(Succeed())
+				Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
 			}
 
 			By("allowBypass: None (the default)")
