@@ -411,8 +411,11 @@ func (c *Calendar) Span(t time.Time) (start, end time.Time) {
 		loc = time.UTC
 	}
 	hh, mm := 0, 0
-	if c.At != "" {
-		_, _ = fmt.Sscanf(c.At, "%d:%d", &hh, &mm)
+	if at := c.At; len(at) == 5 && at[2] == ':' {
+		// HH:MM, as Validate checked: read by hand, since a calendar rule spans on
+		// every request it governs.
+		hh = int(at[0]-'0')*10 + int(at[1]-'0')
+		mm = int(at[3]-'0')*10 + int(at[4]-'0')
 	}
 	lt := t.In(loc)
 	y, mo, d := lt.Date()

@@ -38,37 +38,15 @@ func SecretValue(i int) string { return fmt.Sprintf("sk-large-%d", i) }
 // users and teams Long("u", i) and Long("t", i) (about 800 bytes of rendered config
 // each), each with its Secret s%05d labelled for ApiKeys and holding SecretValue(i).
 func CreateKeys(ctx context.Context, c client.Client, ns, fleet string, n int) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	next := make(chan int)
-	for range Writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i), Namespace: ns,
-					Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}},
-					StringData: map[string]string{"key": SecretValue(i)}}
-				key := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Name: KeyName(i), Namespace: ns},
-					Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: fleet},
-						SecretRef: twv1alpha1.SecretKeyReference{Name: secret.Name}, User: Long("u", i), Team: Long("t", i)}}
-				for _, o := range []client.Object{secret, key} {
-					if err := c.Create(ctx, o); err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-					}
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return errors.Join(errs...)
+	return Parallel(n, Writers, func(i int) error {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i), Namespace: ns,
+			Labels: map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}},
+			StringData: map[string]string{"key": SecretValue(i)}}
+		key := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Name: KeyName(i), Namespace: ns},
+			Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: fleet},
+				SecretRef: twv1alpha1.SecretKeyReference{Name: secret.Name}, User: Long("u", i), Team: Long("t", i)}}
+		return errors.Join(c.Create(ctx, secret), c.Create(ctx, key))
+	})
 }
 
 // Parallel calls create(i) for every i from 0 to n-1, writers at a time, and returns
