@@ -102,8 +102,11 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 		squatter.Data = map[string]string{config.ChunkKey: forged}
 		Expect(k8sClient.Update(ctx, squatter)).To(Succeed())
 		Eventually(func(g Gomega) {
-			// Another change, so that the reconcile meets it again.
-			k := keyObject(g, ns, bulk.KeyName(keys-2))
+			// Another change, so that the reconcile meets it again: of the first key,
+			// in the first chunk, so that the last chunk is still the one taken (a
+			// change of a key in the last chunk would give it another name, and the
+			// fleet would rightly reconcile).
+			k := keyObject(g, ns, bulk.KeyName(0))
 			k.Spec.User = "someone"
 			g.Expect(k8sClient.Update(ctx, k)).To(Succeed())
 		}).Should(Succeed())
