@@ -49,6 +49,8 @@ type Config struct {
 	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
 	// Scheduling orders requests waiting for an upstream's capacity.
 	Scheduling Scheduling `json:"scheduling,omitzero"`
+	// Agents bounds the runs kept for the keys' run budgets (agents.go).
+	Agents Agents `json:"agents,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.
@@ -102,6 +104,8 @@ type Scheduling struct {
 	// OutputWeight is what an output token counts in token-fair queueing, against 1 for
 	// an input token (0 or absent: 2).
 	OutputWeight float64 `json:"output_weight,omitempty"`
+	// Classes are each class's own longest wait and output cap (agents.go).
+	Classes ClassSettings `json:"classes,omitzero"`
 }
 
 // Scheduling defaults.
@@ -189,6 +193,15 @@ type APIKey struct {
 	// Weight is the key's share of token service against the other keys of its class
 	// when they wait (0 or absent: 1).
 	Weight float64 `json:"weight,omitempty"`
+	// MaxInFlight bounds the key's requests forwarded and not yet answered in full;
+	// one more gets 429 in_flight_limit (0 or absent: none).
+	MaxInFlight int64 `json:"max_in_flight,omitempty"`
+	// RunTokenBudget bounds the tokens one run of the key (its x-tokenwarden-run-id)
+	// reserves and spends; a request beyond it gets 429 run_budget (0 or absent: none).
+	RunTokenBudget int64 `json:"run_token_budget,omitempty"`
+	// RunMaxSteps bounds the requests one run of the key sends; one more gets 429
+	// run_steps (0 or absent: none).
+	RunMaxSteps int64 `json:"run_max_steps,omitempty"`
 }
 
 // Storage selects where buckets live.
@@ -541,7 +554,7 @@ func (c *Config) DrainTimeout() time.Duration {
 	for _, u := range c.Upstreams {
 		t := u.TimeoutSeconds
 		if u.Capacity.Enabled() {
-			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.MaxQueueWait()/time.Second)
+			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.LongestQueueWait()/time.Second)
 		}
 		ts = append(ts, t)
 	}
