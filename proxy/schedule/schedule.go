@@ -156,7 +156,7 @@ type Scheduler struct {
 	// busySince is when the queue last went from empty to waiting, so that time with
 	// nothing waiting never counts as time between dispatches.
 	busySince time.Time
-	seq          uint64
+	seq       uint64
 }
 
 type classQueue struct {
