@@ -131,6 +131,8 @@ type Server struct {
 	// schedulers are the upstreams' schedulers by upstream name, kept across reloads
 	// (guarded by applyMu).
 	schedulers map[string]*schedule.Scheduler
+	// agents is the state of the limits for agents (agents.go).
+	agents agents
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -178,6 +180,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		return nil, err
 	}
 	s.bindSchedulers(rt)
+	s.agents.configure(cfg)
 	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
@@ -213,6 +216,7 @@ type exchange struct {
 	dec      budget.Decision
 	// slot is the request's place in its upstream's capacity, when it has a scheduler.
 	slot  schedule.Slot
+	agent agentState
 	key   string
 	start time.Time
 	// status is the upstream's status, or the proxy's own answer.
@@ -229,6 +233,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Every path that ends without settlement releases: an upstream error, a panic
 		// in a handler, a client that went away. Release after Settle does nothing.
 		ex.release()
+		ex.endAgent()
 		if ex.status == 0 {
 			ex.status = http.StatusBadGateway
 		}
@@ -255,6 +260,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The body: read once, bounded, replayed to the upstream.
+	var chargedBody []byte
 	if r.Body != nil && r.Body != http.NoBody && (rtInfo.charged || len(rt.upstreams) > 1) {
 		body, ok := ex.readBody(w, r, rt.maxBody)
 		if !ok {
@@ -270,7 +276,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				ex.fail(w, http.StatusBadRequest, "invalid_request", err.Error(), nil)
 				return
 			}
-			ex.est = est
+			ex.est, chargedBody = est, body
 		} else {
 			ex.est.Model = estimate.Model(body)
 		}
@@ -279,6 +285,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.upstream = rt.route(ex.est.Model)
 	if ex.upstream == nil {
 		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
+		return
+	}
+
+	// The limits for agents, before admission so that what they refuse reserves nothing.
+	if !ex.agentLimits(w, r, key, chargedBody) {
 		return
 	}
 
@@ -411,15 +422,9 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 // with a Retry-After (nothing, when the client went away) and reports false; the
 // caller's deferred release then gives the reservation back.
 func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Scheduler, key *budget.KeyPolicy) bool {
-	req := schedule.Request{Class: schedule.Interactive, Weight: 1, Input: ex.est.Input, Output: ex.est.Output}
+	req := schedule.Request{Class: ex.agent.class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output}
 	if key != nil {
-		ks := ex.rt.keySched[key.Name]
-		req.Tenant, req.Class, req.Weight = key.Name, ks.class, ks.weight
-	}
-	if h := r.Header.Get(config.PriorityHeader); h != "" {
-		if asked, ok := schedule.ParseClass(strings.ToLower(strings.TrimSpace(h))); ok {
-			req.Class = schedule.Lower(req.Class, asked)
-		}
+		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
 	slot, err := sc.Acquire(r.Context(), req)
 	if err == nil {
