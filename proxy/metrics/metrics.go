@@ -70,6 +70,8 @@ type Metrics struct {
 	QueueWait       *prometheus.HistogramVec // tokenwarden_queue_wait_seconds{upstream,class}
 	QueueDispatches *prometheus.CounterVec   // tokenwarden_queue_dispatches_total{upstream,class}
 	QueueLeft       *prometheus.CounterVec   // tokenwarden_queue_left_total{upstream,class,reason}
+	// Agents are the families of agents.go.
+	Agents AgentMetrics
 
 	// Pre-resolved children for the hot path.
 	dimTokens    [budget.NumDimensions][budget.NumOutcomes]prometheus.Counter
@@ -275,6 +277,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
 		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
 		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
+	m.Agents.register(reg)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()

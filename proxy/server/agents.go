@@ -380,3 +380,36 @@ func (s *Server) Runs() int {
 	defer s.agents.runs.mu.Unlock()
 	return s.agents.runs.lru.Len()
 }
+
+// retryCountHeader is the retry count the official OpenAI and Anthropic SDKs send:
+// 0 on a first attempt, n on the n-th retry.
+const retryCountHeader = "X-Stainless-Retry-Count"
+
+// countRefusal counts a refusal by the request's class and its reason: the refusal's
+// code, or for a budget's, its limit type.
+func (ex *exchange) countRefusal(code, limitType string) {
+	reason := code
+	if code == "rate_limit_exceeded" {
+		reason = limitType
+	}
+	ex.s.metrics.Agents.Refused(ex.agent.class.String(), reason)
+}
+
+// countServed counts the tokens served to the request's key's team.
+func (ex *exchange) countServed(input, output int64) {
+	if ex.key == "" {
+		return
+	}
+	if kp := ex.rt.policy.Key(ex.key); kp != nil && kp.Team != "" {
+		ex.s.metrics.Agents.AddTeamUsage(kp.Team, input, output)
+	}
+}
+
+// forgetTeams drops the usage series of teams no key of cfg names.
+func (s *Server) forgetTeams(cfg *config.Config) {
+	teams := map[string]bool{}
+	for i := range cfg.APIKeys {
+		teams[cfg.APIKeys[i].Team] = true
+	}
+	s.metrics.Agents.ForgetTeams(func(t string) bool { return teams[t] })
+}

@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
@@ -173,6 +174,33 @@ var _ = Describe("Limits for agents", func() {
 		// Lowered to background by header, alice has no cap.
 		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","max_tokens":100}`,
 			"X-Tokenwarden-Priority", "background").code).To(Equal(200))
+	})
+})
+
+var _ = Describe("Scheduling metrics", func() {
+	It("counts refusals by class and reason, tokens served by team, and clients' retries", func() {
+		doc := strings.Replace(agentsDoc, "run_max_steps: 3}", "run_max_steps: 3, team: search}", 1)
+		doc = strings.Replace(doc, "scheduling:", "- {name: tight, key_sha256: HASH(root), team: search, rate_limit_tokens_per_minute: 10}\nscheduling:", 1)
+		h := newHarness(doc)
+		h.llm.Set(fakellmUsage(30, 12))
+		Expect(h.chat("sk-alice", 100).code).To(Equal(http.StatusBadRequest))
+		Expect(h.chat("sk-root", 100).code).To(Equal(http.StatusTooManyRequests))
+		Expect(h.chat("sk-bob", 10).code).To(Equal(200))
+		Expect(h.do("POST", "/v1/chat/completions", "sk-bob", `{"model":"gpt-4o","max_tokens":5}`,
+			"X-Stainless-Retry-Count", "2").code).To(Equal(200))
+		Expect(h.do("POST", "/v1/chat/completions", "sk-bob", `{"model":"gpt-4o","max_tokens":5}`,
+			"X-Stainless-Retry-Count", "0").code).To(Equal(200))
+
+		a := &h.m.Agents
+		Expect(counter(a.ClassRefusals.WithLabelValues("batch", "max_tokens_above_class_cap"))).To(Equal(1.0))
+		Expect(counter(a.ClassRefusals.WithLabelValues("interactive", "token_budget"))).To(Equal(1.0))
+		Expect(counter(a.TeamUsage.WithLabelValues("search", "input"))).To(Equal(90.0))
+		Expect(counter(a.TeamUsage.WithLabelValues("search", "output"))).To(Equal(36.0))
+		Expect(counter(a.Retries.WithLabelValues("/v1/chat/completions"))).To(Equal(1.0), "a first attempt (count 0) is no retry")
+
+		// A team no key names any more loses its series.
+		Expect(h.apply(agentsDoc)).To(Succeed())
+		Expect(testutil.CollectAndCount(a.TeamUsage)).To(BeZero())
 	})
 })
 

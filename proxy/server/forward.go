@@ -252,6 +252,7 @@ func (ex *exchange) settle(u usage.Usage) {
 		s.metrics.AddSpend(ex.est.Model, cost)
 	}
 	s.metrics.AddUsage(model, ex.key, u.Input, u.Output)
+	ex.countServed(u.Input, u.Output)
 }
 
 func (ex *exchange) release() {

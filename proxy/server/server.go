@@ -187,6 +187,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
 	s.metrics.ForgetRules(rt.policy.HasRule)
+	s.forgetTeams(cfg)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
 	s.metrics.ConfigReloadTime.Set(took.Seconds())
 	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
@@ -286,6 +287,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ex.upstream == nil {
 		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
 		return
+	}
+
+	if rc := r.Header.Get(retryCountHeader); rc != "" && rc != "0" {
+		s.metrics.Agents.Retried(rtInfo.name)
 	}
 
 	// The limits for agents, before admission so that what they refuse reserves nothing.
