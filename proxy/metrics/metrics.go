@@ -259,7 +259,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream", "class"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokenwarden_queue_wait_seconds",
-			Help:    "Time a request waited for an upstream's capacity before it was forwarded, by upstream and priority class (requests that did not wait are not observed).",
+			Help:    "Time a request waited for an upstream's capacity before it was forwarded, by upstream and priority class (a request that did not wait is observed at 0).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60},
 		}, []string{"upstream", "class"}),
 		QueueDispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -622,6 +622,10 @@ type queueObserver struct {
 }
 
 func (o *queueObserver) Queued(c schedule.Class, n int) { o.length[c].Set(float64(n)) }
+
+// Started observes a request that did not wait at 0 in the wait histogram, so that
+// its quantiles are those of every request forwarded through the scheduler.
+func (o *queueObserver) Started(c schedule.Class) { o.wait[c].Observe(0) }
 
 func (o *queueObserver) Dispatched(c schedule.Class, wait time.Duration) {
 	o.dispatched[c].Inc()

@@ -111,6 +111,13 @@ type Observer interface {
 	Left(c Class, reason string, wait time.Duration)
 }
 
+// Starter is an Observer that is also told of each request that starts without
+// waiting, so that a wait histogram counts every request (those at 0).
+type Starter interface {
+	// Started reports a request of class c that started at once.
+	Started(c Class)
+}
+
 // Request is what the scheduler knows of one request.
 type Request struct {
 	// Tenant is whose service the request counts as (the API key's name).
@@ -153,6 +160,8 @@ type Scheduler struct {
 	// while requests wait, in seconds: the queue's drain rate, for Retry-After.
 	interval     float64
 	lastDispatch time.Time
+	// starter is the Observer's Starter side, if it has one.
+	starter Starter
 	// busySince is when the queue last went from empty to waiting, so that time with
 	// nothing waiting never counts as time between dispatches.
 	busySince time.Time
@@ -197,6 +206,7 @@ func New(o Options) *Scheduler {
 		o.OutputWeight = 1
 	}
 	s := &Scheduler{o: o, tenants: make(map[string]*tenant)}
+	s.starter, _ = o.Observer.(Starter)
 	for i := range s.classes {
 		s.classes[i].active = make(map[*tenant]*tenantQueue)
 	}
@@ -266,6 +276,9 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	t := s.tenant(r.Tenant)
 	if s.waiting == 0 && s.fits(cost) {
 		charged := s.startLocked(t, &r, cost)
+		if s.starter != nil {
+			s.starter.Started(r.Class)
+		}
 		s.mu.Unlock()
 		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
 	}

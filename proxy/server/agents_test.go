@@ -232,6 +232,10 @@ scheduling:
 		for range 2 {
 			Expect((<-out).code).To(Equal(200))
 		}
+		// The wait histogram counts every request forwarded, b0's at 0: the timed-out
+		// interactive request is not in it.
+		Expect(waits(h, "batch")).To(Equal(uint64(2)))
+		Expect(waits(h, "interactive")).To(BeZero())
 	})
 
 	It("lets clients that disconnect while queued leave at once, with no hold and no goroutine left", func() {
@@ -261,3 +265,23 @@ scheduling:
 		Expect((<-out).code).To(Equal(200))
 	})
 })
+
+// waits is the number of waits the class's histogram observed.
+func waits(h *harness, class string) uint64 {
+	GinkgoHelper()
+	families, err := h.reg.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != "tokenwarden_queue_wait_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "class" && l.GetValue() == class {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
