@@ -65,7 +65,8 @@ func render(f *fleet) *config.Config {
 		c.Auth.Mode = config.AuthOptional
 	}
 	for _, u := range p.Spec.Upstreams {
-		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds}
+		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds,
+			Capacity: renderCapacity(u.Capacity)}
 		if u.CredentialSecretRef != nil {
 			cu.AuthHeaderEnv = upstreamCredentialEnv(u.Name)
 		}
@@ -90,7 +91,9 @@ func render(f *fleet) *config.Config {
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
+		renderKeyScheduling(s, &c.APIKeys[len(c.APIKeys)-1])
 	}
+	renderScheduling(p.Spec.Scheduling, c)
 	rl := &c.RateLimiting
 	rl.Storage = config.StorageMemory
 	rl.BudgetDivision.Replicas = f.divisor

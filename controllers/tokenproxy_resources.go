@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
-	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // generationAnnotation on the ConfigMap records the rendered config's generation.
@@ -407,10 +406,7 @@ const (
 
 // terminationGraceSeconds lets a stopping proxy finish its drain before the kubelet
 // kills it.
+// An upstream with a capacity adds the longest queue wait of any class to its timeout.
 func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
-	timeouts := make([]int64, 0, len(tp.Spec.Upstreams))
-	for _, u := range tp.Spec.Upstreams {
-		timeouts = append(timeouts, u.TimeoutSeconds)
-	}
-	return proxyDrainDelaySeconds + int64(config.DrainTimeout(timeouts...)/time.Second) + terminationMarginSeconds
+	return proxyDrainDelaySeconds + int64(drainConfig(tp).DrainTimeout()/time.Second) + terminationMarginSeconds
 }

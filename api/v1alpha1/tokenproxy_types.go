@@ -76,6 +76,10 @@ type Upstream struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+	// Capacity is what the upstream runs at once, per replica; at it, requests wait
+	// in the proxy (scheduling). Default: no bound, nothing waits.
+	// +optional
+	Capacity *UpstreamCapacity `json:"capacity,omitempty"`
 }
 
 // ModelSpec is one client-facing model of a fleet.
@@ -283,6 +287,10 @@ type TokenProxySpec struct {
 	// ServiceMonitor (spec.serviceMonitor must be true).
 	// +optional
 	ServiceMonitorSpec *ServiceMonitorSpec `json:"serviceMonitorSpec,omitempty"`
+	// Scheduling orders requests waiting for an upstream's capacity, bounds their
+	// waits and caps each class's output (scheduling_types.go).
+	// +optional
+	Scheduling *SchedulingSpec `json:"scheduling,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'
