@@ -132,4 +132,3 @@ var _ = Describe("A fleet's scheduling", func() {
 		)
 	})
 })
-
