@@ -91,7 +91,10 @@ func (ex *exchange) agentLimits(w http.ResponseWriter, r *http.Request, key *bud
 	}
 	ks := ex.rt.keySched[key.Name]
 	if ks.maxInFlight > 0 {
-		v, _ := ex.s.agents.inFlight.LoadOrStore(key.Name, new(atomic.Int64))
+		v, ok := ex.s.agents.inFlight.Load(key.Name)
+		if !ok {
+			v, _ = ex.s.agents.inFlight.LoadOrStore(key.Name, new(atomic.Int64))
+		}
 		c := v.(*atomic.Int64)
 		if c.Add(1) > ks.maxInFlight {
 			c.Add(-1)
@@ -180,6 +183,11 @@ func (ex *exchange) capOutput(w http.ResponseWriter, r *http.Request, body []byt
 		return true
 	}
 	limCap := lim.MaxOutputTokens
+	if ex.est.Output <= limCap && ex.est.Output != estimate.DefaultOutput {
+		// The request states a limit (the default is what it reserves without one), and
+		// every completion's is at most its total: nothing to read.
+		return true
+	}
 	spans, err := outputLimits(body)
 	if err != nil {
 		// Not a JSON object: the estimate's fallback stands, and the upstream refuses it.
