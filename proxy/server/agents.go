@@ -145,6 +145,8 @@ func (ex *exchange) refuseAgent(w http.ResponseWriter, status int, code, limitTy
 		details = map[string]any{}
 	}
 	details["class"] = ex.agent.class.String()
+	// The code again, for the Anthropic shape, which has no code field.
+	details["reason"] = code
 	ex.fail(w, status, code, msg, &refusalBody{limitType: limitType, details: details})
 }
 

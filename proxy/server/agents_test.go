@@ -112,6 +112,12 @@ var _ = Describe("Limits for agents", func() {
 		Expect(r.code).To(Equal(http.StatusOK), "200 spent + 66 reserved fits 300")
 		Expect(h.level(budget.TokensMinute, budget.APIKey, "carol", 100000)).To(Equal(before - 100))
 		before -= 100
+		// On an Anthropic route the refusal is in Anthropic's shape, its reason in details.
+		r = h.do("POST", "/v1/messages", "sk-carol", `{"model":"gpt-4o","max_tokens":40,"messages":[]}`, "X-Tokenwarden-Run-Id", "r1")
+		Expect(r.code).To(Equal(http.StatusTooManyRequests), string(r.body))
+		Expect(r.errorField("type")).To(Equal("error"))
+		Expect(r.errorField("error", "type")).To(Equal("rate_limit_error"))
+		Expect(r.errorField("error", "details", "reason")).To(Equal("run_budget_exceeded"))
 		r = run("sk-carol", "r1")
 		Expect(r.code).To(Equal(http.StatusTooManyRequests), string(r.body))
 		Expect(r.errorField("error", "code")).To(Equal("run_budget_exceeded"))
