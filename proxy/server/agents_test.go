@@ -4,6 +4,8 @@
 package server_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -167,6 +169,15 @@ var _ = Describe("Limits for agents", func() {
 		// A request with no limit gets the cap in the route's field.
 		Expect(h.do("POST", "/v1/chat/completions", "sk-bob", `{"model":"gpt-4o","messages":[]}`).code).To(Equal(200))
 		Expect(forwarded(h)["max_completion_tokens"]).To(Equal(50.0))
+		// A compressed body is read decoded, clamped, and forwarded plain.
+		var zb bytes.Buffer
+		zw := gzip.NewWriter(&zb)
+		_, _ = zw.Write([]byte(`{"model":"gpt-4o","max_tokens":900,"messages":[]}`))
+		Expect(zw.Close()).To(Succeed())
+		Expect(h.do("POST", "/v1/chat/completions", "sk-bob", zb.String(), "Content-Encoding", "gzip").code).To(Equal(200))
+		Expect(forwarded(h)["max_tokens"]).To(Equal(50.0))
+		last := h.llm.Requests()[len(h.llm.Requests())-1]
+		Expect(last.Header.Get("Content-Encoding")).To(BeEmpty())
 		// A request within the cap is forwarded as sent.
 		Expect(h.chat("sk-bob", 20).code).To(Equal(200))
 		Expect(forwarded(h)["max_tokens"]).To(Equal(20.0))
