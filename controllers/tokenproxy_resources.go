@@ -405,8 +405,8 @@ const (
 )
 
 // terminationGraceSeconds lets a stopping proxy finish its drain before the kubelet
-// kills it.
-// An upstream with a capacity adds the longest queue wait of any class to its timeout.
+// kills it: an upstream with a capacity adds the longest queue wait of any class to its
+// timeout.
 func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
 	return proxyDrainDelaySeconds + int64(drainConfig(tp).DrainTimeout()/time.Second) + terminationMarginSeconds
 }

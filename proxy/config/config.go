@@ -197,10 +197,11 @@ type APIKey struct {
 	// one more gets 429 in_flight_limit (0 or absent: none).
 	MaxInFlight int64 `json:"max_in_flight,omitempty"`
 	// RunTokenBudget bounds the tokens one run of the key (its x-tokenwarden-run-id)
-	// reserves and spends; a request beyond it gets 429 run_budget (0 or absent: none).
+	// reserves and spends; a request beyond it gets 429 run_budget_exceeded (0 or absent:
+	// none).
 	RunTokenBudget int64 `json:"run_token_budget,omitempty"`
 	// RunMaxSteps bounds the requests one run of the key sends; one more gets 429
-	// run_steps (0 or absent: none).
+	// run_steps_exceeded (0 or absent: none).
 	RunMaxSteps int64 `json:"run_max_steps,omitempty"`
 }
 

@@ -41,7 +41,8 @@ type runtime struct {
 	retryPatience time.Duration
 	upstreams     []*upstream
 	byModel       map[string]*upstream
-	// keySched holds each key's priority class and weight, by key name.
+	// keySched holds each key's priority class, weight and limits for agents, by key
+	// name.
 	keySched map[string]keySched
 	// classLimits are each class's bounds, by schedule.Class.
 	classLimits [len(schedule.Classes)]config.ClassLimits
