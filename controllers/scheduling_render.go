@@ -27,6 +27,7 @@ func renderScheduling(s *twv1alpha1.SchedulingSpec, c *config.Config) {
 	sc := &c.Scheduling
 	sc.MaxQueueWaitSeconds = s.MaxQueueWaitSeconds
 	sc.MaxQueueLength = s.MaxQueueLength
+	sc.MaxQueueBytes = s.MaxQueueBytes
 	sc.AgingSeconds = s.AgingSeconds
 	if s.OutputWeight != nil {
 		sc.OutputWeight = quantityFloat(*s.OutputWeight)

@@ -24,7 +24,7 @@ var _ = Describe("A fleet's scheduling", func() {
 		tp.Spec.Upstreams[1].TimeoutSeconds = 250
 		tp.Spec.Upstreams[1].Capacity = &twv1alpha1.UpstreamCapacity{MaxInFlightRequests: 16, MaxInFlightTokens: 64000}
 		tp.Spec.Scheduling = &twv1alpha1.SchedulingSpec{
-			MaxQueueWaitSeconds: 20, AgingSeconds: 5, OutputWeight: ptr.To(resource.MustParse("1.5")), MaxRuns: 500,
+			MaxQueueWaitSeconds: 20, MaxQueueBytes: 1 << 20, AgingSeconds: 5, OutputWeight: ptr.To(resource.MustParse("1.5")), MaxRuns: 500,
 			Interactive: &twv1alpha1.ClassSpec{MaxQueueWaitSeconds: 2, MaxOutputTokens: 4096},
 			Background:  &twv1alpha1.ClassSpec{MaxQueueWaitSeconds: 200, MaxOutputTokens: 8192, OverMaxOutputTokens: twv1alpha1.OverMaxOutputTokensRefuse},
 		}
@@ -42,6 +42,7 @@ var _ = Describe("A fleet's scheduling", func() {
 			sc := &c.Scheduling
 			g.Expect(sc.OutputTokenWeight()).To(Equal(1.5))
 			g.Expect(sc.Aging()).To(Equal(5 * time.Second))
+			g.Expect(sc.QueueBytes()).To(Equal(int64(1 << 20)))
 			g.Expect(sc.Classes.Of(config.PriorityInteractive).MaxQueueWait(sc)).To(Equal(2 * time.Second))
 			g.Expect(sc.Classes.Of(config.PriorityBatch).MaxQueueWait(sc)).To(Equal(20 * time.Second))
 			g.Expect(sc.Classes.Background).To(Equal(config.ClassLimits{MaxQueueWaitSeconds: 200, MaxOutputTokens: 8192, OverMaxOutputTokens: config.OverRefuse}))

@@ -63,6 +63,11 @@ type SchedulingSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
 	MaxQueueLength int64 `json:"maxQueueLength,omitempty"`
+	// MaxQueueBytes bounds the request bodies each upstream's waiting requests hold in
+	// a replica's memory; past it 429 queue_full. Default 256 MiB.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxQueueBytes int64 `json:"maxQueueBytes,omitempty"`
 	// AgingSeconds raises a waiting class by one for every agingSeconds its oldest
 	// request has waited, so a lower class is never starved. Default 10.
 	// +optional

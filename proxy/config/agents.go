@@ -71,6 +71,12 @@ func (s *Scheduling) LongestQueueWait() time.Duration {
 	return w
 }
 
+// DefaultMaxQueueBytes is scheduling.max_queue_bytes's default: 256 MiB.
+const DefaultMaxQueueBytes = 256 << 20
+
+// QueueBytes is max_queue_bytes in force.
+func (s *Scheduling) QueueBytes() int64 { return cmp.Or(s.MaxQueueBytes, DefaultMaxQueueBytes) }
+
 // Agents bound the runs the proxy keeps for api_keys[].run_token_budget and
 // run_max_steps.
 type Agents struct {
@@ -104,6 +110,7 @@ func (a *Agents) RunIdle() time.Duration {
 }
 
 func (c *Config) validateAgents(errs *fieldErrors) {
+	nonNegative(errs, "scheduling.max_queue_bytes", c.Scheduling.MaxQueueBytes)
 	nonNegative(errs, "agents.max_runs", c.Agents.MaxRuns)
 	nonNegative(errs, "agents.run_idle_seconds", c.Agents.RunIdleSeconds)
 	for _, p := range []string{PriorityInteractive, PriorityBatch, PriorityBackground} {

@@ -37,6 +37,7 @@ agents: {max_runs: 500}
 		Expect(c.APIKeys[0].MaxInFlight).To(Equal(int64(4)))
 		Expect(c.Agents.Runs()).To(Equal(500))
 		Expect(c.Agents.RunIdle()).To(Equal(900 * time.Second))
+		Expect(sc.QueueBytes()).To(Equal(int64(256 << 20)))
 		Expect(c.DrainTimeout()).To(Equal(420*time.Second), "a stopping proxy waits for the longest class's wait and the upstream")
 	})
 
@@ -47,6 +48,7 @@ upstreams:
 api_keys:
 - {name: agent, key_sha256: ` + hash + `, max_in_flight: -1, run_token_budget: -2, run_max_steps: -3}
 scheduling:
+  max_queue_bytes: -1
   classes:
     batch: {max_queue_wait_seconds: -1, max_output_tokens: -5, over_max_output_tokens: truncate}
 agents: {max_runs: -1, run_idle_seconds: -1}
@@ -60,6 +62,7 @@ agents: {max_runs: -1, run_idle_seconds: -1}
 			"scheduling.classes.batch.max_output_tokens: must not be negative",
 			`scheduling.classes.batch.over_max_output_tokens: must be "clamp" or "refuse", got "truncate"`,
 			"agents.max_runs: must not be negative",
+			"scheduling.max_queue_bytes: must not be negative",
 			"agents.run_idle_seconds: must not be negative",
 		} {
 			Expect(err.Error()).To(ContainSubstring(f))

@@ -97,6 +97,10 @@ type Scheduling struct {
 	// MaxQueueLength bounds each upstream's waiting requests; one more gets 429
 	// queue_full (0 or absent: 1000).
 	MaxQueueLength int64 `json:"max_queue_length,omitempty"`
+	// MaxQueueBytes bounds the request bodies each upstream's waiting requests hold in
+	// memory; a request that would take them past it gets 429 queue_full (0 or absent:
+	// 256 MiB; agents.go).
+	MaxQueueBytes int64 `json:"max_queue_bytes,omitempty"`
 	// AgingSeconds raises a waiting class by one class for every AgingSeconds its
 	// oldest request has waited, so batch and background are never starved (0 or
 	// absent: 10).

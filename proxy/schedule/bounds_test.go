@@ -101,3 +101,40 @@ func TestDrainRate(t *testing.T) {
 	}
 	run.Done(0, 0)
 }
+
+// TestQueueBytes: the bodies waiting are bounded; a request alone may wait whatever
+// its size.
+func TestQueueBytes(t *testing.T) {
+	s := schedule.New(schedule.Options{MaxInFlightRequests: 1, MaxQueueBytes: 1000})
+	run, _ := s.Acquire(context.Background(), schedule.Request{Tenant: "a"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 2)
+	go func() { _, err := s.Acquire(ctx, schedule.Request{Tenant: "b", Bytes: 5000}); done <- err }()
+	waitFor(t, "the large request to queue alone", func() bool { return waiting(s) == 1 })
+	if _, err := s.Acquire(context.Background(), schedule.Request{Tenant: "c", Bytes: 1}); !errors.Is(err, schedule.ErrQueueFull) {
+		t.Fatalf("a request past max_queue_bytes: %v, want ErrQueueFull", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the large request: %v", err)
+	}
+	// Its bytes left with it: two of 400 fit.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	for range 2 {
+		go func() { _, err := s.Acquire(ctx2, schedule.Request{Tenant: "d", Bytes: 400}); done <- err }()
+	}
+	waitFor(t, "two requests to queue", func() bool { return waiting(s) == 2 })
+	if _, err := s.Acquire(context.Background(), schedule.Request{Tenant: "e", Bytes: 400}); !errors.Is(err, schedule.ErrQueueFull) {
+		t.Fatalf("a third of 400 bytes: %v, want ErrQueueFull", err)
+	}
+	run.Done(0, 0)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cancel2()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the last waiter: %v", err)
+	}
+}

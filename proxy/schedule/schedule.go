@@ -87,6 +87,10 @@ type Options struct {
 	ClassMaxQueueWait [len(Classes)]time.Duration
 	// MaxQueueLength bounds the waiting requests; one more gets ErrQueueFull.
 	MaxQueueLength int
+	// MaxQueueBytes bounds the bodies the waiting requests hold (Request.Bytes); a
+	// request that would take them past it gets ErrQueueFull, unless nothing waits (0:
+	// no bound).
+	MaxQueueBytes int64
 	// Aging raises a waiting class by one class for every Aging its oldest request has
 	// waited, so a lower class is served within a bounded time (0: strict priority).
 	Aging time.Duration
@@ -127,6 +131,8 @@ type Request struct {
 	Class  Class
 	// Input and Output are the tokens the request reserved.
 	Input, Output int64
+	// Bytes is the memory the request holds while it waits (its body).
+	Bytes int64
 }
 
 // Errors a wait ends with. A canceled context ends it with the context's error.
@@ -153,6 +159,8 @@ type Scheduler struct {
 	inReq, inTok int64
 	classes      [numClasses]classQueue
 	waiting      int
+	// waitingBytes is the sum of the waiting requests' Bytes.
+	waitingBytes int64
 	// tenants keeps each tenant's service counter; a tenant is kept while it has
 	// service recorded, bounded by the config's keys (and anonymous).
 	tenants map[string]*tenant
@@ -283,7 +291,8 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
 	}
 	now := s.o.Now()
-	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength {
+	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength ||
+		s.o.MaxQueueBytes > 0 && s.waiting > 0 && s.waitingBytes+r.Bytes > s.o.MaxQueueBytes {
 		err := &WaitError{Err: ErrQueueFull, RetryAfter: s.retryAfterLocked(r.Class)}
 		if s.o.Observer != nil {
 			s.o.Observer.Left(r.Class, "queue_full", 0)
@@ -422,6 +431,7 @@ func (s *Scheduler) pushLocked(w *waiter) {
 		s.busySince = w.since
 	}
 	s.waiting++
+	s.waitingBytes += w.req.Bytes
 	if s.o.Observer != nil {
 		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
 	}
@@ -436,6 +446,7 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	}
 	cq.arrivals.Remove(w.arrival)
 	s.waiting--
+	s.waitingBytes -= w.req.Bytes
 	if s.o.Observer != nil {
 		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
 	}

@@ -255,6 +255,26 @@ scheduling:
 		Expect(waits(h, "interactive")).To(BeZero())
 	})
 
+	It("bounds the bodies the queue holds in memory", func() {
+		h, g := gated(doc + "  max_queue_bytes: 150\n")
+		out := make(chan sent, 4)
+		send(context.Background(), h, out, "b0", "sk-alice")
+		Eventually(g.order).Should(HaveLen(1))
+		// send's body is 88 bytes: one waits, a second would hold 176.
+		send(context.Background(), h, out, "b1", "sk-alice")
+		Eventually(func() float64 { return counter(h.m.QueueLength.WithLabelValues("default", "batch")) }).Should(Equal(1.0))
+		send(context.Background(), h, out, "b2", "sk-alice")
+		r := <-out
+		Expect(r.name).To(Equal("b2"))
+		Expect(r.code).To(Equal(http.StatusTooManyRequests))
+		Expect(r.body).To(ContainSubstring(`"code":"queue_full"`))
+		Expect(counter(h.m.Agents.ClassRefusals.WithLabelValues("batch", "queue_full"))).To(Equal(1.0))
+		g.release()
+		for range 2 {
+			Expect((<-out).code).To(Equal(200))
+		}
+	})
+
 	It("lets clients that disconnect while queued leave at once, with no hold and no goroutine left", func() {
 		h, g := gated(doc)
 		out := make(chan sent, 16)

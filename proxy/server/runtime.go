@@ -163,6 +163,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 				MaxInFlightTokens:   uc.Capacity.MaxInFlightTokens,
 				MaxQueueWait:        sc.MaxQueueWait(),
 				MaxQueueLength:      sc.QueueLength(),
+				MaxQueueBytes:       sc.QueueBytes(),
 				Aging:               sc.Aging(),
 				OutputWeight:        sc.OutputTokenWeight(),
 			}

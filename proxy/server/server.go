@@ -427,7 +427,7 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 // with a Retry-After (nothing, when the client went away) and reports false; the
 // caller's deferred release then gives the reservation back.
 func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Scheduler, key *budget.KeyPolicy) bool {
-	req := schedule.Request{Class: ex.agent.class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output}
+	req := schedule.Request{Class: ex.agent.class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output, Bytes: max(r.ContentLength, 0)}
 	if key != nil {
 		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
