@@ -10,8 +10,8 @@
 // Counter (Sheng et al., OSDI 2024): the tenant with the least weighted service so far
 // goes first, service counted in tokens with output weighted above input.
 //
-// A wait is bounded: by the scheduler's maximum wait, by the queue's length, and by
-// the request's context (a client that goes away leaves the queue at once). Every
+// A wait is bounded: by its class's maximum wait, by the queue's length and the bytes
+// its requests hold, and by the request's context (a client that goes away leaves the queue at once). Every
 // dispatched request holds a Slot until Done, which gives its capacity back.
 package schedule
 
