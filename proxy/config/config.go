@@ -261,9 +261,14 @@ const (
 
 // Redis configures the shared store.
 type Redis struct {
-	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS. One server:
-	// Sentinel and Cluster URLs are refused.
+	// URL is redis://[user:password@]host:port[/db] (rediss:// for TLS) for one
+	// server, redis+cluster://host:port[,host:port...] for a Redis Cluster, or
+	// redis+sentinel://host:port[,host:port...]/MASTER[/db] for a primary found
+	// through Sentinel (see ParseRedisURL).
 	URL string `json:"url,omitempty"`
+	// SentinelPasswordEnv names an environment variable holding the sentinels' own
+	// password (a redis+sentinel:// URL only).
+	SentinelPasswordEnv string `json:"sentinel_password_env,omitempty"`
 	// PasswordEnv names an environment variable holding the password, so the document
 	// need not carry it.
 	PasswordEnv string `json:"password_env,omitempty"`
