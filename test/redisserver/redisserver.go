@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TB is the part of testing.TB (and of Ginkgo's GinkgoT()) that the helper needs.
@@ -30,10 +32,16 @@ type TB interface {
 type Server struct {
 	port int
 	dir  string
+	// conf is a config file the server starts from (a sentinel's); args are added to
+	// the command line (a cluster node's, a sentinel's).
+	conf string
+	args []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// admin is a client of this node alone, for the cluster and sentinel helpers.
+	admin *redis.Client
 }
 
 // Binary is the redis-server executable that Start runs: $REDIS_SERVER when set,
@@ -53,16 +61,31 @@ func Binary() (string, error) {
 // t.Cleanup. A missing binary fails the test: the Redis suites never skip.
 func Start(t TB) *Server {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith starts a server from the config file and with the extra arguments setup
+// gives for its port and directory.
+func startWith(t TB, setup func(port int, dir string) (conf string, args []string)) *Server {
+	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("redisserver: no free port: %v", err)
 	}
 	s := &Server{port: port, dir: mkdirTemp(t)}
+	if setup != nil {
+		s.conf, s.args = setup(port, s.dir)
+	}
 	if err := s.start(); err != nil {
 		t.Fatalf("redisserver: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = s.Kill()
+		s.mu.Lock()
+		if s.admin != nil {
+			_ = s.admin.Close()
+		}
+		s.mu.Unlock()
 		_ = os.RemoveAll(s.dir)
 	})
 	return s
@@ -70,6 +93,9 @@ func Start(t TB) *Server {
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
 
 // URL is the server's redis:// URL for database 0.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
@@ -136,7 +162,11 @@ func (s *Server) start() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command(bin,
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf) // a config file comes first
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--port", fmt.Sprint(s.port),
 		"--save", "",
@@ -145,6 +175,8 @@ func (s *Server) start() error {
 		"--protected-mode", "yes",
 		"--loglevel", "warning",
 	)
+	args = append(args, s.args...)
+	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out := &tailBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -23,8 +23,8 @@ import (
 // A reservation takes one script call per slot group it touches, in a fixed order: the
 // platform and shared budgets first, then the tenant's (groupRank), so a refusal on a
 // hot shared budget takes nothing from a tenant. Each call is all or nothing. When a
-// group refuses, the groups already taken are released (their amounts refunded, in
-// the background, best effort); a release lost to a failing Redis leaves the budget
+// group refuses, the groups already taken are released (their amounts refunded, best
+// effort, before the refusal is answered); a release lost to a failing Redis leaves the budget
 // charged: it counts high, never low, by at most one reservation's amounts per lost
 // release, and the bucket returns it at its refill rate. Settlement (refunds and
 // overage charges) is split by group the same way.
@@ -183,10 +183,12 @@ func (s *Store) reserveGroups(ctx context.Context, r *budget.Reservation) (budge
 	return res, nil
 }
 
-// release returns what the parts took, in the background: their tokens (a warn bucket
-// that did not fit took nothing), and their request counts too when requests is true.
-// A release that cannot reach Redis is lost and the budget stays charged until the
-// buckets refill: it counts high, never low.
+// release returns what the parts took: their tokens (a warn bucket that did not fit
+// took nothing), and their request counts too when requests is true. The refusal
+// waits for it (one more round trip, shared with the pipeline's other calls), so a
+// caller that reads the buckets after a refusal finds them as they were. A release
+// that cannot reach Redis is lost and the budget stays charged until the buckets
+// refill: it counts high, never low.
 func (s *Store) release(taken []*part, warned [][]bool, requests bool) {
 	var charges []budget.Charge
 	for n, p := range taken {
@@ -208,7 +210,7 @@ func (s *Store) release(taken []*part, warned [][]bool, requests bool) {
 		return
 	}
 	s.releases.Add(1)
-	go s.Refund(context.Background(), charges)
+	s.Refund(context.Background(), charges)
 }
 
 // stampGroups writes the fleet's epoch into every slot group that holds none (a
