@@ -84,6 +84,9 @@ func StartCluster(t TB, masters, replicas int) *Cluster {
 		}
 	}
 	c.WaitOK(t)
+	for _, rs := range c.Replicas {
+		waitSynced(t, rs)
+	}
 	return c
 }
 
@@ -224,7 +227,11 @@ func (s *Server) busPort() string {
 	return strconv.Itoa(s.port + 10000)
 }
 
-// client is a short-lived client of this one node.
+// Client is a client of this one node (cluster and sentinel tests use it to flush or
+// inspect one node).
+func (s *Server) Client() *redis.Client { return s.client() }
+
+// client is a client of this one node, closed when the test ends.
 func (s *Server) client() *redis.Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -8,6 +8,7 @@ package redisserver
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -94,6 +95,23 @@ func startWith(t TB, setup func(port int, dir string) (conf string, args []strin
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 
+// waitSynced waits until every replica's link to its master is up.
+func waitSynced(t TB, replicas []*Server) {
+	t.Helper()
+	for _, r := range replicas {
+		eventually(t, 20*time.Second, "replica "+r.Addr()+" is in sync", func() error {
+			info, err := r.client().Info(context.Background(), "replication").Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("%s", info)
+			}
+			return nil
+		})
+	}
+}
+
 // Port is the server's port.
 func (s *Server) Port() int { return s.port }
 
@@ -174,6 +192,8 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--protected-mode", "yes",
 		"--loglevel", "warning",
+		// A replica syncs at once rather than after five seconds.
+		"--repl-diskless-sync-delay", "0",
 	)
 	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)

@@ -40,6 +40,7 @@ func StartSentinel(t TB, replicas, sentinels int) *Sentinel {
 		}
 		st.Data = append(st.Data, r)
 	}
+	waitSynced(t, st.Data[1:])
 	quorum := sentinels/2 + 1
 	for range sentinels {
 		st.Sentinels = append(st.Sentinels, startWith(t, func(port int, dir string) (string, []string) {

@@ -5,6 +5,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,9 @@ func bucket(dim budget.Dimension, id string, capacity float64) budget.Charge {
 // It counts the admissions on Redis (shared) and on the fallback, and the errors.
 type fleetLoad struct {
 	shared, local, refused, errs atomic.Int64
-	wg                           sync.WaitGroup
+	// sharedRefused are the refusals Redis decided.
+	sharedRefused atomic.Int64
+	wg            sync.WaitGroup
 }
 
 func (f *fleetLoad) run(stores []*redisstore.Store, workers int, charges func(i int) []budget.Charge, stop <-chan struct{}) {
@@ -89,6 +92,9 @@ func (f *fleetLoad) run(stores []*redisstore.Store, workers int, charges func(i 
 					f.errs.Add(1)
 				case !res.Admitted:
 					f.refused.Add(1)
+					if res.Shared {
+						f.sharedRefused.Add(1)
+					}
 				case res.Shared:
 					f.shared.Add(1)
 				default:
@@ -134,6 +140,139 @@ var _ = Describe("A Redis Cluster", func() {
 			Expect(err).NotTo(HaveOccurred())
 			return l
 		}).WithTimeout(5 * time.Second).Should(BeNumerically("~", 100, 0.5))
-		Expect(a.Releases() + b.Releases()).To(BeNumerically(">", 100), "each refusal by the per-key bucket released the global one")
+		Expect(a.Releases()+b.Releases()).To(BeNumerically(">", 100), "each refusal by the per-key bucket released the global one")
+	})
+})
+
+var _ = Describe("Failover and resharding under load", func() {
+	ctx := context.Background()
+	// global is the fleet's global bucket: 400 tokens that never refill while the test
+	// runs. Each reservation takes one.
+	const capacity = 400
+	charges := func(int) []budget.Charge { return []budget.Charge{bucket(budget.Global, "", capacity)} }
+
+	It("moves a slot under load (ASK, then MOVED) without an error or a lost admission", func() {
+		s := clusterStore(cluster.URL(), nil)
+		key := s.Key(bucket(budget.Global, "", capacity).Key)
+		from := cluster.MasterOf(GinkgoT(), key)
+		to := cluster.Masters[0]
+		if to == from {
+			to = cluster.Masters[1]
+		}
+		stop := make(chan struct{})
+		load := &fleetLoad{}
+		load.run([]*redisstore.Store{s}, 8, charges, stop)
+		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
+		cluster.MoveSlot(GinkgoT(), redisserver.Slot(key), from, to)
+		Expect(cluster.MasterOf(GinkgoT(), key)).To(Equal(to))
+		Eventually(load.refused.Load).WithTimeout(10 * time.Second).Should(BeNumerically(">", 50))
+		close(stop)
+		load.wg.Wait()
+		Expect(load.errs.Load()).To(BeZero())
+		Expect(load.local.Load()).To(BeZero(), "no call failed over to the fallback")
+		// A reservation whose reply was lost in a redirect counts high, never low.
+		GinkgoWriter.Printf("admitted while the slot moved: %d of %d\n", load.shared.Load(), capacity)
+		Expect(load.shared.Load()).To(BeNumerically("<=", capacity), "the bucket moved whole: never more than its capacity")
+		Expect(load.shared.Load()).To(BeNumerically(">=", capacity-8), "at most the reservations in flight counted high")
+	})
+
+	It("kills a master under load: the fallback takes over, nothing beyond its share, and the replica carries on", func() {
+		withReplicas := redisserver.StartCluster(GinkgoT(), 3, 1)
+		fallback := budget.NewMemory(budget.SystemClock{}, 100)
+		s := clusterStore(withReplicas.URL(), fallback)
+		key := s.Key(bucket(budget.Global, "", capacity).Key)
+		stop := make(chan struct{})
+		load := &fleetLoad{}
+		load.run([]*redisstore.Store{s}, 8, charges, stop)
+		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
+		master := withReplicas.MasterOf(GinkgoT(), key)
+		sharedBefore := load.shared.Load()
+		Expect(master.Kill()).To(Succeed())
+		Eventually(load.local.Load).Should(BeNumerically(">", 0), "admission falls back while the slot has no master")
+		Eventually(func() *redisserver.Server { return withReplicas.MasterOf(GinkgoT(), key) }).
+			WithTimeout(20*time.Second).ShouldNot(Equal(master), "the replica took over the slot")
+		withReplicas.WaitOK(GinkgoT())
+		Eventually(load.sharedRefused.Load).WithTimeout(15*time.Second).Should(BeNumerically(">", 50), "back on Redis, which spent the bucket")
+		close(stop)
+		load.wg.Wait()
+		Expect(load.errs.Load()).To(BeZero(), "every admission was answered")
+		Expect(load.local.Load()).To(BeNumerically("<=", capacity/3), "the fallback admits at most the replica's divided share")
+		// The replica holds what the master wrote, up to the replication lag: the fleet
+		// admits its capacity, plus at most the writes the failover lost, minus the
+		// reservations whose reply the dying master never sent (they count high).
+		GinkgoWriter.Printf("admitted on Redis before the kill: %d; in all: %d of %d\n", sharedBefore, load.shared.Load(), capacity)
+		Expect(load.shared.Load()).To(BeNumerically("~", capacity, 8), "at most the reservations in flight when the master died")
+		l, _, err := s.Level(ctx, bucket(budget.Global, "", capacity).Key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(l).To(BeNumerically("<", 1), "the bucket is spent on the promoted replica")
+	})
+
+	It("follows a Sentinel failover under load", func() {
+		st := redisserver.StartSentinel(GinkgoT(), 1, 1)
+		fallback := budget.NewMemory(budget.SystemClock{}, 100)
+		s := clusterStore(st.URL(), fallback)
+		stop := make(chan struct{})
+		load := &fleetLoad{}
+		load.run([]*redisstore.Store{s}, 8, charges, stop)
+		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
+		old := st.Primary(GinkgoT())
+		Expect(old.Kill()).To(Succeed())
+		Eventually(load.local.Load).Should(BeNumerically(">", 0), "admission falls back while there is no primary")
+		st.WaitPrimary(GinkgoT(), old)
+		Eventually(load.sharedRefused.Load).WithTimeout(15*time.Second).Should(BeNumerically(">", 50), "back on Redis, which spent the bucket")
+		close(stop)
+		load.wg.Wait()
+		Expect(load.errs.Load()).To(BeZero())
+		Expect(load.local.Load()).To(BeNumerically("<=", capacity/3))
+		GinkgoWriter.Printf("admitted on Redis: %d of %d\n", load.shared.Load(), capacity)
+		Expect(load.shared.Load()).To(BeNumerically("~", capacity, 8), "at most the reservations in flight when the primary died")
+	})
+})
+
+var _ = Describe("The trust fence on a cluster", func() {
+	ctx := context.Background()
+	durable := func(id string) []budget.Charge {
+		return []budget.Charge{{Key: budget.Key{Kind: budget.Rolling, Dim: budget.APIKey, ID: id, Rule: "cost"},
+			Capacity: 100, Rate: still, SharedCapacity: 100, SharedRate: still, Amount: 1, Durable: true}}
+	}
+	It("fences the slot groups of a master that lost its data, and only those", func() {
+		own := redisserver.StartCluster(GinkgoT(), 3, 0)
+		s := clusterStore(own.URL(), nil)
+		// Subjects on two different masters.
+		a := "alice"
+		var b string
+		for i := 0; ; i++ {
+			b = fmt.Sprint("bob-", i)
+			if own.MasterOf(GinkgoT(), s.Key(durable(b)[0].Key)) != own.MasterOf(GinkgoT(), s.Key(durable(a)[0].Key)) {
+				break
+			}
+		}
+		for _, id := range []string{a, b} {
+			res, err := s.Reserve(ctx, &budget.Reservation{Tokens: durable(id)})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+		}
+		epoch := s.Epochs()[0].Epoch
+		Expect(epoch).NotTo(BeEmpty())
+		// alice's master loses its data (a restart without persistence keeps its
+		// slots, not its keys).
+		Expect(own.MasterOf(GinkgoT(), s.Key(durable(a)[0].Key)).Client().FlushAll(ctx).Err()).To(Succeed())
+		_, err := s.Reserve(ctx, &budget.Reservation{Tokens: durable(a)})
+		var rec *budget.RecoveringError
+		Expect(errors.As(err, &rec)).To(BeTrue(), "alice's group lost its epoch: %v", err)
+		res, err := s.Reserve(ctx, &budget.Reservation{Tokens: durable(b)})
+		Expect(err).NotTo(HaveOccurred(), "bob's group kept its epoch")
+		Expect(res.Admitted).To(BeTrue())
+		e := s.Epochs()[0]
+		Expect(e.Fenced).To(BeTrue())
+		Expect(e.SlotGroups).To(HaveLen(1))
+		// Attesting writes a new epoch into every group and lifts the fence.
+		after, err := s.Attest(ctx, nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).NotTo(Equal(epoch))
+		res, err = s.Reserve(ctx, &budget.Reservation{Tokens: durable(a)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Admitted).To(BeTrue())
+		Expect(s.Epochs()[0].Fenced).To(BeFalse())
 	})
 })

@@ -215,6 +215,11 @@ func (s *Store) down() bool { return s.clock.Now().UnixNano() < s.downUntil.Load
 func (s *Store) markDown(err error) {
 	now := s.clock.Now()
 	until := now.Add(s.backoff).UnixNano()
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		// A master may be gone and its replica promoted: ask the cluster who serves
+		// which slots before the next try.
+		cc.ReloadState(context.Background())
+	}
 	if prev := s.downUntil.Swap(until); now.UnixNano() < prev {
 		return // already down: said once
 	}
