@@ -25,6 +25,9 @@ const (
 	podNameEnv = "POD_NAME"
 	// redisPasswordEnv is the proxy's environment variable with the Redis password.
 	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
+	// redisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
+	// password.
+	redisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
 )
 
 // keyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
@@ -115,6 +118,9 @@ func render(f *fleet) *config.Config {
 		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
 			rl.Redis.PasswordEnv = redisPasswordEnv
+		}
+		if r.SentinelPasswordSecretRef != nil {
+			rl.Redis.SentinelPasswordEnv = redisSentinelPasswordEnv
 		}
 	}
 	for _, b := range f.budgets {

@@ -372,6 +372,11 @@ func (in *RedisSpec) DeepCopyInto(out *RedisSpec) {
 		*out = new(SecretKeyReference)
 		**out = **in
 	}
+	if in.SentinelPasswordSecretRef != nil {
+		in, out := &in.SentinelPasswordSecretRef, &out.SentinelPasswordSecretRef
+		*out = new(SecretKeyReference)
+		**out = **in
+	}
 	if in.FallbackToMemory != nil {
 		in, out := &in.FallbackToMemory, &out.FallbackToMemory
 		*out = new(bool)
