@@ -138,11 +138,7 @@ func (s *Store) reserveGroups(ctx context.Context, r *budget.Reservation) (budge
 		rep := s.run(call{kind: reserveCall, reservation: &p.r, group: p.group})
 		if rep.err != nil {
 			s.release(taken, warned, true)
-			if ctx.Err() != nil {
-				return budget.Result{}, ctx.Err()
-			}
-			s.markDown(rep.err)
-			return s.unavailable(ctx, r, rep.err)
+			return budget.Result{}, &downError{rep.err}
 		}
 		pr, err := parseReserve(rep.val, &p.r, s, p.group)
 		if err != nil {
@@ -210,7 +206,7 @@ func (s *Store) release(taken []*part, warned [][]bool, requests bool) {
 		return
 	}
 	s.releases.Add(1)
-	s.Refund(context.Background(), charges)
+	s.refundShared(charges)
 }
 
 // stampGroups writes the fleet's epoch into every slot group that holds none (a

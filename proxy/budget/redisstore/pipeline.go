@@ -146,6 +146,12 @@ func (s *Store) gather(charges []budget.Charge) *refunds {
 		s.gathering = r
 		time.AfterFunc(s.linger, func() { s.sendRefunds(r) })
 	}
+	r.add(charges)
+	return r
+}
+
+// add gathers one refund.
+func (r *refunds) add(charges []budget.Charge) {
 	r.n++
 	for _, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
@@ -154,6 +160,12 @@ func (s *Store) gather(charges []budget.Charge) *refunds {
 		}
 		r.amounts[b] += ch.Amount
 	}
+}
+
+// refundsOf is one refund on its own, for a pipeline to send.
+func (s *Store) refundsOf(charges []budget.Charge) *refunds {
+	r := &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
+	r.add(charges)
 	return r
 }
 

@@ -63,6 +63,10 @@ type Options struct {
 	// EpochChanged, when set, is called (it must not block) when the epochs Epochs
 	// reports change: an epoch created, set or attested, a fence found or lifted.
 	EpochChanged func()
+	// LeaseFraction, above 0, serves the global and per-model token budgets from
+	// slices of this fraction of their capacity that the replica takes from Redis and
+	// spends locally (lease.go); 0 decides every request in Redis.
+	LeaseFraction float64
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -87,6 +91,11 @@ type Store struct {
 	epochMu sync.Mutex
 	// releases counts the reservations released because a later slot group refused.
 	releases atomic.Int64
+	// leaseFraction is Options.LeaseFraction; leases the slices held, by bucket key;
+	// leaseTakes counts the slices taken.
+	leaseFraction float64
+	leases        sync.Map
+	leaseTakes    atomic.Int64
 	// epochChanged is Options.EpochChanged, or a no-op.
 	epochChanged func()
 	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
@@ -161,6 +170,11 @@ func New(o Options) (*Store, error) {
 	s.workers.Add(pipelineWorkers)
 	for range pipelineWorkers {
 		go s.pipeline()
+	}
+	if o.LeaseFraction > 0 {
+		s.leaseFraction = min(o.LeaseFraction, 1)
+		s.workers.Add(1)
+		go s.returnIdle()
 	}
 	return s, nil
 }
@@ -249,13 +263,43 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 	if len(r.Requests)+len(r.Tokens) == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
+	rr, leased := r, (*leasedCharges)(nil)
+	if s.leaseFraction > 0 {
+		rr, leased = s.takeLeases(ctx, r)
+	}
+	res, err := s.reserveShared(ctx, rr)
+	var down *downError
+	if errors.As(err, &down) {
+		leased.giveBack()
+		if ctx.Err() != nil {
+			return budget.Result{}, ctx.Err()
+		}
+		s.markDown(down.err)
+		return s.unavailable(ctx, r, down.err)
+	}
+	if err != nil || !res.Admitted {
+		leased.giveBack()
+	}
+	if err != nil || leased == nil {
+		return res, err
+	}
+	return leased.merge(r, res), nil
+}
+
+// downError is a call that could not reach Redis.
+type downError struct{ err error }
+
+func (e *downError) Error() string { return e.err.Error() }
+
+// reserveShared decides a reservation in Redis: one script call on one server, one
+// per slot group on a cluster. An error that kept it from Redis is a *downError.
+func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budget.Result, error) {
+	if len(r.Requests)+len(r.Tokens) == 0 {
+		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
+	}
 	if s.epoch.Load() == nil && fenceable(r) {
 		if err := s.ensureEpoch(ctx); err != nil {
-			if ctx.Err() != nil {
-				return budget.Result{}, ctx.Err()
-			}
-			s.markDown(err)
-			return s.unavailable(ctx, r, err)
+			return budget.Result{}, &downError{err}
 		}
 	}
 	if s.sharded {
@@ -263,11 +307,7 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 	}
 	rep := s.run(call{kind: reserveCall, reservation: r})
 	if rep.err != nil {
-		if ctx.Err() != nil {
-			return budget.Result{}, ctx.Err()
-		}
-		s.markDown(rep.err)
-		return s.unavailable(ctx, r, rep.err)
+		return budget.Result{}, &downError{rep.err}
 	}
 	return parseReserve(rep.val, r, s, 0)
 }
@@ -394,6 +434,14 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // reach Redis is dropped: the bucket returns the budget at its refill rate, which
 // bounds the loss to one window.
 func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
+	if s.leaseFraction > 0 {
+		charges = s.refundLeased(charges)
+	}
+	s.refundShared(charges)
+}
+
+// refundShared returns charges to the shared buckets in Redis.
+func (s *Store) refundShared(charges []budget.Charge) {
 	if len(charges) == 0 {
 		return
 	}
@@ -417,6 +465,10 @@ func millis(ms int64) time.Duration {
 	}
 	return time.Duration(max(ms, 0)) * time.Millisecond
 }
+
+// LeaseTakes counts the slices of hot shared budgets taken from Redis (tests and
+// diagnostics).
+func (s *Store) LeaseTakes() int64 { return s.leaseTakes.Load() }
 
 // Releases counts the reservations released on a cluster because a later slot group
 // refused (tests and diagnostics).
