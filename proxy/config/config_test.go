@@ -87,6 +87,7 @@ rate_limiting:
 		Entry("a Sentinel URL in another scheme", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis-sentinel://h:26379'}}", "rate_limiting.redis.url: a Sentinel URL is redis+sentinel://"),
 		Entry("a Sentinel URL without a master", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis+sentinel://h:26379'}}", "rate_limiting.redis.url: a Sentinel URL names the master after the addresses"),
 		Entry("a sentinel password without Sentinel", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', sentinel_password_env: P}}", "rate_limiting.redis.sentinel_password_env: only a redis+sentinel:// url has sentinels"),
+		Entry("a hot budget slice above half", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', hot_budget_slice: 0.75}}", "rate_limiting.redis.hot_budget_slice: must be a fraction of a budget from 0 to 0.5, got 0.75"),
 		Entry("a Cluster URL with a database", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis+cluster://a:6379,b:6379/2'}}", "rate_limiting.redis.url: a Redis Cluster has only database 0"),
 		Entry("an epoch not in the reported form", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', epoch: yesterday}}", `rate_limiting.redis.epoch: want <created Unix milliseconds>-<hex digits>, as the replicas report it, got "yesterday"`),
 		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster: write redis+cluster://a:6379,b:6379"),

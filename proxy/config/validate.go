@@ -224,6 +224,9 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if e := rl.Redis.Epoch; e != "" && !validEpoch(e) {
 		errs.add("rate_limiting.redis.epoch", "want <created Unix milliseconds>-<hex digits>, as the replicas report it, got %q", e)
 	}
+	if f := rl.Redis.HotBudgetSlice; !(f >= 0 && f <= 0.5) {
+		errs.add("rate_limiting.redis.hot_budget_slice", "must be a fraction of a budget from 0 to 0.5, got %v", f)
+	}
 	nonNegative(errs, "rate_limiting.redis.dial_timeout_ms", rl.Redis.DialTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.read_timeout_ms", rl.Redis.ReadTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.write_timeout_ms", rl.Redis.WriteTimeoutMillis)

@@ -356,7 +356,7 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 	}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	opts := redisstore.Options{
-		URL: rl.Redis.URL, Password: password, SentinelPassword: sentinelPassword, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
+		URL: rl.Redis.URL, Password: password, SentinelPassword: sentinelPassword, LeaseFraction: rl.Redis.HotBudgetSlice, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
 		DialTimeout: ms(rl.Redis.DialTimeoutMillis), ReadTimeout: ms(rl.Redis.ReadTimeoutMillis), WriteTimeout: ms(rl.Redis.WriteTimeoutMillis),
 		Clock: clock, Recorder: rec, Logger: log, EpochChanged: epochChanged,
 	}
