@@ -102,15 +102,18 @@ func (st *Sentinel) WaitPrimary(t TB, old *Server) *Server {
 	eventually(t, 30*time.Second, "the sentinels fail over", func() error {
 		addr, err := st.Sentinels[0].client().Do(context.Background(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", st.Name).StringSlice()
 		if err != nil || len(addr) != 2 {
-			return fmt.Errorf("%v %v", addr, err)
+			return fmt.Errorf("%v: %w", addr, err)
 		}
 		if addr[0]+":"+addr[1] == old.Addr() {
 			return fmt.Errorf("still %s", old.Addr())
 		}
 		p = st.Primary(t)
 		role, err := p.client().Do(context.Background(), "ROLE").Slice()
-		if err != nil || len(role) == 0 || role[0] != "master" {
-			return fmt.Errorf("%s: role %v %v", p.Addr(), role, err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Addr(), err)
+		}
+		if len(role) == 0 || role[0] != "master" {
+			return fmt.Errorf("%s: role %v", p.Addr(), role)
 		}
 		return nil
 	})

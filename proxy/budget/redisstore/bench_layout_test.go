@@ -84,7 +84,6 @@ func benchLayout(b *testing.B, s *redisstore.Store) {
 	b.SetParallelism(32) // 64 goroutines on GOMAXPROCS 2
 	b.ResetTimer()
 	start := time.Now()
-	var wg sync.WaitGroup
 	b.RunParallel(func(pb *testing.PB) {
 		r := fleetRequest(int(next.Add(1)-1) % 64)
 		for pb.Next() {
@@ -96,7 +95,6 @@ func benchLayout(b *testing.B, s *redisstore.Store) {
 			s.Refund(ctx, budget.WithAmount(r.Tokens, 300))
 		}
 	})
-	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
 	calls, usec := evalshaStats(b, s)

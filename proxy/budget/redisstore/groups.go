@@ -114,7 +114,7 @@ func (s *Store) split(r *budget.Reservation) []*part {
 // all or nothing; a refusal releases the groups already taken. A request-count
 // refusal releases everything taken (a request refusal takes nothing); a token
 // refusal releases the tokens taken and keeps the request counts, as one call would.
-func (s *Store) reserveGroups(ctx context.Context, r *budget.Reservation) (budget.Result, error) {
+func (s *Store) reserveGroups(r *budget.Reservation) (budget.Result, error) {
 	parts := s.split(r)
 	res := budget.Result{
 		Admitted:       true,

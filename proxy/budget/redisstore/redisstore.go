@@ -303,7 +303,7 @@ func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budge
 		}
 	}
 	if s.sharded {
-		return s.reserveGroups(ctx, r)
+		return s.reserveGroups(r)
 	}
 	rep := s.run(call{kind: reserveCall, reservation: r})
 	if rep.err != nil {
