@@ -278,3 +278,36 @@ var _ = Describe("The trust fence on a cluster", func() {
 		Expect(s.Epochs()[0].Fenced).To(BeFalse())
 	})
 })
+
+var _ = Describe("Usage on a cluster", func() {
+	It("reads every subject's buckets from every master", func() {
+		ctx := context.Background()
+		prefix := fmt.Sprintf("c%d", prefixes.Add(1))
+		a, b := fleetStore(cluster.URL(), prefix, nil), fleetStore(cluster.URL(), prefix, nil)
+		want := map[string]float64{}
+		for i := range 30 {
+			id := fmt.Sprint("key-", i)
+			ch := bucket(budget.APIKey, id, 1000)
+			ch.Amount = float64(i + 1)
+			rule := budget.Charge{Key: budget.Key{Kind: budget.Rolling, Dim: budget.APIKey, ID: id, Rule: "hourly"},
+				Capacity: 500, Rate: still, SharedCapacity: 500, SharedRate: still, Amount: 2}
+			res, err := a.Reserve(ctx, &budget.Reservation{Tokens: []budget.Charge{ch, rule}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Admitted).To(BeTrue())
+			want[id] = 1000 - float64(i+1)
+			want["hourly/"+id] = 498
+		}
+		got := map[string]float64{}
+		Expect(b.EachLevel(ctx, func(k budget.Key, level, _ float64) {
+			name := k.ID
+			if k.Rule != "" {
+				name = k.Rule + "/" + k.ID
+			}
+			got[name] = level
+		})).To(Succeed())
+		Expect(got).To(HaveLen(len(want)))
+		for name, l := range want {
+			Expect(got[name]).To(BeNumerically("~", l, 0.01), name)
+		}
+	})
+})
