@@ -70,6 +70,10 @@ type fleetLoad struct {
 	shared, local, refused, errs atomic.Int64
 	// sharedRefused are the refusals Redis decided.
 	sharedRefused atomic.Int64
+	// settled counts the holds settled on the backend that took them; with settle set,
+	// every admission settles (a refund of nothing, so the levels stay as they were).
+	settle  bool
+	settled atomic.Int64
 	wg            sync.WaitGroup
 }
 
@@ -99,6 +103,10 @@ func (f *fleetLoad) run(stores []*redisstore.Store, workers int, charges func(i 
 					f.shared.Add(1)
 				default:
 					f.local.Add(1)
+				}
+				if err == nil && res.Admitted && f.settle {
+					res.Backend.Refund(context.Background(), budget.WithAmount(charges(0), 0))
+					f.settled.Add(1)
 				}
 			}
 		}()
@@ -182,7 +190,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		s := clusterStore(withReplicas.URL(), fallback)
 		key := s.Key(bucket(budget.Global, "", capacity).Key)
 		stop := make(chan struct{})
-		load := &fleetLoad{}
+		load := &fleetLoad{settle: true}
 		load.run([]*redisstore.Store{s}, 8, charges, stop)
 		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
 		master := withReplicas.MasterOf(GinkgoT(), key)
@@ -198,6 +206,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		close(stop)
 		load.wg.Wait()
 		Expect(load.errs.Load()).To(BeZero(), "every admission was answered")
+		Expect(load.settled.Load()).To(Equal(load.shared.Load()+load.local.Load()), "every hold settled where it was taken")
 		Expect(load.local.Load()).To(BeNumerically("<=", capacity/3), "the fallback admits at most the replica's divided share")
 		// The replica holds what the master wrote, up to the replication lag: the fleet
 		// admits its capacity, plus at most the writes the failover lost, minus the
@@ -214,7 +223,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		fallback := budget.NewMemory(budget.SystemClock{}, 100)
 		s := clusterStore(st.URL(), fallback)
 		stop := make(chan struct{})
-		load := &fleetLoad{}
+		load := &fleetLoad{settle: true}
 		load.run([]*redisstore.Store{s}, 8, charges, stop)
 		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
 		old := st.Primary(GinkgoT())
@@ -225,6 +234,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		close(stop)
 		load.wg.Wait()
 		Expect(load.errs.Load()).To(BeZero())
+		Expect(load.settled.Load()).To(Equal(load.shared.Load()+load.local.Load()), "every hold settled where it was taken")
 		Expect(load.local.Load()).To(BeNumerically("<=", capacity/3))
 		GinkgoWriter.Printf("admitted on Redis: %d of %d\n", load.shared.Load(), capacity)
 		Expect(load.shared.Load()).To(BeNumerically("~", capacity, 8), "at most the reservations in flight when the primary died")
