@@ -74,7 +74,7 @@ type fleetLoad struct {
 	// every admission settles (a refund of nothing, so the levels stay as they were).
 	settle  bool
 	settled atomic.Int64
-	wg            sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 func (f *fleetLoad) run(stores []*redisstore.Store, workers int, charges func(i int) []budget.Charge, stop <-chan struct{}) {
