@@ -122,6 +122,9 @@ func render(f *fleet) *config.Config {
 		if r.SentinelPasswordSecretRef != nil {
 			rl.Redis.SentinelPasswordEnv = redisSentinelPasswordEnv
 		}
+		if r.HotBudgetSlicePercent != nil {
+			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
+		}
 	}
 	for _, b := range f.budgets {
 		if rulesShaped(b) {

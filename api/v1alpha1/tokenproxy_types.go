@@ -141,6 +141,16 @@ type RedisSpec struct {
 	// redis+sentinel:// url.
 	// +optional
 	SentinelPasswordSecretRef *SecretKeyReference `json:"sentinelPasswordSecretRef,omitempty"`
+	// HotBudgetSlicePercent, from 0 to 50, serves the global and per-model token
+	// budgets from slices of this percentage of their capacity that each replica leases
+	// from Redis and spends locally (rate_limiting.redis.hot_budget_slice): one Redis
+	// call per slice instead of one per request on the keys every request touches. The
+	// fleet never admits more than a budget; replicas hold back at most a slice each
+	// while busy. 0 or absent: off.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	HotBudgetSlicePercent *int32 `json:"hotBudgetSlicePercent,omitempty"`
 	// FallbackToMemory admits on each replica's own buckets, at its share, while Redis
 	// is unreachable; false answers 503. Default true.
 	// +optional
