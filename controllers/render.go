@@ -25,6 +25,9 @@ const (
 	podNameEnv = "POD_NAME"
 	// redisPasswordEnv is the proxy's environment variable with the Redis password.
 	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
+	// redisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
+	// password.
+	redisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
 )
 
 // keyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
@@ -118,6 +121,12 @@ func render(f *fleet) *config.Config {
 		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
 			rl.Redis.PasswordEnv = redisPasswordEnv
+		}
+		if r.SentinelPasswordSecretRef != nil {
+			rl.Redis.SentinelPasswordEnv = redisSentinelPasswordEnv
+		}
+		if r.HotBudgetSlicePercent != nil {
+			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
 		}
 	}
 	for _, b := range f.budgets {

@@ -245,6 +245,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.PasswordSecretRef != nil {
 		env = append(env, secretEnv(redisPasswordEnv, rs.PasswordSecretRef))
 	}
+	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
+		env = append(env, secretEnv(redisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
+	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}

@@ -387,6 +387,16 @@ func (in *RedisSpec) DeepCopyInto(out *RedisSpec) {
 		*out = new(SecretKeyReference)
 		**out = **in
 	}
+	if in.SentinelPasswordSecretRef != nil {
+		in, out := &in.SentinelPasswordSecretRef, &out.SentinelPasswordSecretRef
+		*out = new(SecretKeyReference)
+		**out = **in
+	}
+	if in.HotBudgetSlicePercent != nil {
+		in, out := &in.HotBudgetSlicePercent, &out.HotBudgetSlicePercent
+		*out = new(int32)
+		**out = **in
+	}
 	if in.FallbackToMemory != nil {
 		in, out := &in.FallbackToMemory, &out.FallbackToMemory
 		*out = new(bool)

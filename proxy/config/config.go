@@ -279,9 +279,14 @@ const (
 
 // Redis configures the shared store.
 type Redis struct {
-	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS. One server:
-	// Sentinel and Cluster URLs are refused.
+	// URL is redis://[user:password@]host:port[/db] (rediss:// for TLS) for one
+	// server, redis+cluster://host:port[,host:port...] for a Redis Cluster, or
+	// redis+sentinel://host:port[,host:port...]/MASTER[/db] for a primary found
+	// through Sentinel (see ParseRedisURL).
 	URL string `json:"url,omitempty"`
+	// SentinelPasswordEnv names an environment variable holding the sentinels' own
+	// password (a redis+sentinel:// URL only).
+	SentinelPasswordEnv string `json:"sentinel_password_env,omitempty"`
 	// PasswordEnv names an environment variable holding the password, so the document
 	// need not carry it.
 	PasswordEnv string `json:"password_env,omitempty"`
@@ -298,6 +303,12 @@ type Redis struct {
 	// the balances are restored or attested (docs/runbooks.md). Empty: the epoch Redis
 	// holds, created when it holds none (a brand-new fleet). A reload applies it.
 	Epoch string `json:"epoch,omitempty"`
+	// HotBudgetSlice, from 0 to 0.5, serves the global and per-model token budgets
+	// from slices of this fraction of their capacity that each replica takes from Redis
+	// and spends locally: one call per slice instead of one per request on the keys
+	// every request touches. Replicas hold at most one slice each unspent (returned
+	// when idle for a second). 0 (the default): every request is decided in Redis.
+	HotBudgetSlice float64 `json:"hot_budget_slice,omitempty"`
 	// DialTimeoutMillis, ReadTimeoutMillis and WriteTimeoutMillis bound each Redis call,
 	// so an unreachable Redis costs milliseconds. Defaults 100, 50, 50.
 	DialTimeoutMillis  int64 `json:"dial_timeout_ms,omitempty"`
