@@ -49,6 +49,8 @@ type Config struct {
 	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
 	// Scheduling orders requests waiting for an upstream's capacity.
 	Scheduling Scheduling `json:"scheduling,omitzero"`
+	// Observability is the access log, tracing and the refusal audit.
+	Observability Observability `json:"observability,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.

@@ -18,6 +18,7 @@ func RestartRequired(started, next *Config) []string {
 	}
 	diff("listen", started.Listen != next.Listen)
 	diff("admin_listen", started.AdminListen != next.AdminListen)
+	diff("observability.tracing", !started.Observability.Tracing.Same(&next.Observability.Tracing))
 	a, b := &started.RateLimiting, &next.RateLimiting
 	diff("rate_limiting.storage", a.Storage != b.Storage)
 	if a.Storage == StorageRedis || b.Storage == StorageRedis {

@@ -90,6 +90,7 @@ func (c *Config) Validate() error {
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)
 	c.validateScheduling(&errs)
+	c.validateObservability(&errs)
 	return errors.Join(errs...)
 }
 

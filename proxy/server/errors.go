@@ -73,6 +73,7 @@ func anthropicType(status int) string {
 // fail answers with a JSON error in the route's API family.
 func (ex *exchange) fail(w http.ResponseWriter, status int, code, msg string, refusal *refusalBody) {
 	ex.status = status
+	ex.rec.errCode, ex.rec.errMsg = code, msg
 	var body any
 	if ex.route.family == Anthropic {
 		var e anthropicError
@@ -133,6 +134,7 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	if secs < 1 {
 		secs = 1
 	}
+	ex.rec.retryAfterSecond = secs
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(max(r.RetryAfter.Milliseconds(), 1), 10))
 	var reason string
