@@ -209,9 +209,9 @@ func (l *accessLog) line(rec *accessRecord) slog.Record {
 		add(11, slog.Int64("tokens_reserved", rec.reserved))
 	}
 	if rec.settlement != notSettled {
-		if rec.used.Found || rec.settlement == settledUsage {
+		if rec.settlement == settledUsage {
 			add(12, slog.Group("usage", slog.Int64("input", rec.used.Input), slog.Int64("output", rec.used.Output),
-				slog.Int64("cached", rec.used.Cached), slog.Bool("reported", rec.used.Found)))
+				slog.Int64("cached", rec.used.Cached)))
 		}
 		add(13, slog.Attr{Key: "settlement", Value: settlementValue(rec)})
 	}
