@@ -79,8 +79,10 @@ type Tracing struct {
 	// Protocol is "grpc" or "http/protobuf". Absent: $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
 	// $OTEL_EXPORTER_OTLP_PROTOCOL, or grpc.
 	Protocol string `json:"protocol,omitempty"`
-	// Endpoint is the OTLP collector's URL (http://collector:4317). Absent: the
-	// OTEL_EXPORTER_OTLP_* variables, or the exporter's default on localhost.
+	// Endpoint is the OTLP collector's URL (http://collector:4317 for grpc,
+	// http://collector:4318 for http/protobuf, which adds /v1/traces when the URL has
+	// no path) or host:port. Absent: the OTEL_EXPORTER_OTLP_* variables, or the
+	// exporter's default on localhost.
 	Endpoint string `json:"endpoint,omitempty"`
 	// Insecure sends without TLS to an endpoint given as host:port. An http:// endpoint
 	// is plain text anyway.

@@ -90,10 +90,15 @@ func newExporter(ctx context.Context, t *config.Tracing) (*otlptrace.Exporter, e
 		var opts []otlptracehttp.Option
 		if t.Endpoint != "" {
 			if strings.Contains(t.Endpoint, "://") {
-				if _, err := url.Parse(t.Endpoint); err != nil {
+				u, err := url.Parse(t.Endpoint)
+				if err != nil {
 					return nil, fmt.Errorf("endpoint: %w", err)
 				}
-				opts = append(opts, otlptracehttp.WithEndpointURL(t.Endpoint))
+				// A collector's base URL gets the traces path, as OTEL_EXPORTER_OTLP_ENDPOINT does.
+				if u.Path == "" || u.Path == "/" {
+					u.Path = "/v1/traces"
+				}
+				opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
 			} else {
 				opts = append(opts, otlptracehttp.WithEndpoint(t.Endpoint))
 			}
