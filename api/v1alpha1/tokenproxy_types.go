@@ -283,6 +283,10 @@ type TokenProxySpec struct {
 	// ServiceMonitor (spec.serviceMonitor must be true).
 	// +optional
 	ServiceMonitorSpec *ServiceMonitorSpec `json:"serviceMonitorSpec,omitempty"`
+	// Observability configures the proxies' access log, tracing and refusal audit.
+	// Default: the access log on, tracing off, 20 refusals kept per key.
+	// +optional
+	Observability *ObservabilitySpec `json:"observability,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'
