@@ -135,8 +135,9 @@ func (l *accessLog) send(rec *accessRecord) {
 }
 
 func (l *accessLog) run() {
+	var sc scratch
 	for rec := range l.ch {
-		if err := l.handler.Handle(context.Background(), l.line(&rec)); err != nil {
+		if err := l.handler.Handle(context.Background(), l.line(&rec, &sc)); err != nil {
 			l.m.Failed.Inc()
 		} else {
 			l.m.Written.Inc()
@@ -170,13 +171,13 @@ func (l *accessLog) setFields(names []string) {
 }
 
 // line formats a record as docs/observability.md "Access log" describes.
-func (l *accessLog) line(rec *accessRecord) slog.Record {
+func (l *accessLog) line(rec *accessRecord, sc *scratch) slog.Record {
 	r := slog.NewRecord(rec.start, slog.LevelInfo, "request", 0)
-	r.AddAttrs(slog.String("request_id", rec.requestID))
+	attrs := append(sc.attrs[:0], slog.String("request_id", rec.requestID))
 	set := l.fields.Load()
 	add := func(i int, a slog.Attr) {
 		if set == 0 || set&(1<<i) != 0 {
-			r.AddAttrs(a)
+			attrs = append(attrs, a)
 		}
 	}
 	// The indexes are those of config.AccessLogFields.
@@ -203,17 +204,18 @@ func (l *accessLog) line(rec *accessRecord) slog.Record {
 		add(9, slog.String("error", rec.errCode))
 	}
 	if rec.decision == refused {
-		add(10, slog.Attr{Key: "refusal", Value: refusalValue(rec)})
+		add(10, slog.Attr{Key: "refusal", Value: refusalValue(rec, sc)})
 	}
 	if rec.reserved > 0 {
 		add(11, slog.Int64("tokens_reserved", rec.reserved))
 	}
 	if rec.settlement != notSettled {
 		if rec.settlement == settledUsage {
-			add(12, slog.Group("usage", slog.Int64("input", rec.used.Input), slog.Int64("output", rec.used.Output),
-				slog.Int64("cached", rec.used.Cached)))
+			sc.usage = append(sc.usage[:0], slog.Int64("input", rec.used.Input), slog.Int64("output", rec.used.Output),
+				slog.Int64("cached", rec.used.Cached))
+			add(12, slog.Attr{Key: "usage", Value: slog.GroupValue(sc.usage...)})
 		}
-		add(13, slog.Attr{Key: "settlement", Value: settlementValue(rec)})
+		add(13, slog.Attr{Key: "settlement", Value: settlementValue(rec, sc)})
 	}
 	if rec.upstream != "" {
 		add(14, slog.String("upstream", rec.upstream))
@@ -230,19 +232,29 @@ func (l *accessLog) line(rec *accessRecord) slog.Record {
 	if rec.traceID.IsValid() {
 		add(20, slog.String("trace_id", rec.traceID.String()))
 	}
+	r.AddAttrs(attrs...)
+	sc.attrs = attrs
 	return r
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// scratch holds the writer's attribute slices, reused from line to line: the handler
+// is done with a line's attributes when Handle returns.
+type scratch struct {
+	attrs, usage, refusal, settlement []slog.Attr
+}
+
 // refusalValue names what refused: the limit type, the dimension and period or the
 // caller's own rule and window, and the wait. A shared rule's name is never written.
-func refusalValue(rec *accessRecord) slog.Value {
+func refusalValue(rec *accessRecord, sc *scratch) slog.Value {
+	attrs := sc.refusal[:0]
+	defer func() { sc.refusal = attrs }()
 	if rec.queue || rec.refusal == nil {
-		return slog.GroupValue(slog.String("limit", "queue"), slog.Int64("retry_after_seconds", rec.retryAfterSecond))
+		attrs = append(attrs, slog.String("limit", "queue"), slog.Int64("retry_after_seconds", rec.retryAfterSecond))
+		return slog.GroupValue(attrs...)
 	}
 	r := rec.refusal
-	attrs := make([]slog.Attr, 0, 7)
 	switch {
 	case r.Rule != "":
 		attrs = append(attrs, slog.String("limit", "rule"), slog.String("dimension", r.Dimension.String()),
@@ -265,10 +277,12 @@ func refusalValue(rec *accessRecord) slog.Value {
 
 // settlementValue is how the hold ended, with the tokens refunded or charged over the
 // reservation.
-func settlementValue(rec *accessRecord) slog.Value {
-	attrs := []slog.Attr{slog.String("outcome", settlementNames[rec.settlement])}
+func settlementValue(rec *accessRecord, sc *scratch) slog.Value {
+	attrs := append(sc.settlement[:0], slog.String("outcome", settlementNames[rec.settlement]))
+	defer func() { sc.settlement = attrs }()
 	if rec.settlement == released {
-		return slog.GroupValue(append(attrs, slog.Int64("refund", rec.reserved))...)
+		attrs = append(attrs, slog.Int64("refund", rec.reserved))
+		return slog.GroupValue(attrs...)
 	}
 	used := rec.used.Input + rec.used.Output
 	if rec.settlement == settledReserved {
@@ -277,8 +291,8 @@ func settlementValue(rec *accessRecord) slog.Value {
 	if rec.end == usage.Cut {
 		attrs = append(attrs, slog.Bool("cut", true))
 	}
-	return slog.GroupValue(append(attrs, slog.Int64("refund", max(rec.reserved-used, 0)),
-		slog.Int64("overage", max(used-rec.reserved, 0)))...)
+	attrs = append(attrs, slog.Int64("refund", max(rec.reserved-used, 0)), slog.Int64("overage", max(used-rec.reserved, 0)))
+	return slog.GroupValue(attrs...)
 }
 
 // requestID is the request's id: the client's, when it is 1 to 128 printable
