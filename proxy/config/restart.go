@@ -5,10 +5,10 @@ package config
 
 // RestartRequired lists the fields of next that differ from started, the document a
 // process started with, and that the process applies only when it starts: the
-// addresses it listens on, the budget store it built (which store, and how it
-// reaches Redis), tracing and the access log's buffer. Every other field, rate_limiting.redis.fallback_to_memory included,
-// a reload applies at once. The redis fields count only when either document stores
-// budgets in Redis.
+// addresses it listens on, the budget store it built (which store, and how it reaches
+// Redis), tracing, and the access log's buffer. Every other field,
+// rate_limiting.redis.fallback_to_memory included, a reload applies at once. The
+// redis fields count only when either document stores budgets in Redis.
 func RestartRequired(started, next *Config) []string {
 	out := []string{}
 	diff := func(field string, changed bool) {
