@@ -35,7 +35,9 @@ func newTracing(tp trace.TracerProvider) *tracing {
 func (t *tracing) start(ex *exchange, r *http.Request) *http.Request {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, ex.span = t.tracer.Start(ctx, "tokenwarden "+ex.route.name, trace.WithSpanKind(trace.SpanKindServer))
-	ex.rec.traceID = ex.span.SpanContext().TraceID()
+	if sc := ex.span.SpanContext(); sc.IsSampled() {
+		ex.rec.traceID = sc.TraceID()
+	}
 	return r.WithContext(ctx)
 }
 
@@ -93,6 +95,11 @@ func (t *tracing) end(ex *exchange) {
 		ex.upSpan.End()
 	}
 	sp := ex.span
+	if !sp.IsRecording() {
+		// Not sampled: nothing to describe.
+		sp.End()
+		return
+	}
 	attrs := make([]attribute.KeyValue, 0, 20)
 	attrs = append(attrs,
 		attribute.String("http.request.method", rec.method),

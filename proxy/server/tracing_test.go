@@ -181,6 +181,25 @@ var _ = Describe("Traces", func() {
 		Entry("over OTLP/HTTP", config.TracingHTTP),
 	)
 
+	It("export nothing for a request not sampled, and still pass the trace context upstream", func() {
+		rc, endpoint := startReceiver(config.TracingGRPC)
+		none := 0.0
+		tp, err := telemetry.NewTracerProvider(context.Background(),
+			&config.Tracing{Enabled: true, Endpoint: endpoint, Insecure: true, SampleRatio: &none}, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(tp.Shutdown)
+		out := &logLines{}
+		h := newObservedHarness(loggedDoc, server.Options{AccessLog: out, TracerProvider: tp})
+		r := h.chat("sk-alice", 10)
+		Expect(r.code).To(Equal(200))
+		Expect(tp.ForceFlush(context.Background())).To(Succeed())
+		Expect(out.logged(id(r))).NotTo(HaveKey("trace_id"), "no trace to look for")
+		rc.mu.Lock()
+		Expect(rc.spans).To(BeEmpty())
+		rc.mu.Unlock()
+		Expect(h.llm.Requests()[0].Header.Get("Traceparent")).To(MatchRegexp(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`))
+	})
+
 	It("name what refused a request, with no upstream span", func() {
 		rc, endpoint := startReceiver(config.TracingGRPC)
 		tp, err := telemetry.NewTracerProvider(context.Background(),
