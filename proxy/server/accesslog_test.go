@@ -162,6 +162,18 @@ var _ = Describe("The access log", func() {
 		Expect(out.logged(id(r))).To(HaveKeyWithValue("decision", "exempt"))
 	})
 
+	It("tells that a request was admitted failing open when its bucket could not be made", func() {
+		h := newObservedHarness(keysDoc+`  max_buckets: 1
+  limits:
+    per_api_key: {tokens_per_minute: 1000}
+`, server.Options{AccessLog: out})
+		first := h.chat("sk-alice", 10)
+		Expect(out.logged(id(first))).To(HaveKeyWithValue("decision", "admitted"))
+		r := h.chat("sk-bob", 10)
+		Expect(r.code).To(Equal(200))
+		Expect(out.logged(id(r))).To(HaveKeyWithValue("decision", "failed_open"), "bob's bucket did not fit the full map")
+	})
+
 	It("tells a stream's usage as the stream reported it, and every byte sent", func() {
 		h := newObservedHarness(loggedDoc, server.Options{AccessLog: out})
 		h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 7})
