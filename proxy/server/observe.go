@@ -146,6 +146,9 @@ func (l *accessLog) run() {
 	}
 }
 
+// stop ends the writer once the lines buffered are written.
+func (l *accessLog) stop() { close(l.ch) }
+
 // flush waits until every buffered line is written, or ctx ends.
 func (l *accessLog) flush(ctx context.Context) {
 	t := time.NewTicker(5 * time.Millisecond)

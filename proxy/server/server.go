@@ -18,6 +18,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,6 +167,8 @@ func New(o Options) *Server {
 		access:   newAccessLog(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
 		tracing:  newTracing(o.TracerProvider),
 	}
+	// The access log's writer ends with the server: no request can send to it then.
+	goruntime.AddCleanup(s, (*accessLog).stop, s.access)
 	return s
 }
 
