@@ -48,7 +48,8 @@ const (
 
 // TracingSpec turns OpenTelemetry tracing on: a server span per request with the
 // GenAI semantic-convention attributes, and child spans for admission and the
-// upstream call. A change restarts the proxy pods' tracing at their next restart.
+// upstream call. A change takes effect when the proxy pods next start (until then
+// their config reports it as restart_required).
 type TracingSpec struct {
 	// Enabled turns tracing on. Default false.
 	// +optional
