@@ -176,7 +176,8 @@ func (l *accessLog) setFields(names []string) {
 // line formats a record as docs/observability.md "Access log" describes.
 func (l *accessLog) line(rec *accessRecord, sc *scratch) slog.Record {
 	r := slog.NewRecord(rec.start, slog.LevelInfo, "request", 0)
-	attrs := append(sc.attrs[:0], slog.String("request_id", rec.requestID))
+	attrs := sc.attrs[:0]
+	attrs = append(attrs, slog.String("request_id", rec.requestID))
 	set := l.fields.Load()
 	add := func(i int, a slog.Attr) {
 		if set == 0 || set&(1<<i) != 0 {
@@ -281,7 +282,8 @@ func refusalValue(rec *accessRecord, sc *scratch) slog.Value {
 // settlementValue is how the hold ended, with the tokens refunded or charged over the
 // reservation.
 func settlementValue(rec *accessRecord, sc *scratch) slog.Value {
-	attrs := append(sc.settlement[:0], slog.String("outcome", settlementNames[rec.settlement]))
+	attrs := sc.settlement[:0]
+	attrs = append(attrs, slog.String("outcome", settlementNames[rec.settlement]))
 	defer func() { sc.settlement = attrs }()
 	if rec.settlement == released {
 		attrs = append(attrs, slog.Int64("refund", rec.reserved))
