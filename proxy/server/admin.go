@@ -73,7 +73,8 @@ func (s *Server) Effective() (Effective, bool) {
 	return e, true
 }
 
-// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, and the trust
+// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, /admin/refusals
+// (audit.go), and the trust
 // fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md).
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
@@ -104,6 +105,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		_ = enc.Encode(e)
 	})
 	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
+	mux.HandleFunc("GET /admin/refusals", s.refusalsHandler)
 	mux.HandleFunc("POST /admin/durable/attest", s.attest)
 	return mux
 }
