@@ -77,6 +77,17 @@ type fleetLoad struct {
 	wg      sync.WaitGroup
 }
 
+// killReplicated waits until the replica has acknowledged every write the master took
+// so far (WAIT), then kills the master, and returns how many admissions the load
+// counted between the two: Redis replicates asynchronously, so a failover can lose
+// those writes (and admit them again), and only those.
+func killReplicated(master *redisserver.Server, load *fleetLoad) int64 {
+	Expect(master.Client().Do(context.Background(), "WAIT", 1, 5000).Err()).To(Succeed())
+	acked := load.shared.Load()
+	Expect(master.Kill()).To(Succeed())
+	return load.shared.Load() - acked
+}
+
 func (f *fleetLoad) run(stores []*redisstore.Store, workers int, charges func(i int) []budget.Charge, stop <-chan struct{}) {
 	for w := range workers {
 		f.wg.Add(1)
@@ -195,7 +206,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
 		master := withReplicas.MasterOf(GinkgoT(), key)
 		sharedBefore := load.shared.Load()
-		Expect(master.Kill()).To(Succeed())
+		unreplicated := killReplicated(master, load)
 		Eventually(load.local.Load).Should(BeNumerically(">", 0), "admission falls back while the slot has no master")
 		Eventually(func() bool {
 			m := withReplicas.MasterOf(GinkgoT(), key)
@@ -211,8 +222,9 @@ var _ = Describe("Failover and resharding under load", func() {
 		// The replica holds what the master wrote, up to the replication lag: the fleet
 		// admits its capacity, plus at most the writes the failover lost, minus the
 		// reservations whose reply the dying master never sent (they count high).
-		GinkgoWriter.Printf("admitted on Redis before the kill: %d; in all: %d of %d\n", sharedBefore, load.shared.Load(), capacity)
-		Expect(load.shared.Load()).To(BeNumerically("~", capacity, 8), "at most the reservations in flight when the master died")
+		GinkgoWriter.Printf("admitted on Redis before the kill: %d (%d of them possibly unreplicated); in all: %d of %d\n", sharedBefore, unreplicated, load.shared.Load(), capacity)
+		Expect(load.shared.Load()).To(BeNumerically(">=", capacity-8), "at most the reservations in flight when the master died counted high")
+		Expect(load.shared.Load()).To(BeNumerically("<=", capacity+unreplicated+8), "beyond the capacity, at most the writes the replica had not received")
 		l, _, err := s.Level(ctx, bucket(budget.Global, "", capacity).Key)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(l).To(BeNumerically("<", 1), "the bucket is spent on the promoted replica")
@@ -227,7 +239,7 @@ var _ = Describe("Failover and resharding under load", func() {
 		load.run([]*redisstore.Store{s}, 8, charges, stop)
 		Eventually(load.shared.Load).Should(BeNumerically(">", 50))
 		old := st.Primary(GinkgoT())
-		Expect(old.Kill()).To(Succeed())
+		unreplicated := killReplicated(old, load)
 		Eventually(load.local.Load).Should(BeNumerically(">", 0), "admission falls back while there is no primary")
 		st.WaitPrimary(GinkgoT(), old)
 		Eventually(load.sharedRefused.Load).WithTimeout(15*time.Second).Should(BeNumerically(">", 50), "back on Redis, which spent the bucket")
@@ -236,8 +248,9 @@ var _ = Describe("Failover and resharding under load", func() {
 		Expect(load.errs.Load()).To(BeZero())
 		Expect(load.settled.Load()).To(Equal(load.shared.Load()+load.local.Load()), "every hold settled where it was taken")
 		Expect(load.local.Load()).To(BeNumerically("<=", capacity/3))
-		GinkgoWriter.Printf("admitted on Redis: %d of %d\n", load.shared.Load(), capacity)
-		Expect(load.shared.Load()).To(BeNumerically("~", capacity, 8), "at most the reservations in flight when the primary died")
+		GinkgoWriter.Printf("admitted on Redis: %d of %d (%d possibly unreplicated at the kill)\n", load.shared.Load(), capacity, unreplicated)
+		Expect(load.shared.Load()).To(BeNumerically(">=", capacity-8), "at most the reservations in flight when the primary died counted high")
+		Expect(load.shared.Load()).To(BeNumerically("<=", capacity+unreplicated+8), "beyond the capacity, at most the writes the replica had not received")
 	})
 })
 
