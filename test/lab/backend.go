@@ -55,7 +55,9 @@ type job struct {
 }
 
 type replica struct {
-	running   []*job
+	running []*job
+	// kv is the context tokens (prompt and answer) its running sequences hold.
+	kv        int64
 	busy      bool
 	stepStart time.Time
 	stepEnd   time.Time
@@ -84,6 +86,7 @@ type SimBackend struct {
 	replicas []replica
 	now      time.Time // the simulation's time
 	starts   map[string]time.Time
+	arrived  map[string]time.Time
 	steps    []Step
 	wake     chan struct{}
 	stop     chan struct{}
@@ -95,7 +98,7 @@ func NewSimBackend(b Backend, clock *Clock) *SimBackend {
 	llm := fakellm.New()
 	llm.StopRecording()
 	s := &SimBackend{b: b, clock: clock, llm: llm, replicas: make([]replica, b.Replicas),
-		now: clock.Now(), starts: map[string]time.Time{}, wake: make(chan struct{}, 1),
+		now: clock.Now(), starts: map[string]time.Time{}, arrived: map[string]time.Time{}, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	for i := range s.replicas {
 		s.replicas[i].idleSince = s.now
@@ -115,6 +118,14 @@ func (s *SimBackend) Started(id string) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.starts[id]
+	return t, ok
+}
+
+// Arrived returns when the request with this id reached the backend.
+func (s *SimBackend) Arrived(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.arrived[id]
 	return t, ok
 }
 
@@ -140,6 +151,7 @@ func (s *SimBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		done: make(chan struct{})}
 	s.mu.Lock()
 	j.arrival = s.clock.Now()
+	s.arrived[j.id] = j.arrival
 	s.queue = append(s.queue, j)
 	s.mu.Unlock()
 	select {
@@ -175,6 +187,7 @@ func (s *SimBackend) drop(j *job) {
 		for k, q := range rp.running {
 			if q == j {
 				rp.running = append(rp.running[:k], rp.running[k+1:]...)
+				rp.kv -= j.in + j.out
 				return
 			}
 		}
@@ -232,8 +245,9 @@ func (s *SimBackend) advance(until time.Time) {
 			s.finishStep(rp)
 		}
 		// Admit the requests that have arrived, in order, while the replica has room.
-		for len(rp.running) < s.b.MaxBatch && len(s.queue) > 0 && !s.queue[0].arrival.After(at) {
+		for len(rp.running) < s.b.MaxBatch && len(s.queue) > 0 && !s.queue[0].arrival.After(at) && s.fits(rp, s.queue[0]) {
 			j := s.queue[0]
+			rp.kv += j.in + j.out
 			s.queue = s.queue[1:]
 			j.start = at
 			s.starts[j.id] = at
@@ -267,6 +281,7 @@ func (s *SimBackend) finishStep(rp *replica) {
 		st.Sequences[j.tenant]++
 		st.Generated[j.tenant]++
 		if j.generated >= j.out {
+			rp.kv -= j.in + j.out
 			close(j.done)
 			continue
 		}
@@ -277,6 +292,12 @@ func (s *SimBackend) finishStep(rp *replica) {
 	rp.busy = false
 	rp.idleSince = rp.stepEnd
 	s.steps = append(s.steps, st)
+}
+
+// fits reports whether the replica's KV cache holds the job's context as well; a job
+// larger than the whole cache runs alone.
+func (s *SimBackend) fits(rp *replica, j *job) bool {
+	return s.b.KVTokens <= 0 || rp.kv == 0 || rp.kv+j.in+j.out <= s.b.KVTokens
 }
 
 func later(a, b time.Time) time.Time {

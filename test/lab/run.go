@@ -53,6 +53,8 @@ type Record struct {
 	// Started is when its first step began on a replica; -1 when it had not by the
 	// run's end.
 	Started time.Duration
+	// Arrived is when it reached the backend; -1 when it did not.
+	Arrived time.Duration
 	Status  int
 	In, Out int64
 }
@@ -76,6 +78,37 @@ type Result struct {
 	End time.Duration
 	// Wall is the run's wall time.
 	Wall time.Duration
+	// Stall is the longest the lab's process was held up (a 2 ms sleep that took this
+	// much longer), in wall time, and Stalled the total of the holdups over 20 ms:
+	// a busy machine distorts a scaled run, and Disturbed tells.
+	Stall, Stalled time.Duration
+}
+
+// Disturbed reports whether the machine held the run up enough to distort its
+// figures: a holdup over 100 ms of wall time (close to a second of world time at 10×),
+// or holdups adding up to over 2% of the run.
+func (r *Result) Disturbed() bool {
+	return r.Stall > 100*time.Millisecond || r.Stalled > r.Wall/50
+}
+
+// watch measures how late short sleeps wake until stop is closed.
+func watch(stop <-chan struct{}, longest, total *time.Duration, done chan<- struct{}) {
+	defer close(done)
+	const nap = 2 * time.Millisecond
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		t0 := time.Now()
+		time.Sleep(nap)
+		late := time.Since(t0) - nap
+		*longest = max(*longest, late)
+		if late > 20*time.Millisecond {
+			*total += late
+		}
+	}
 }
 
 // RunStep is a backend step in run time.
@@ -97,7 +130,7 @@ func (w *World) Document(p Policy, url string) string {
 	var b strings.Builder
 	capacity := ""
 	if p.Scheduler {
-		capacity = fmt.Sprintf(", capacity: {max_in_flight_requests: %d}", w.Slots())
+		capacity = fmt.Sprintf(", capacity: {max_in_flight_requests: %d, max_in_flight_tokens: %d}", w.Slots(), int64(w.Backend.Replicas)*w.Backend.KVTokens)
 	}
 	fmt.Fprintf(&b, "upstreams: [{name: backend, url: %s%s}]\napi_keys:\n", url, capacity)
 	for _, t := range w.Tenants {
@@ -106,7 +139,7 @@ func (w *World) Document(p Policy, url string) string {
 	// The scheduler's waits run on the wall clock: world seconds are scaled down.
 	wall := func(worldSeconds float64) int64 { return max(1, int64(math.Ceil(worldSeconds/w.TimeScale))) }
 	fmt.Fprintf(&b, "scheduling: {aging_seconds: %d, max_queue_wait_seconds: %d, max_queue_length: 100000}\n",
-		wall(10), wall(60))
+		wall(w.Scheduler.AgingSeconds), wall(w.Scheduler.MaxQueueWaitSeconds))
 	b.WriteString("rate_limiting:\n  rules:\n")
 	any := false
 	if p.RequestsPerMinute > 0 {
@@ -168,17 +201,23 @@ func (w *World) arrivals(p Policy) []arrival {
 		if peak <= 0 {
 			continue
 		}
+		step := 0
 		for at := rng.ExpFloat64() / peak; at < d; at += rng.ExpFloat64() / peak {
 			r := rate(at)
 			if rng.Float64()*peak >= r {
 				continue
 			}
 			in := t.Prompt
-			if t.Kind == KindAgent && t.PromptEnd > 0 {
-				frac := (at - t.StartSeconds) / max(1e-9, d-t.StartSeconds)
-				in = t.Prompt + int64(frac*float64(t.PromptEnd-t.Prompt))
+			if t.Kind == KindAgent && t.PromptEnd > 0 && t.RunSteps > 1 {
+				in = t.Prompt + (t.PromptEnd-t.Prompt)*int64(step%t.RunSteps)/int64(t.RunSteps-1)
+				step++
 			}
-			all = append(all, arrival{at: seconds(at), t: t, in: in, out: t.Answer})
+			out := t.Answer
+			if w.AnswerSpread > 0 {
+				out = max(1, int64(float64(t.Answer)*(1+w.AnswerSpread*(2*rng.Float64()-1))))
+				out = min(out, t.MaxTokens)
+			}
+			all = append(all, arrival{at: seconds(at), t: t, in: in, out: out})
 		}
 	}
 	slices.SortFunc(all, func(a, b arrival) int { return int(a.at - b.at) })
@@ -219,6 +258,9 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var stall, stalled time.Duration
+	stopWatch, watched := make(chan struct{}), make(chan struct{})
+	go watch(stopWatch, &stall, &stalled, watched)
 	start := clock.Now()
 	since := func() time.Duration { return clock.Since(start) }
 	records := make([]Record, len(arrivals))
@@ -233,7 +275,7 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 				return nil, ctx.Err()
 			}
 		}
-		records[i] = Record{Tenant: a.t.Name, Kind: a.t.Kind, Sent: since(), Started: -1, In: a.in, Out: a.out}
+		records[i] = Record{Tenant: a.t.Name, Kind: a.t.Kind, Sent: since(), Started: -1, Arrived: -1, In: a.in, Out: a.out}
 		wg.Add(1)
 		go func(i int, a arrival) {
 			defer wg.Done()
@@ -287,15 +329,20 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 		}
 	}
 	end := max(since(), w.Duration())
+	close(stopWatch)
+	<-watched
 	cancel()
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	res := &Result{Policy: p, World: w, End: end, Records: records}
+	res := &Result{Policy: p, World: w, End: end, Records: records, Stall: stall, Stalled: stalled}
 	for i := range res.Records {
 		if t, ok := be.Started(strconv.Itoa(i)); ok {
 			res.Records[i].Started = t.Sub(start)
+		}
+		if t, ok := be.Arrived(strconv.Itoa(i)); ok {
+			res.Records[i].Arrived = t.Sub(start)
 		}
 	}
 	for _, st := range be.Steps() {

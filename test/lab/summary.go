@@ -27,6 +27,10 @@ type Summary struct {
 	AgentTokensPerSecond float64
 	// Refused is the 429s by tenant.
 	Refused map[string]int
+	// TransitP95 is the 95th percentile of the time chat requests took from the
+	// client to the backend through the proxy, in world time: the lab's own overhead
+	// when the proxy does not hold them.
+	TransitP95 time.Duration
 	// Utilization is the backend's mean sequences running over its sequences at once.
 	Utilization float64
 }
@@ -35,7 +39,7 @@ type Summary struct {
 func (r *Result) Summarize() Summary {
 	w := r.World
 	s := Summary{Name: r.Policy.Name, Refused: map[string]int{}}
-	var waits []time.Duration
+	var waits, transits []time.Duration
 	within := 0
 	for _, rec := range r.Records {
 		if rec.Status == http.StatusTooManyRequests {
@@ -47,6 +51,9 @@ func (r *Result) Summarize() Summary {
 			if rec.Status == http.StatusTooManyRequests {
 				s.ChatRefused++
 				continue
+			}
+			if rec.Arrived >= 0 {
+				transits = append(transits, rec.Arrived-rec.Sent)
 			}
 			wait := rec.Wait(r.End)
 			waits = append(waits, wait)
@@ -65,6 +72,10 @@ func (r *Result) Summarize() Summary {
 	if len(waits) > 0 {
 		slices.Sort(waits)
 		s.ChatWaitP95 = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
+	}
+	if len(transits) > 0 {
+		slices.Sort(transits)
+		s.TransitP95 = transits[min(len(transits)-1, int(0.95*float64(len(transits))))]
 	}
 	batch := map[string]bool{}
 	agent := map[string]bool{}
@@ -99,7 +110,7 @@ func (r *Result) Summarize() Summary {
 
 // String is the summary on one line.
 func (s Summary) String() string {
-	return fmt.Sprintf("%-28s chat within target %5.1f%%  chat p95 wait %5.1fs  chat refused %4d/%-5d batch output %5.0f tok/s  agent %6.0f tok/s  backend %3.0f%%  429s %v",
+	return fmt.Sprintf("%-36s chat within target %5.1f%%  chat p95 wait %5.1fs  chat refused %4d/%-5d batch output %5.0f tok/s  agent %6.0f tok/s  backend %3.0f%%  transit p95 %4.2fs  429s %v",
 		s.Name, 100*s.ChatWithinTarget, s.ChatWaitP95.Seconds(), s.ChatRefused, s.ChatRequests,
-		s.BatchOutputPerSecond, s.AgentTokensPerSecond, 100*s.Utilization, s.Refused)
+		s.BatchOutputPerSecond, s.AgentTokensPerSecond, 100*s.Utilization, s.TransitP95.Seconds(), s.Refused)
 }

@@ -30,11 +30,16 @@ type World struct {
 	// InteractiveTargetSeconds is the start-within target of chat requests.
 	InteractiveTargetSeconds float64 `json:"interactive_target_seconds"`
 	// Seed fixes the arrival times.
-	Seed     int64    `json:"seed"`
-	Backend  Backend  `json:"backend"`
-	Tenants  []Tenant `json:"tenants"`
-	Burst    Burst    `json:"burst"`
-	Missions Missions `json:"missions"`
+	Seed int64 `json:"seed"`
+	// AnswerSpread draws each answer uniformly within ± this fraction of its tenant's
+	// answer (0: every answer the same length).
+	AnswerSpread float64 `json:"answer_spread"`
+	Backend      Backend `json:"backend"`
+	// Scheduler is the proxy's scheduling block in the runs that use it.
+	Scheduler Scheduler `json:"scheduler"`
+	Tenants   []Tenant  `json:"tenants"`
+	Burst     Burst     `json:"burst"`
+	Missions  Missions  `json:"missions"`
 }
 
 // Backend is the simulated inference backend.
@@ -42,9 +47,18 @@ type Backend struct {
 	Replicas int `json:"replicas"`
 	// MaxBatch is the sequences one replica runs at once.
 	MaxBatch int `json:"max_batch"`
+	// KVTokens is the context (prompt and answer tokens) one replica holds for its
+	// running sequences; a request waits until it fits (0: no bound).
+	KVTokens int64 `json:"kv_tokens"`
 	// StepBaseMillis and StepPerTokenMillis are a and b of step time = a + b × tokens.
 	StepBaseMillis     float64 `json:"step_base_ms"`
 	StepPerTokenMillis float64 `json:"step_per_token_ms"`
+}
+
+// Scheduler is the proxy's scheduling block, in world seconds.
+type Scheduler struct {
+	AgingSeconds        float64 `json:"aging_seconds"`
+	MaxQueueWaitSeconds float64 `json:"max_queue_wait_seconds"`
 }
 
 // Tenant kinds.
@@ -64,9 +78,12 @@ type Tenant struct {
 	// Rate is requests per world second; HeavyRate the batch backlog's.
 	Rate      float64 `json:"rate"`
 	HeavyRate float64 `json:"heavy_rate,omitempty"`
-	// Prompt is the input tokens; an agent's grow linearly to PromptEnd.
+	// Prompt is the input tokens; an agent's grow linearly to PromptEnd over the
+	// RunSteps steps of each of its runs (each step resends the growing conversation),
+	// and a new run starts again at Prompt.
 	Prompt    int64 `json:"prompt"`
 	PromptEnd int64 `json:"prompt_end,omitempty"`
+	RunSteps  int   `json:"run_steps,omitempty"`
 	// Answer is the output tokens generated; MaxTokens what the request reserves.
 	Answer    int64 `json:"answer"`
 	MaxTokens int64 `json:"max_tokens"`
@@ -85,6 +102,7 @@ type Burst struct {
 type Missions struct {
 	RequestsPerMinute          int64     `json:"requests_per_minute"`
 	TokenLimitPerMinute        int64     `json:"token_limit_per_minute"`
+	TokenLimitBucketSeconds    float64   `json:"token_limit_bucket_seconds"`
 	AppContractPerMinute       int64     `json:"app_contract_per_minute"`
 	BucketSeconds              []float64 `json:"bucket_seconds"`
 	BatchOutputTokensPerSecond float64   `json:"batch_output_tokens_per_second"`
@@ -130,6 +148,8 @@ func (w *World) validate() error {
 		{"backend.replicas", float64(w.Backend.Replicas)},
 		{"backend.max_batch", float64(w.Backend.MaxBatch)},
 		{"backend.step_base_ms", w.Backend.StepBaseMillis},
+		{"scheduler.aging_seconds", w.Scheduler.AgingSeconds},
+		{"scheduler.max_queue_wait_seconds", w.Scheduler.MaxQueueWaitSeconds},
 	}
 	for _, p := range positive {
 		if !(p.v > 0) {
@@ -164,6 +184,9 @@ func (w *World) validate() error {
 			return fmt.Errorf("%s.max_tokens must be at least the answer (%d), got %d", f, t.Answer, t.MaxTokens)
 		}
 		seen[t.Name] = true
+	}
+	if w.AnswerSpread < 0 || w.AnswerSpread >= 1 {
+		return fmt.Errorf("answer_spread must be in [0, 1), got %v", w.AnswerSpread)
 	}
 	if w.Burst.Multiplier < 0 || w.Burst.Seconds < 0 {
 		return fmt.Errorf("burst.multiplier and burst.seconds must not be negative")
