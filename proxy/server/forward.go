@@ -64,6 +64,8 @@ func onResponse(resp *http.Response) error {
 	}
 	s := ex.s
 	ex.status = resp.StatusCode
+	// A learned capacity learns from the answer (proxy/schedule/learn.go).
+	ex.slot.Answered(resp.StatusCode)
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)

@@ -157,6 +157,10 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 				Aging:               sc.Aging(),
 				OutputWeight:        sc.OutputTokenWeight(),
 			}
+			if l := uc.Capacity.Learn; l != nil {
+				up.schedOpts.Learn = &schedule.Learn{MinInFlightRequests: l.MinInFlightRequests, Decrease: l.Decrease,
+					LatencyThreshold: l.LatencyThreshold(), Cooldown: l.Cooldown()}
+			}
 		}
 		rt.upstreams = append(rt.upstreams, up)
 		for _, m := range uc.Models {
