@@ -6,7 +6,7 @@ package config
 import "time"
 
 // LearnCapacity makes an upstream's in-flight request bound a learned one
-// (upstreams[].capacity.learn, docs/proxy-config.md "Learned capacity"): it starts at
+// (upstreams[].capacity.learn, docs/scheduling.md "Learned capacity"): it starts at
 // max_in_flight_requests, its ceiling; a 429 from the upstream, or response headers
 // later than latency_threshold_ms after dispatch, multiplies it by decrease (at most
 // once per cooldown_ms); every other answer adds 1/bound, one request per bound's

@@ -158,7 +158,7 @@ func (w *World) Calibration(ctx context.Context) (*Outcome, error) {
 	return o, nil
 }
 
-// MissionOne: token limits cap the agent where request limits cannot.
+// MissionOne shows token limits capping the agent where request limits cannot.
 func (w *World) MissionOne(ctx context.Context, requestLimited *Result) (*Outcome, error) {
 	o := &Outcome{Mission: "mission one", Question: "token limits cap the runaway agent where a request limit cannot"}
 	r, err := w.Run(ctx, w.MissionOnePolicy())
@@ -186,7 +186,7 @@ func (w *World) MissionOne(ctx context.Context, requestLimited *Result) (*Outcom
 	return o, nil
 }
 
-// MissionTwo: size the bucket for the burst under a fixed contract.
+// MissionTwo sizes the bucket for the burst under a fixed contract.
 func (w *World) MissionTwo(ctx context.Context) (*Outcome, error) {
 	o := &Outcome{Mission: "mission two", Question: "size the apps' bucket so a 30-second promotion at 2.5 times the rate is absorbed without raising the 200,000 tokens-per-minute contract"}
 	var fracs []float64
@@ -208,7 +208,7 @@ func (w *World) MissionTwo(ctx context.Context) (*Outcome, error) {
 	return o, nil
 }
 
-// MissionThree: 5,000 batch output tokens per second and 99% of interactive starting
+// MissionThree asks for 5,000 batch output tokens per second and 99% of interactive starting
 // within target, with the scheduler; the sweep of static limits misses one.
 func (w *World) MissionThree(ctx context.Context, sweep bool) (*Outcome, error) {
 	m := w.Missions
@@ -241,7 +241,7 @@ func (w *World) MissionThree(ctx context.Context, sweep bool) (*Outcome, error) 
 	return o, nil
 }
 
-// MissionFour: the agent, the burst and heavy batch at once, every tenant with a token
+// MissionFour runs the agent, the burst and heavy batch at once, every tenant with a token
 // limit, through the scheduler.
 func (w *World) MissionFour(ctx context.Context) (*Outcome, error) {
 	m := w.Missions

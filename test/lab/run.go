@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
@@ -82,13 +83,22 @@ type Result struct {
 	// much longer), in wall time, and Stalled the total of the holdups over 20 ms:
 	// a busy machine distorts a scaled run, and Disturbed tells.
 	Stall, Stalled time.Duration
+	// ProxyQueue samples the proxy's queue length by class (interactive, batch,
+	// background) every tenth of a world second.
+	ProxyQueue []QueueSample
+}
+
+// QueueSample is the proxy's queue by class at a time of the run.
+type QueueSample struct {
+	At      time.Duration
+	Waiting [3]int
 }
 
 // Disturbed reports whether the machine held the run up enough to distort its
-// figures: a holdup over 100 ms of wall time (close to a second of world time at 10×),
-// or holdups adding up to over 2% of the run.
+// figures: a holdup over 250 ms of wall time (two seconds of world time at 8×),
+// or holdups adding up to over a tenth of the run.
 func (r *Result) Disturbed() bool {
-	return r.Stall > 100*time.Millisecond || r.Stalled > r.Wall/50
+	return r.Stall > 250*time.Millisecond || r.Stalled > r.Wall/10
 }
 
 // watch measures how late short sleeps wake until stop is closed.
@@ -130,16 +140,17 @@ func (w *World) Document(p Policy, url string) string {
 	var b strings.Builder
 	capacity := ""
 	if p.Scheduler {
-		capacity = fmt.Sprintf(", capacity: {max_in_flight_requests: %d, max_in_flight_tokens: %d}", w.Slots(), int64(w.Backend.Replicas)*w.Backend.KVTokens)
+		capacity = fmt.Sprintf(", capacity: {max_in_flight_requests: %d, max_in_flight_tokens: %d}", w.Slots(), w.CapacityTokens())
 	}
 	fmt.Fprintf(&b, "upstreams: [{name: backend, url: %s%s}]\napi_keys:\n", url, capacity)
 	for _, t := range w.Tenants {
 		fmt.Fprintf(&b, "- {name: %s, key_sha256: %s, priority: %s}\n", t.Name, sha(keyOf(t.Name)), t.Class)
 	}
-	// The scheduler's waits run on the wall clock: world seconds are scaled down.
+	// The scheduler ages waits on the proxy's clock, which the lab gives world time;
+	// the longest wait runs on a wall-clock timer, so it is scaled down.
 	wall := func(worldSeconds float64) int64 { return max(1, int64(math.Ceil(worldSeconds/w.TimeScale))) }
 	fmt.Fprintf(&b, "scheduling: {aging_seconds: %d, max_queue_wait_seconds: %d, max_queue_length: 100000}\n",
-		wall(w.Scheduler.AgingSeconds), wall(w.Scheduler.MaxQueueWaitSeconds))
+		int64(math.Ceil(w.Scheduler.AgingSeconds)), wall(w.Scheduler.MaxQueueWaitSeconds))
 	b.WriteString("rate_limiting:\n  rules:\n")
 	any := false
 	if p.RequestsPerMinute > 0 {
@@ -161,6 +172,13 @@ func (w *World) Document(p Policy, url string) string {
 		return strings.TrimSuffix(b.String(), "rate_limiting:\n  rules:\n")
 	}
 	return b.String()
+}
+
+// CapacityTokens is the upstream's max_in_flight_tokens in the runs with the
+// scheduler: the replicas' KV caches, less capacity_headroom, which leaves room for the
+// cache each replica cannot use when the next request does not fit in what is left.
+func (w *World) CapacityTokens() int64 {
+	return int64(float64(int64(w.Backend.Replicas)*w.Backend.KVTokens) * (1 - w.Scheduler.CapacityHeadroom))
 }
 
 // arrival is one request the world sends.
@@ -239,8 +257,9 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 	defer backend.Close()
 
 	store := budget.NewMemory(clock, 100000)
+	m := metrics.New(prometheus.NewRegistry())
 	srv := server.New(server.Options{Store: store, Memory: store, Clock: clock,
-		Metrics: metrics.New(prometheus.NewRegistry()), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if _, err := srv.Apply([]byte(w.Document(p, backend.URL)), "lab"); err != nil {
 		return nil, fmt.Errorf("the lab's proxy config: %w", err)
 	}
@@ -256,13 +275,32 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 	}
 	text := strings.Repeat("abcd", int(longest))
 
+	start := clock.Now()
+	since := func() time.Duration { return clock.Since(start) }
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stall, stalled time.Duration
 	stopWatch, watched := make(chan struct{}), make(chan struct{})
 	go watch(stopWatch, &stall, &stalled, watched)
-	start := clock.Now()
-	since := func() time.Duration { return clock.Since(start) }
+	var samples []QueueSample
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(clock.Wall(100 * time.Millisecond))
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-tk.C:
+			}
+			q := QueueSample{At: clock.Since(start)}
+			for i, c := range []string{"interactive", "batch", "background"} {
+				q.Waiting[i] = int(gauge(m.QueueLength.WithLabelValues("backend", c)))
+			}
+			samples = append(samples, q)
+		}
+	}()
 	records := make([]Record, len(arrivals))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -298,7 +336,7 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			mu.Lock()
 			records[i].Status = resp.StatusCode
 			mu.Unlock()
@@ -331,12 +369,13 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 	end := max(since(), w.Duration())
 	close(stopWatch)
 	<-watched
+	<-sampled
 	cancel()
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	res := &Result{Policy: p, World: w, End: end, Records: records, Stall: stall, Stalled: stalled}
+	res := &Result{Policy: p, World: w, End: end, Records: records, Stall: stall, Stalled: stalled, ProxyQueue: samples}
 	for i := range res.Records {
 		if t, ok := be.Started(strconv.Itoa(i)); ok {
 			res.Records[i].Started = t.Sub(start)
@@ -350,6 +389,14 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 	}
 	res.Wall = time.Since(began)
 	return res, nil
+}
+
+func gauge(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetGauge().GetValue()
 }
 
 func cmpErr(a, b error) error {

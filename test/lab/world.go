@@ -59,6 +59,9 @@ type Backend struct {
 type Scheduler struct {
 	AgingSeconds        float64 `json:"aging_seconds"`
 	MaxQueueWaitSeconds float64 `json:"max_queue_wait_seconds"`
+	// CapacityHeadroom is the share of the replicas' KV caches the upstream's
+	// max_in_flight_tokens leaves out (World.CapacityTokens).
+	CapacityHeadroom float64 `json:"capacity_headroom"`
 }
 
 // Tenant kinds.

@@ -39,7 +39,8 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab:", err)
-		os.Exit(1)
+		stop()
+		os.Exit(1) //nolint:gocritic // stop ran just above
 	}
 }
 
