@@ -72,6 +72,12 @@ func TestMissionThree(t *testing.T) {
 	mission(t, func(ctx context.Context, w *lab.World) (*lab.Outcome, error) { return w.MissionThree(ctx, false) })
 }
 
+// The agent, the burst and heavy batch at once, every tenant with a token limit,
+// through the scheduler (mission four).
+func TestMissionFour(t *testing.T) {
+	mission(t, func(ctx context.Context, w *lab.World) (*lab.Outcome, error) { return w.MissionFour(ctx) })
+}
+
 // Seed 003's own sizing example comes out of the rule, and a bucket of the rule's size
 // refuses far fewer of the burst's requests than half of it.
 func TestSizing(t *testing.T) {

@@ -132,9 +132,10 @@ func (w *World) MissionFourPolicy() Policy {
 	m := w.Missions
 	bucket := m.BucketSeconds[len(m.BucketSeconds)-1]
 	return Policy{Name: "agent, burst, heavy batch, scheduler", Agent: true, Burst: true, HeavyBatch: true, Scheduler: true,
-		TokensPerMinute: merge(w.tokens(m.AppContractPerMinute, KindChat), w.tokens(m.ScheduledLimitPerMinute, KindBatch),
+		TokensPerMinute: merge(w.tokens(m.AppContractPerMinute, KindChat), w.tokens(m.BatchLimitPerMinute, KindBatch),
 			w.tokens(m.AgentLimitPerMinute, KindAgent)),
-		BucketSeconds: merge2(w.buckets(bucket, KindChat), w.buckets(m.TokenLimitBucketSeconds, KindAgent))}
+		BucketSeconds: merge2(w.buckets(bucket, KindChat), w.buckets(m.TokenLimitBucketSeconds, KindAgent),
+			w.buckets(m.TokenLimitBucketSeconds, KindBatch))}
 }
 
 // Missions.
@@ -255,7 +256,7 @@ func (w *World) MissionFour(ctx context.Context) (*Outcome, error) {
 	o.check(s.ChatWithinTarget >= m.InteractiveWithinTarget, fmt.Sprintf("≥ %.0f%% of chat starts within target", 100*m.InteractiveWithinTarget), "%.1f%%", 100*s.ChatWithinTarget)
 	o.check(float64(s.ChatRefused) < 0.005*float64(s.ChatRequests), "the burst is absorbed (< 0.5% of chat refused)", "%d of %d refused", s.ChatRefused, s.ChatRequests)
 	o.check(s.Refused[w.name(KindAgent)] > 0, "the agent is held to its limit", "%d agent requests refused", s.Refused[w.name(KindAgent)])
-	o.check(s.BatchOutputPerSecond > 0.5*m.BatchOutputTokensPerSecond, "batch keeps using the spare capacity", "%.0f output tok/s", s.BatchOutputPerSecond)
+	o.check(s.BatchOutputPerSecond > 0.4*m.BatchOutputTokensPerSecond, fmt.Sprintf("batch keeps more than %.0f output tok/s", 0.4*m.BatchOutputTokensPerSecond), "%.0f output tok/s", s.BatchOutputPerSecond)
 	return o, nil
 }
 

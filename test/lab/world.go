@@ -113,6 +113,7 @@ type Missions struct {
 	ScheduledLimitPerMinute    int64     `json:"scheduled_limit_per_minute"`
 	StaticLimitsPerMinute      []int64   `json:"static_limits_per_minute"`
 	AgentLimitPerMinute        int64     `json:"agent_limit_per_minute"`
+	BatchLimitPerMinute        int64     `json:"batch_limit_per_minute"`
 }
 
 // LoadWorld reads a world file; empty path is the checked-in world.
