@@ -70,6 +70,8 @@ type Step struct {
 	Start, End time.Time
 	Sequences  map[string]int
 	Generated  map[string]int64
+	// Context is the KV cache the tenant's sequences held in the step.
+	Context map[string]int64
 }
 
 // SimBackend is a backend of replicas with continuous batching and a linear step
@@ -273,12 +275,13 @@ func (s *SimBackend) advance(until time.Time) {
 // finishStep ends a replica's step: every sequence gains a token (a prompt's step
 // yields the first), and those with their whole answer are answered.
 func (s *SimBackend) finishStep(rp *replica) {
-	st := Step{Start: rp.stepStart, End: rp.stepEnd, Sequences: map[string]int{}, Generated: map[string]int64{}}
+	st := Step{Start: rp.stepStart, End: rp.stepEnd, Sequences: map[string]int{}, Generated: map[string]int64{}, Context: map[string]int64{}}
 	kept := rp.running[:0]
 	for _, j := range rp.running {
 		j.prefilled = true
 		j.generated++
 		st.Sequences[j.tenant]++
+		st.Context[j.tenant] += j.in + j.out
 		st.Generated[j.tenant]++
 		if j.generated >= j.out {
 			rp.kv -= j.in + j.out

@@ -6,6 +6,7 @@ package lab
 import (
 	"fmt"
 	"html"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,8 +19,10 @@ import (
 type Series struct {
 	// Seconds is the number of one-second bins.
 	Seconds int
-	// Sequences is, per tenant, the mean sequences the backend ran in each second.
+	// Sequences is, per tenant, the mean sequences the backend ran in each second;
+	// Context the mean KV cache tokens they held.
 	Sequences map[string][]float64
+	Context   map[string][]float64
 	// Queue is the requests sent and neither started nor refused, at each second.
 	Queue []float64
 	// Refused is the 429s in each second.
@@ -29,9 +32,10 @@ type Series struct {
 // Series bins the run by world second.
 func (r *Result) Series() Series {
 	n := int(r.End.Seconds()) + 1
-	s := Series{Seconds: n, Sequences: map[string][]float64{}, Queue: make([]float64, n), Refused: make([]int, n)}
+	s := Series{Seconds: n, Sequences: map[string][]float64{}, Context: map[string][]float64{}, Queue: make([]float64, n), Refused: make([]int, n)}
 	for _, t := range r.World.Tenants {
 		s.Sequences[t.Name] = make([]float64, n)
+		s.Context[t.Name] = make([]float64, n)
 	}
 	for _, st := range r.Steps {
 		b := int(st.Start.Seconds())
@@ -42,6 +46,11 @@ func (r *Result) Series() Series {
 		for tenant, k := range st.Sequences {
 			if seq := s.Sequences[tenant]; seq != nil {
 				seq[b] += float64(k) * d
+			}
+		}
+		for tenant, k := range st.Context {
+			if c := s.Context[tenant]; c != nil {
+				c[b] += float64(k) * d
 			}
 		}
 	}
@@ -65,26 +74,43 @@ func (r *Result) Series() Series {
 
 var palette = []string{"#4e79a7", "#76b7b2", "#59a14f", "#8cd17d", "#f28e2b", "#b07aa1", "#9c755f", "#bab0ac"}
 
-// SVG draws a run: the backend's sequences stacked by tenant, the capacity as a dashed
-// line, the requests waiting to start as a red line, and the 429s as labels.
+// SVG draws a run: the backend's work (the KV cache its sequences hold, the resource
+// the lab's backend runs out of) stacked by tenant, its capacity as a dashed line, the
+// requests waiting to start (proxy and backend queues, right axis) as a red line, and
+// the 429s as labels.
 func (r *Result) SVG() string {
-	const W, H, left, right, top, bottom = 900.0, 360.0, 50.0, 150.0, 30.0, 40.0
+	const W, H, left, right, top, bottom = 980.0, 360.0, 50.0, 220.0, 30.0, 40.0
 	s := r.Series()
-	slots := float64(r.World.Slots())
-	ymax := slots * 1.25
-	for _, q := range s.Queue {
-		ymax = max(ymax, q*1.05)
+	capK := float64(int64(r.World.Backend.Replicas)*r.World.Backend.KVTokens) / 1000
+	if capK <= 0 {
+		capK = float64(r.World.Slots())
 	}
+	ymax := capK * 1.25
+	qmax := 10.0
+	for _, q := range s.Queue {
+		qmax = max(qmax, q*1.05)
+	}
+	qstep := niceStep(qmax)
+	qmax = qstep * math.Ceil(qmax/qstep)
 	pw, ph := W-left-right, H-top-bottom
 	x := func(sec float64) float64 { return left + pw*sec/float64(max(1, s.Seconds-1)) }
 	y := func(v float64) float64 { return top + ph*(1-v/ymax) }
+	yq := func(v float64) float64 { return top + ph*(1-v/qmax) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`, W, H)
 	fmt.Fprintf(&b, `<text x="%.0f" y="16" font-size="13" font-weight="bold">%s</text>`, left, html.EscapeString(r.Policy.Name))
 	// Stacked areas, first tenant at the bottom.
 	base := make([]float64, s.Seconds)
 	for i, t := range r.World.Tenants {
-		seq := s.Sequences[t.Name]
+		seq := s.Context[t.Name]
+		if r.World.Backend.KVTokens <= 0 {
+			seq = s.Sequences[t.Name]
+		}
+		for k := range seq {
+			if r.World.Backend.KVTokens > 0 {
+				seq[k] /= 1000
+			}
+		}
 		var pts []string
 		for k := range s.Seconds {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(k)), y(base[k]+seq[k])))
@@ -98,23 +124,23 @@ func (r *Result) SVG() string {
 		c := palette[i%len(palette)]
 		fmt.Fprintf(&b, `<polygon points="%s" fill="%s" fill-opacity="0.85" stroke="none"><title>%s</title></polygon>`, strings.Join(pts, " "), c, html.EscapeString(t.Name))
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s (%s)</text>`,
-			W-right+10, top+float64(i)*16, c, W-right+24, top+float64(i)*16+9, html.EscapeString(t.Name), t.Class)
+			W-right+40, top+float64(i)*16, c, W-right+54, top+float64(i)*16+9, html.EscapeString(t.Name), t.Class)
 	}
 	// Capacity and queue.
-	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#333" stroke-dasharray="6,4"/>`, left, left+pw, y(slots), y(slots))
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="#333">capacity %d</text>`, left+4, y(slots)-4, r.World.Slots())
+	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#333" stroke-dasharray="6,4"/>`, left, left+pw, y(capK), y(capK))
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="#333">capacity %.0fk tokens</text>`, left+4, y(capK)-4, capK)
 	var q []string
 	for k, v := range s.Queue {
-		q = append(q, fmt.Sprintf("%.1f,%.1f", x(float64(k)), y(v)))
+		q = append(q, fmt.Sprintf("%.1f,%.1f", x(float64(k)), yq(v)))
 	}
 	fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="#d62728" stroke-width="2"/>`, strings.Join(q, " "))
 	n := len(r.World.Tenants)
-	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#d62728" stroke-width="2"/><text x="%.0f" y="%.0f">waiting to start</text>`,
-		W-right+10, W-right+20, top+float64(n)*16+5, top+float64(n)*16+5, W-right+24, top+float64(n)*16+9)
+	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#d62728" stroke-width="2"/><text x="%.0f" y="%.0f">waiting (right axis)</text>`,
+		W-right+40, W-right+50, top+float64(n)*16+5, top+float64(n)*16+5, W-right+54, top+float64(n)*16+9)
 	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#333" stroke-dasharray="6,4"/><text x="%.0f" y="%.0f">backend capacity</text>`,
-		W-right+10, W-right+20, top+float64(n+1)*16+5, top+float64(n+1)*16+5, W-right+24, top+float64(n+1)*16+9)
+		W-right+40, W-right+50, top+float64(n+1)*16+5, top+float64(n+1)*16+5, W-right+54, top+float64(n+1)*16+9)
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#d62728" font-weight="bold">429</text><text x="%.0f" y="%.0f">refused, per 5 s</text>`,
-		W-right+10, top+float64(n+2)*16+9, W-right+36, top+float64(n+2)*16+9)
+		W-right+40, top+float64(n+2)*16+9, W-right+66, top+float64(n+2)*16+9)
 	// 429 labels, summed over five seconds.
 	for k := 0; k < s.Seconds; k += 5 {
 		c := 0
@@ -135,7 +161,10 @@ func (r *Result) SVG() string {
 	for v := 0.0; v <= ymax; v += step {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end">%.0f</text>`, left-4, y(v)+4, v)
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">world time; y: sequences running on the backend (stacked by tenant) and requests waiting</text>`, left+pw/2, H-6)
+	for v := 0.0; v <= qmax; v += qstep {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" fill="#d62728">%.0f</text>`, left+pw+4, yq(v)+4, v)
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">world time; left: thousands of KV cache tokens the backend's sequences hold, stacked by tenant; right: requests waiting to start</text>`, left+pw/2, H-6)
 	b.WriteString(`</svg>`)
 	return b.String()
 }

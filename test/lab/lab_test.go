@@ -6,8 +6,10 @@ package lab_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/test/lab"
 )
@@ -111,5 +113,43 @@ func TestWorldErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: got %v, want an error naming %s", c.to, err, c.field)
 		}
+	}
+}
+
+// The charts and the table are written as self-contained pages: the stacked work, the
+// capacity line, the waiting line and the 429 labels, and the mission's checks.
+func TestWrite(t *testing.T) {
+	w, err := lab.LoadWorld("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := time.Second
+	r := &lab.Result{Policy: lab.Policy{Name: "a run"}, World: w, End: 10 * s,
+		Records: []lab.Record{
+			{Tenant: "app-books", Kind: lab.KindChat, Sent: s, Started: 4 * s, Arrived: s, Status: 200, In: 900, Out: 250},
+			{Tenant: "agent", Kind: lab.KindAgent, Sent: 2 * s, Started: -1, Arrived: -1, Status: 429, In: 9000, Out: 1000},
+		},
+		Steps: []lab.RunStep{{Start: 4 * s, End: 5 * s, Sequences: map[string]int{"app-books": 1},
+			Generated: map[string]int64{"app-books": 1}, Context: map[string]int64{"app-books": 1150}}},
+	}
+	o := &lab.Outcome{Mission: "mission zero", Question: "does it draw", Runs: []*lab.Result{r},
+		Checks: []lab.Check{{Target: "a target", Got: "a figure", OK: false}}}
+	dir := t.TempDir()
+	files, err := lab.Write(dir, w, []*lab.Outcome{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Fatalf("wrote %v, want a run's page, index.html and missions.txt", files)
+	}
+	index, _ := os.ReadFile(filepath.Join(dir, "index.html"))
+	for _, want := range []string{"<svg", "capacity 600k tokens", "429×1", "waiting (right axis)", "mission zero", "a target", "missed", "<polygon"} {
+		if !strings.Contains(string(index), want) {
+			t.Errorf("index.html lacks %q", want)
+		}
+	}
+	text, _ := os.ReadFile(filepath.Join(dir, "missions.txt"))
+	if !strings.Contains(string(text), "FAIL a target: a figure") || !strings.Contains(string(text), "MISSED") {
+		t.Errorf("missions.txt:\n%s", text)
 	}
 }

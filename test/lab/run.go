@@ -126,6 +126,7 @@ type RunStep struct {
 	Start, End time.Duration
 	Sequences  map[string]int
 	Generated  map[string]int64
+	Context    map[string]int64
 }
 
 func keyOf(tenant string) string { return "sk-lab-" + tenant }
@@ -385,7 +386,7 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 		}
 	}
 	for _, st := range be.Steps() {
-		res.Steps = append(res.Steps, RunStep{Start: st.Start.Sub(start), End: st.End.Sub(start), Sequences: st.Sequences, Generated: st.Generated})
+		res.Steps = append(res.Steps, RunStep{Start: st.Start.Sub(start), End: st.End.Sub(start), Sequences: st.Sequences, Generated: st.Generated, Context: st.Context})
 	}
 	res.Wall = time.Since(began)
 	return res, nil
