@@ -139,6 +139,12 @@ bench-operator: build test-tools ## Measure the operator and a 3-replica fleet o
 bench-schedule: ## Reproduce the shape of the lab's mission three at small scale: chat requests against a busy batch tenant, first-in-first-out and through the scheduler, for $(SCHEDLAB_SECONDS) s each (BENCH lines).
 	SCHEDLAB_SECONDS=$(SCHEDLAB_SECONDS) $(GO) test -count=1 -v -run '^TestMissionThreeShape$$' ./test/schedlab/ 2>&1 | grep --line-buffered -e '^BENCH' -e '^--- ' -e '^FAIL' -e '^ok' -e 'schedlab_test.go'
 
+LAB_OUT ?= lab-out
+LAB_WORLD ?=
+.PHONY: lab
+lab: ## Run seed 003's lab through the real proxy (test/lab/world.yaml or LAB_WORLD): the calibration and missions one to four, charts and the mission table in $(LAB_OUT)/ (about 4 minutes).
+	$(GO) run ./test/lab/cmd/lab run -out $(LAB_OUT) $(if $(LAB_WORLD),-world $(LAB_WORLD))
+
 .PHONY: bench
 bench: ## Run the proxy's benchmarks with -benchmem.
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...

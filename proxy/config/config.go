@@ -83,6 +83,9 @@ type Capacity struct {
 	// MaxInFlightTokens bounds the tokens those requests reserved (input estimate plus
 	// output reservation). A single larger request runs alone.
 	MaxInFlightTokens int64 `json:"max_in_flight_tokens,omitempty"`
+	// Learn, when set, learns the in-flight request bound from the upstream's answers
+	// (learn.go); it needs MaxInFlightRequests, its start and ceiling.
+	Learn *LearnCapacity `json:"learn,omitempty"`
 }
 
 // Enabled reports whether the capacity bounds anything.

@@ -135,6 +135,7 @@ func (c *Config) validateUpstreams(errs *fieldErrors) {
 		if c := u.Capacity; c != nil {
 			nonNegative(errs, f+".capacity.max_in_flight_requests", c.MaxInFlightRequests)
 			nonNegative(errs, f+".capacity.max_in_flight_tokens", c.MaxInFlightTokens)
+			validateLearn(errs, f+".capacity", c)
 		}
 	}
 }

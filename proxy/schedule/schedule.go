@@ -101,6 +101,9 @@ type Options struct {
 	Now func() time.Time
 	// Observer, when set, is told of waits, dispatches and refusals.
 	Observer Observer
+	// Learn, when set with MaxInFlightRequests, learns the in-flight request bound
+	// from the upstream's answers (learn.go).
+	Learn *Learn
 }
 
 // Observer is told what the scheduler does, for metrics. Its methods are called with
@@ -174,6 +177,10 @@ type Scheduler struct {
 	// nothing waiting never counts as time between dispatches.
 	busySince time.Time
 	seq       uint64
+	// learned is the learned in-flight request bound (0: not learning), lastDecrease
+	// when it last fell.
+	learned      float64
+	lastDecrease time.Time
 }
 
 type classQueue struct {
@@ -198,7 +205,8 @@ type waiter struct {
 	t       *tenant
 	since   time.Time
 	seq     uint64
-	charged float64 // service counted at dispatch
+	charged float64   // service counted at dispatch
+	at      time.Time // when dispatched
 	ready   chan struct{}
 	arrival *list.Element
 	own     *list.Element
@@ -218,6 +226,7 @@ func New(o Options) *Scheduler {
 	for i := range s.classes {
 		s.classes[i].active = make(map[*tenant]*tenantQueue)
 	}
+	s.clampLearned()
 	return s
 }
 
@@ -233,6 +242,7 @@ func (s *Scheduler) Configure(o Options) {
 		o.OutputWeight = 1
 	}
 	s.o = o
+	s.clampLearned()
 	s.dispatchLocked()
 }
 
@@ -245,6 +255,9 @@ type Slot struct {
 	weight float64
 	// charged is the service counted when the request started.
 	charged float64
+	// at is when the request was dispatched; answered is set once Answered counted.
+	at       time.Time
+	answered bool
 }
 
 // Held reports whether the slot holds capacity.
@@ -287,8 +300,13 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		if s.starter != nil {
 			s.starter.Started(r.Class)
 		}
+		// A learned bound that reads latency needs the start time; nothing else does.
+		var at time.Time
+		if s.o.Learn != nil {
+			at = s.o.Now()
+		}
 		s.mu.Unlock()
-		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged, at: at}, nil
 	}
 	now := s.o.Now()
 	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength ||
@@ -317,7 +335,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	select {
 	case <-w.ready:
 		// w.charged was written before ready was closed.
-		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: w.charged}, nil
+		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: w.charged, at: w.at}, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timeout:
@@ -378,7 +396,7 @@ func (s *Scheduler) tenant(name string) *tenant {
 
 // fits reports whether a request of cost tokens may start now.
 func (s *Scheduler) fits(cost int64) bool {
-	if s.o.MaxInFlightRequests > 0 && s.inReq >= s.o.MaxInFlightRequests {
+	if limit := s.maxInFlight(); limit > 0 && s.inReq >= limit {
 		return false
 	}
 	if s.o.MaxInFlightTokens > 0 && s.inTok > 0 && s.inTok+cost > s.o.MaxInFlightTokens {
@@ -512,6 +530,7 @@ func (s *Scheduler) dispatchLocked() {
 		s.removeLocked(w)
 		w.charged = s.startLocked(w.t, &w.req, w.cost)
 		s.drainedLocked(now)
+		w.at = now
 		w.done = true
 		if s.o.Observer != nil {
 			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))

@@ -68,6 +68,8 @@ func onResponse(resp *http.Response) error {
 	s := ex.s
 	ex.status = resp.StatusCode
 	ex.upstreamAnswered(resp.Header)
+	// A learned capacity learns from the answer (proxy/schedule/learn.go).
+	ex.slot.Answered(resp.StatusCode)
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)

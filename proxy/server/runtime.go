@@ -170,6 +170,10 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			for _, c := range schedule.Classes {
 				up.schedOpts.ClassMaxQueueWait[c] = sc.Classes.Of(c.String()).MaxQueueWait(sc)
 			}
+			if l := uc.Capacity.Learn; l != nil {
+				up.schedOpts.Learn = &schedule.Learn{MinInFlightRequests: l.MinInFlightRequests, Decrease: l.Decrease,
+					LatencyThreshold: l.LatencyThreshold(), Cooldown: l.Cooldown()}
+			}
 		}
 		rt.upstreams = append(rt.upstreams, up)
 		for _, m := range uc.Models {
