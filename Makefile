@@ -104,7 +104,9 @@ test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis 
 	@command -v promtool >/dev/null || { echo "promtool is not on PATH: install Debian's prometheus package (.ci/run does)"; exit 1; }
 	@command -v node >/dev/null && command -v npm >/dev/null || { echo "node or npm is not on PATH: the end-to-end suite runs the official Node SDKs; install Debian's nodejs and npm packages (.ci/run does)"; exit 1; }
 	$(GO) test $(GO_TEST_FLAGS) -race $(RACE_PKGS)
-	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/fakellm' -e '/test/redisserver')
+	$(GO) test $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v -e '/proxy/' -e '/test/fakellm' -e '/test/redisserver' -e '/test/lab')
+	@# The lab scales time (8x): it runs alone, so that the other suites do not hold its runs up.
+	$(GO) test $(GO_TEST_FLAGS) ./test/lab/...
 	$(MAKE) fuzz
 
 .PHONY: fuzz
