@@ -52,9 +52,22 @@ func slimSecret(o any) (any, error) {
 	}
 	s.Data = data
 	s.StringData = nil
-	s.Annotations = map[string]string{hashedSecretAnnotation: hashedSecretSHA256}
+	s.Annotations = hashedSecretAnnotations
+	if len(s.Labels) == 1 {
+		s.Labels = apiKeySecretLabels
+	}
 	return s, nil
 }
+
+// hashedSecretAnnotations and apiKeySecretLabels are the annotations of every cached
+// ApiKey Secret and the labels of those labelled with nothing else: one map each,
+// shared by every such Secret of the cache, instead of two small maps a Secret (most
+// of a cached Secret's memory). The cache's objects are never written to: a Get or a
+// List copies them, and the reconciler reads them without a copy only to read.
+var (
+	hashedSecretAnnotations = map[string]string{hashedSecretAnnotation: hashedSecretSHA256}
+	apiKeySecretLabels      = map[string]string{twv1alpha1.SecretUsageLabel: twv1alpha1.SecretUsageAPIKey}
+)
 
 var _ toolscache.TransformFunc = slimSecret
 

@@ -53,6 +53,7 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
 		byObject[o] = cache.ByObject{Label: owned}
 	}
+	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: slimConfigMap}
 	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
 	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}

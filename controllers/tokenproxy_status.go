@@ -114,11 +114,12 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 
 	memo := r.keyMemo(tp)
 	seen := make(map[string]struct{}, len(g.allKeys))
-	for _, k := range g.allKeys {
+	for _, read := range g.allKeys {
+		k := read.key
 		ok := objectKey(k)
 		seen[ok] = struct{}{}
-		v := g.keyVerdicts[ok]
-		fingerprint := g.fingerprints[ok]
+		v := read.verdict
+		fingerprint := read.fingerprint
 		// A rotated Secret changes the key's content without changing its generation.
 		prevConfigGen := k.Status.ConfigGeneration
 		if k.Status.Fingerprint != fingerprint {
@@ -179,8 +180,8 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 				st.Budgets++
 			}
 		}
-		for _, v := range g.keyVerdicts {
-			if v.accepted {
+		for _, read := range g.allKeys {
+			if read.verdict.accepted {
 				st.Keys++
 			}
 		}
