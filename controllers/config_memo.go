@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"hash"
 	"slices"
 	"sync"
 
@@ -58,42 +57,52 @@ func (c *configMemos) forget(fleet types.NamespacedName) { c.m.Delete(fleet) }
 // in force, in order, by identity and spec generation, with each key's hash.
 func renderInputs(f *fleet) [sha256.Size]byte {
 	h := sha256.New()
+	// The inputs are written through one buffer, without a copy of each string.
+	buf := make([]byte, 0, 32<<10)
+	flush := func() {
+		h.Write(buf)
+		buf = buf[:0]
+	}
 	str := func(s string) {
-		writeInt(h, int64(len(s)))
-		h.Write([]byte(s))
+		if len(buf)+8+len(s) > cap(buf) {
+			flush()
+		}
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(s)))
+		buf = append(buf, s...)
+	}
+	num := func(v int64) {
+		if len(buf)+8 > cap(buf) {
+			flush()
+		}
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 	}
 	p := f.proxy
 	str(string(p.UID))
 	str(p.Namespace)
 	str(p.Name)
-	writeInt(h, p.Generation)
+	num(p.Generation)
 	epochs, _ := json.Marshal(p.Status.DurableEpochs)
 	str(string(epochs))
-	writeInt(h, f.divisor)
-	writeInt(h, int64(len(f.budgets)))
+	num(f.divisor)
+	num(int64(len(f.budgets)))
 	for _, b := range f.budgets {
 		str(string(b.UID))
 		str(b.Namespace)
 		str(b.Name)
-		writeInt(h, b.Generation)
+		num(b.Generation)
 	}
-	writeInt(h, int64(len(f.keys)))
+	num(int64(len(f.keys)))
 	for _, k := range f.keys {
 		str(string(k.key.UID))
 		str(k.key.Namespace)
 		str(k.key.Name)
-		writeInt(h, k.key.Generation)
+		num(k.key.Generation)
 		str(k.hash)
 	}
+	flush()
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum
-}
-
-func writeInt(h hash.Hash, v int64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(v))
-	h.Write(b[:])
 }
 
 // configUnchanged tells whether the fleet's ConfigMap and the chunks it names are as
