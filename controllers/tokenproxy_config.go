@@ -73,17 +73,21 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 	}
 	liveDigest, liveChunks := documentOf(&live)
 	previous := splitNames(live.Annotations[previousChunksAnnotation])
-	if liveDigest != config.Digest(doc) {
+	digest := config.Digest(doc)
+	if liveDigest != digest {
 		if doc, err = enc.at(prev + 1); err != nil {
 			return configWrite{}, err
 		}
+		digest = config.Digest(doc)
 		previous = liveChunks
 	}
-	w := configWrite{generation: cfg.Generation, digest: config.Digest(doc)}
+	w := configWrite{generation: cfg.Generation, digest: digest}
 
-	data := map[string]string{configKey: string(doc)}
+	var data map[string]string
 	var current []string
-	if len(doc) > config.MaxInline {
+	if len(doc) <= config.MaxInline {
+		data = map[string]string{configKey: string(doc)}
+	} else {
 		chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
 		for _, c := range chunks {
 			if err := r.createChunk(ctx, tp, c); err != nil {
