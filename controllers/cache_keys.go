@@ -18,9 +18,9 @@ import (
 // them anew for every key; the cache transform replaces each with one shared copy
 // (unique.Make: a copy lives while some object holds it), about 250 bytes a key.
 
-// slimApiKey is the cache transform of ApiKeys: no managed fields, repeated strings
+// slimAPIKey is the cache transform of ApiKeys: no managed fields, repeated strings
 // shared.
-func slimApiKey(o any) (any, error) {
+func slimAPIKey(o any) (any, error) {
 	k, ok := o.(*twv1alpha1.ApiKey)
 	if !ok {
 		return o, nil
@@ -40,7 +40,7 @@ func slimApiKey(o any) (any, error) {
 	return k, nil
 }
 
-var _ toolscache.TransformFunc = slimApiKey
+var _ toolscache.TransformFunc = slimAPIKey
 
 // intern returns the shared copy of s.
 func intern[S ~string](s S) S {

@@ -41,7 +41,7 @@ const managedByLabel = "app.kubernetes.io/managed-by"
 // label, and no managed fields, except on Deployments (applyDeployment compares the
 // fields it owns, which it reads from them); ApiKey Secrets hold only hashes
 // (slimSecret), config chunks only their text's hash (slimConfigMap), and ApiKeys
-// share their repeated strings (slimApiKey). byObject adds the callers' selections.
+// share their repeated strings (slimAPIKey). byObject adds the callers' selections.
 func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options {
 	usage, err := k8slabels.NewRequirement(twv1alpha1.SecretUsageLabel, selection.In,
 		[]string{twv1alpha1.SecretUsageAPIKey, twv1alpha1.SecretUsageCredential})
@@ -55,7 +55,7 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		byObject[o] = cache.ByObject{Label: owned}
 	}
 	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: slimConfigMap}
-	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimApiKey}
+	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimAPIKey}
 	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
 	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
