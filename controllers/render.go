@@ -36,6 +36,8 @@ type keyInput struct {
 	hash string
 	// conflict says, for a key that lost to an older one with the same hash, which.
 	conflict string
+	// read is the key's index in gathered.allKeys.
+	read int
 }
 
 // fleet is everything the proxy config of one TokenProxy is rendered from.
@@ -210,19 +212,37 @@ func olderFirst(a, b metav1.Object) int {
 // would freeze the whole fleet on its last config. The winners keep their order; each
 // loser names its winner, never the key.
 func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
-	sorted := slices.Clone(keys)
-	slices.SortStableFunc(sorted, func(a, b keyInput) int { return olderFirst(a.key, b.key) })
-	owner := map[string]string{}
-	lost := map[string]string{}
-	for _, k := range sorted {
-		if w, taken := owner[k.hash]; taken {
-			lost[objectKey(k.key)] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", w)
-			continue
-		}
-		owner[k.hash] = displayName(k.key)
+	// Keys sharing a hash are found by sorting the keys by hash, without a map of
+	// every hash: most fleets have none, and a 50,000-key fleet reads every key on
+	// every reconcile.
+	byHash := make([]int32, len(keys))
+	for i := range byHash {
+		byHash[i] = int32(i)
 	}
-	for _, k := range keys {
-		if msg, ok := lost[objectKey(k.key)]; ok {
+	slices.SortFunc(byHash, func(a, b int32) int { return strings.Compare(keys[a].hash, keys[b].hash) })
+	var lost map[int32]string
+	for start := 0; start < len(byHash); {
+		end := start + 1
+		for end < len(byHash) && keys[byHash[end]].hash == keys[byHash[start]].hash {
+			end++
+		}
+		if end-start > 1 {
+			group := slices.Clone(byHash[start:end])
+			slices.SortStableFunc(group, func(a, b int32) int { return olderFirst(keys[a].key, keys[b].key) })
+			if lost == nil {
+				lost = map[int32]string{}
+			}
+			for _, i := range group[1:] {
+				lost[i] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", displayName(keys[group[0]].key))
+			}
+		}
+		start = end
+	}
+	if len(lost) == 0 {
+		return keys, nil
+	}
+	for i, k := range keys {
+		if msg, ok := lost[int32(i)]; ok {
 			k.conflict = msg
 			losers = append(losers, k)
 			continue

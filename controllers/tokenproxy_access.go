@@ -40,7 +40,8 @@ const managedByLabel = "app.kubernetes.io/managed-by"
 // SecretUsageLabel set to one of its values, owned objects only with the operator's
 // label, and no managed fields, except on Deployments (applyDeployment compares the
 // fields it owns, which it reads from them); ApiKey Secrets hold only hashes
-// (slimSecret). byObject adds the callers' selections.
+// (slimSecret), config chunks only their text's hash (slimConfigMap), and ApiKeys
+// share their repeated strings (slimAPIKey). byObject adds the callers' selections.
 func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options {
 	usage, err := k8slabels.NewRequirement(twv1alpha1.SecretUsageLabel, selection.In,
 		[]string{twv1alpha1.SecretUsageAPIKey, twv1alpha1.SecretUsageCredential})
@@ -53,6 +54,8 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
 		byObject[o] = cache.ByObject{Label: owned}
 	}
+	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: slimConfigMap}
+	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimAPIKey}
 	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
 	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}

@@ -49,6 +49,8 @@ type configWrite struct {
 	digest string
 	// chunks are the chunks of the current and the previous document.
 	chunks []string
+	// configMapVersion is the fleet's ConfigMap's resourceVersion once written.
+	configMapVersion string
 }
 
 // applyConfig writes the rendered document, inline or as chunks and a manifest, and
@@ -71,17 +73,21 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 	}
 	liveDigest, liveChunks := documentOf(&live)
 	previous := splitNames(live.Annotations[previousChunksAnnotation])
-	if liveDigest != config.Digest(doc) {
+	digest := config.Digest(doc)
+	if liveDigest != digest {
 		if doc, err = enc.at(prev + 1); err != nil {
 			return configWrite{}, err
 		}
+		digest = config.Digest(doc)
 		previous = liveChunks
 	}
-	w := configWrite{generation: cfg.Generation, digest: config.Digest(doc)}
+	w := configWrite{generation: cfg.Generation, digest: digest}
 
-	data := map[string]string{configKey: string(doc)}
+	var data map[string]string
 	var current []string
-	if len(doc) > config.MaxInline {
+	if len(doc) <= config.MaxInline {
+		data = map[string]string{configKey: string(doc)}
+	} else {
 		chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
 		for _, c := range chunks {
 			if err := r.createChunk(ctx, tp, c); err != nil {
@@ -122,6 +128,7 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 	}); err != nil {
 		return configWrite{}, fmt.Errorf("apply ConfigMap: %w", err)
 	}
+	w.configMapVersion = cm.ResourceVersion
 	if err := r.deleteChunks(ctx, tp, w.chunks); err != nil {
 		return configWrite{}, err
 	}
@@ -250,7 +257,7 @@ func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.T
 // fleet, and a chunkTakenError otherwise.
 func (r *TokenProxyReconciler) checkChunk(tp *twv1alpha1.TokenProxy, have *corev1.ConfigMap, c config.Chunk) error {
 	owned := metav1.IsControlledBy(have, tp) && have.Labels[chunkOfLabel] == proxyName(tp)
-	same := have.Data[config.ChunkKey] == string(c.Data)
+	same := holdsChunk(have, c.Data)
 	if owned && same {
 		return nil
 	}

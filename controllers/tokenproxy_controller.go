@@ -65,6 +65,12 @@ type TokenProxyReconciler struct {
 	// apiReader reads what the cache does not hold: a ConfigMap the operator did not
 	// label, in the way of a config chunk (createChunk).
 	apiReader client.Reader
+	// indexes are the informers' indexes of ApiKeys and their Secrets, read without
+	// copies; keyOrders is each fleet's key order (fleet_index.go).
+	indexes   indexers
+	keyOrders keyOrders
+	// configs is each fleet's last config outcome and its inputs (config_memo.go).
+	configs configMemos
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -80,6 +86,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
 		return err
 	}
+	r.indexes = indexers{keys: indexerOf(ctx, mgr, &twv1alpha1.ApiKey{}), secrets: indexerOf(ctx, mgr, &corev1.Secret{})}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: proxyOf(o)}}
 	}
@@ -167,6 +174,8 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			// The fleet is gone (its owned objects go with it, its cluster-scoped
 			// binding is deleted here); tell the objects that still reference it.
 			r.keyStatuses.Delete(req.NamespacedName)
+			r.keyOrders.forget(req.NamespacedName)
+			r.configs.forget(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -215,16 +224,32 @@ type configOutcome struct {
 // reconcileConfig renders the fleet's config and writes it to the ConfigMap, unless
 // the proxy would refuse it.
 func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) configOutcome {
+	fleet := client.ObjectKeyFromObject(tp)
+	inputs := renderInputs(&g.fleet)
+	if m, ok := r.configs.get(fleet); ok && m.inputs == inputs {
+		// The same document as the last reconcile's: refused again, or still written.
+		if m.outcome.refused != nil {
+			return m.outcome
+		}
+		if r.configUnchanged(ctx, tp, m) {
+			return m.outcome
+		}
+	}
+	r.configs.forget(fleet)
 	cfg := render(&g.fleet)
 	r.defaultTracing(cfg, tp)
 	if err := checkRendered(cfg); err != nil {
-		return configOutcome{refused: err}
+		out := configOutcome{refused: err}
+		r.configs.put(fleet, configMemo{inputs: inputs, outcome: out})
+		return out
 	}
 	w, err := r.applyConfig(ctx, tp, cfg)
 	if !ss.record(stepConfigMap, err) {
 		return configOutcome{}
 	}
-	return configOutcome{written: true, generation: w.generation, digest: w.digest, chunks: w.chunks}
+	out := configOutcome{written: true, generation: w.generation, digest: w.digest, chunks: w.chunks}
+	r.configs.put(fleet, configMemo{inputs: inputs, outcome: out, configMapVersion: w.configMapVersion})
+	return out
 }
 
 // reconcileStatuses writes the statuses: the fleet's budgets and keys when the config
@@ -265,14 +290,19 @@ type gathered struct {
 	// allBudgets and allKeys are every object that references the fleet, accepted or
 	// not: the ones whose status this reconcile writes.
 	allBudgets     []*twv1alpha1.TokenBudget
-	allKeys        []*twv1alpha1.ApiKey
+	allKeys        []keyRead
 	budgetVerdicts map[string]verdict // by TokenBudget objectKey
-	keyVerdicts    map[string]verdict // by ApiKey objectKey
-	fingerprints   map[string]string  // by ApiKey objectKey
 	// credentials are what the pods read from Secrets.
 	credentials credentials
 	// deployment is the fleet's Deployment as read, nil when there is none.
 	deployment *appsv1.Deployment
+}
+
+// keyRead is an ApiKey as read, with its verdict and its Secret's fingerprint.
+type keyRead struct {
+	key         *twv1alpha1.ApiKey
+	verdict     verdict
+	fingerprint string
 }
 
 // verdict is an object's Accepted condition.
@@ -343,8 +373,6 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	g := &gathered{
 		fleet:          fleet{proxy: tp},
 		budgetVerdicts: map[string]verdict{},
-		keyVerdicts:    map[string]verdict{},
-		fingerprints:   map[string]string{},
 	}
 	// The budgets, keys and Secrets are read from the cache without copies: a fleet of
 	// 50,000 keys would copy them all on every reconcile. Nothing here writes to them;
@@ -391,17 +419,20 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		g.budgetVerdicts[objectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: conflicted[objectKey(b)]}
 	}
 
-	var keys twv1alpha1.ApiKeyList
-	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list ApiKeys: %w", err)
+	keys, err := r.fleetKeys(ctx, tp)
+	if err != nil {
+		return nil, err
 	}
-	secrets := map[string]map[string]*corev1.Secret{} // the ApiKey Secrets, by namespace and name
-	for _, k := range byObjectKey(keys.Items) {
+	inForce := verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
+	secrets := map[string]map[string]*corev1.Secret{} // read through the client: by namespace and name
+	g.allKeys = make([]keyRead, 0, len(keys))
+	g.keys = make([]keyInput, 0, len(keys))
+	for _, k := range keys {
 		if !k.DeletionTimestamp.IsZero() {
 			continue
 		}
-		g.allKeys = append(g.allKeys, k)
+		g.allKeys = append(g.allKeys, keyRead{key: k})
+		read := &g.allKeys[len(g.allKeys)-1]
 		v, ok, err := r.namespaceVerdict(ctx, tp, k)
 		if err != nil {
 			return nil, err
@@ -410,37 +441,33 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 			v, ok = bypassVerdict(tp, k)
 		}
 		if !ok {
-			g.keyVerdicts[objectKey(k)] = v
+			read.verdict = v
 			continue
 		}
 		// The cache holds only the Secrets labelled for the operator's use; an ApiKey
 		// may use only those labelled for ApiKeys, in its own namespace.
-		inNS, listed := secrets[k.Namespace]
-		if !listed {
-			if inNS, err = r.apiKeySecrets(ctx, k.Namespace); err != nil {
-				return nil, err
-			}
-			secrets[k.Namespace] = inNS
+		s, err := r.apiKeySecret(ctx, k.Namespace, k.Spec.SecretRef.Name, secrets)
+		if err != nil {
+			return nil, err
 		}
-		s, found := inNS[k.Spec.SecretRef.Name]
-		if !found {
-			g.keyVerdicts[objectKey(k)] = keySecretNotFound(k)
+		if s == nil {
+			read.verdict = keySecretNotFound(k)
 			continue
 		}
 		hash := keyHash(s, secretKey(k.Spec.SecretRef))
 		if hash == "" {
-			g.keyVerdicts[objectKey(k)] = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
+			read.verdict = verdict{reason: twv1alpha1.ReasonSecretKeyMissing,
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
-		g.keys = append(g.keys, keyInput{key: k, hash: hash})
-		g.fingerprints[objectKey(k)] = hash[:8]
-		g.keyVerdicts[objectKey(k)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
+		g.keys = append(g.keys, keyInput{key: k, hash: hash, read: len(g.allKeys) - 1})
+		read.fingerprint = hash[:8]
+		read.verdict = inForce
 	}
 	var lostKeys []keyInput
 	g.keys, lostKeys = resolveKeyConflicts(g.keys)
 	for _, l := range lostKeys {
-		g.keyVerdicts[objectKey(l.key)] = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
+		g.allKeys[l.read].verdict = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
 	}
 
 	creds, err := r.readCredentials(ctx, tp)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -113,12 +114,14 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 	}
 
 	memo := r.keyMemo(tp)
-	seen := make(map[string]struct{}, len(g.allKeys))
-	for _, k := range g.allKeys {
-		ok := objectKey(k)
-		seen[ok] = struct{}{}
-		v := g.keyVerdicts[ok]
-		fingerprint := g.fingerprints[ok]
+	// remembered counts the keys read that the memo holds: when it is the memo's size,
+	// the memo holds no key that is gone.
+	remembered := 0
+	for _, read := range g.allKeys {
+		k := read.key
+		ok := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
+		v := read.verdict
+		fingerprint := read.fingerprint
 		// A rotated Secret changes the key's content without changing its generation.
 		prevConfigGen := k.Status.ConfigGeneration
 		if k.Status.Fingerprint != fingerprint {
@@ -128,9 +131,13 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 			k.Status.Conditions, generation)
 		in := keyStatusInputs{resourceVersion: k.ResourceVersion, proxyGeneration: tp.Generation, verdict: v,
 			fingerprint: fingerprint, contentGen: contentGen, loaded: loadedStateOf(rs, contentGen)}
-		if memo[ok] == in {
-			// The status this key already has is the one these inputs give.
-			continue
+		if was, there := memo[ok]; there {
+			if was == in {
+				// The status this key already has is the one these inputs give.
+				remembered++
+				continue
+			}
+			delete(memo, ok)
 		}
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
@@ -142,16 +149,22 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 			// The fingerprint is a slice of the whole hash, which the memo need not keep.
 			in.fingerprint = strings.Clone(in.fingerprint)
 			memo[ok] = in
+			remembered++
 			continue
 		}
-		delete(memo, ok)
 		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
 			return err
 		}
 	}
-	for ok := range memo {
-		if _, there := seen[ok]; !there {
-			delete(memo, ok)
+	if remembered != len(memo) {
+		seen := make(map[types.NamespacedName]struct{}, len(g.allKeys))
+		for _, read := range g.allKeys {
+			seen[types.NamespacedName{Namespace: read.key.Namespace, Name: read.key.Name}] = struct{}{}
+		}
+		for ok := range memo {
+			if _, there := seen[ok]; !there {
+				delete(memo, ok)
+			}
 		}
 	}
 
@@ -179,8 +192,8 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 				st.Budgets++
 			}
 		}
-		for _, v := range g.keyVerdicts {
-			if v.accepted {
+		for _, read := range g.allKeys {
+			if read.verdict.accepted {
 				st.Keys++
 			}
 		}
@@ -351,9 +364,9 @@ func loadedStateOf(rs *reports, contentGen int64) loadedState {
 	return st
 }
 
-// keyMemo is the fleet's memo of current key statuses, by ApiKey objectKey. One
-// fleet is reconciled by one worker at a time.
-func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[string]keyStatusInputs {
-	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[string]keyStatusInputs{})
-	return m.(map[string]keyStatusInputs)
+// keyMemo is the fleet's memo of current key statuses, by ApiKey namespace and name.
+// One fleet is reconciled by one worker at a time.
+func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[types.NamespacedName]keyStatusInputs {
+	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[types.NamespacedName]keyStatusInputs{})
+	return m.(map[types.NamespacedName]keyStatusInputs)
 }
