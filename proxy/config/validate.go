@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateModels(&errs)
+	c.validateRegistry(&errs)
 	c.validateKeys(&errs)
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)
