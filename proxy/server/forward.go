@@ -63,8 +63,11 @@ func onResponse(resp *http.Response) error {
 		return nil
 	}
 	s := ex.s
-	ex.status = resp.StatusCode
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
+	if err := ex.attemptAnswered(resp); err != nil {
+		return err
+	}
+	ex.status = resp.StatusCode
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
@@ -112,6 +115,9 @@ func onError(w http.ResponseWriter, r *http.Request, err error) {
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
 		return
+	}
+	if ex.attemptFailed(r, err) {
+		return // the model's next upstream takes the request
 	}
 	ex.release()
 	if r.Context().Err() != nil {

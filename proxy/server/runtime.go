@@ -46,6 +46,8 @@ type runtime struct {
 	catchAll *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
+	// models is the model registry by client-facing name (providers.go).
+	models map[string]*modelRoute
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string
@@ -63,6 +65,10 @@ type upstream struct {
 	// then nothing waits. schedOpts are its options, bound by bindSchedulers.
 	sched     *schedule.Scheduler
 	schedOpts *schedule.Options
+	// provider is the API family the upstream speaks (empty: both); credKey keeps its
+	// credential's cooldown.
+	provider config.Provider
+	credKey  string
 }
 
 // keySched is what the scheduler knows of an API key.
@@ -133,12 +139,13 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		pf, _ := config.ParsePrefix(p)
 		rt.whitelist = append(rt.whitelist, pf)
 	}
+	inRegistry := cfg.RegistryUpstreams()
 	for i, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.URL)
 		if err != nil {
 			return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
 		}
-		up := &upstream{name: uc.Name, target: target}
+		up := &upstream{name: uc.Name, target: target, provider: uc.Provider, credKey: credentialKey(uc)}
 		if uc.AuthHeaderEnv != "" {
 			v, ok := os.LookupEnv(uc.AuthHeaderEnv)
 			if !ok {
@@ -163,13 +170,14 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			rt.byModel[m] = up
 			rt.knownModels[m] = true
 		}
-		if len(uc.Models) == 0 && rt.catchAll == nil {
+		if len(uc.Models) == 0 && rt.catchAll == nil && !inRegistry[uc.Name] {
 			rt.catchAll = up
 		}
 	}
 	for m := range cfg.RateLimiting.Limits.PerModel {
 		rt.knownModels[m] = true
 	}
+	rt.compileModels(cfg)
 	rt.restartRequired = s.restart.required(cfg)
 	return rt, nil
 }

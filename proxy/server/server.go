@@ -27,6 +27,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
+	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
@@ -131,6 +132,8 @@ type Server struct {
 	// schedulers are the upstreams' schedulers by upstream name, kept across reloads
 	// (guarded by applyMu).
 	schedulers map[string]*schedule.Scheduler
+	// health is the upstreams' breakers and credentials' cooldowns, kept across reloads.
+	health *health.Registry
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -150,6 +153,10 @@ func New(o Options) *Server {
 		limiter:  budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
 		restart:  newRestartState(o),
 		refusals: o.Refusals,
+		health:   health.NewRegistry(),
+	}
+	if o.Metrics != nil {
+		o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	}
 	return s
 }
@@ -215,6 +222,8 @@ type exchange struct {
 	slot  schedule.Slot
 	key   string
 	start time.Time
+	// try is a registered model's failover state (providers.go).
+	try attempt
 	// status is the upstream's status, or the proxy's own answer.
 	status int
 }
@@ -271,6 +280,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			ex.est = est
+			ex.try.body = body
 		} else {
 			ex.est.Model = estimate.Model(body)
 		}
@@ -279,6 +289,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.upstream = rt.route(ex.est.Model)
 	if ex.upstream == nil {
 		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
+		return
+	}
+	// The model registry: the context-window pre-check, then an upstream that is up.
+	if !ex.precheck(w) || !ex.choose(w) {
 		return
 	}
 
@@ -333,7 +347,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx := context.WithValue(r.Context(), holdKey{}, ex)
-	ex.upstream.proxy.ServeHTTP(w, r.WithContext(ctx))
+	ex.forward(w, r.WithContext(ctx))
 }
 
 // credential reads the client's key from Authorization: Bearer or x-api-key.

@@ -1,0 +1,235 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server_test
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+)
+
+// registry is a proxy whose model gpt-4o is served by primary, then secondary (two
+// fake backends of their own); h.llm is the catch-all's backend.
+type registry struct {
+	*harness
+	primary, secondary *fakellm.Server
+}
+
+const registryDoc = `
+upstreams:
+- {name: primary, url: PRIMARY, provider: openai}
+- {name: secondary, url: SECONDARY}
+- {name: claude, url: PRIMARY, provider: anthropic}
+- {name: rest, url: UPSTREAM}
+models:
+- name: gpt-4o
+  context_window: 1000
+  max_output_tokens: 300
+  upstreams:
+  - {upstream: primary}
+  - {upstream: secondary, provider_model: gpt-4o-2024-08-06}
+- name: sonnet
+  context_window: 1000
+  upstreams: [{upstream: claude}, {upstream: secondary}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 100000}
+`
+
+func newRegistry(extra string) *registry {
+	r := &registry{primary: fakellm.New(), secondary: fakellm.New()}
+	p, s := httptest.NewServer(r.primary), httptest.NewServer(r.secondary)
+	DeferCleanup(p.Close)
+	DeferCleanup(s.Close)
+	doc := strings.NewReplacer("PRIMARY", p.URL, "SECONDARY", s.URL).Replace(registryDoc + extra)
+	r.harness = newHarness(doc)
+	return r
+}
+
+// keyLevel is alice's minute bucket.
+func (r *registry) keyLevel() float64 {
+	return r.level(budget.TokensMinute, budget.APIKey, "alice", 100000)
+}
+
+var _ = Describe("The context-window pre-check", func() {
+	long := strings.Repeat("word ", 2400) // 12,000 bytes: at least 1,000 tokens by the lower bound
+
+	DescribeTable("refuses, in the route's shape and before any budget or upstream, a request that cannot fit",
+		func(path, body string, anthropic bool, want string) {
+			r := newRegistry("")
+			rep := r.do("POST", path, "sk-alice", body)
+			Expect(rep.code).To(Equal(400))
+			if anthropic {
+				Expect(rep.errorField("type")).To(Equal("error"))
+				Expect(rep.errorField("error", "type")).To(Equal("invalid_request_error"))
+			} else {
+				Expect(rep.errorField("error", "code")).To(Equal("context_length_exceeded"))
+				Expect(rep.errorField("error", "type")).To(Equal("invalid_request_error"))
+			}
+			Expect(rep.errorField("error", "message")).To(ContainSubstring(want))
+			Expect(r.primary.Requests()).To(BeEmpty())
+			Expect(r.secondary.Requests()).To(BeEmpty())
+			Expect(r.keyLevel()).To(Equal(100000.0), "nothing was reserved")
+		},
+		Entry("OpenAI chat: input plus the output asked for",
+			"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 2000)+`"}]}`, false,
+			"input of at least 838 tokens plus the 200 output tokens it asks for is 1038, over the context window of 1000 tokens of model \"gpt-4o\""),
+		Entry("OpenAI chat without an output cap: input alone",
+			"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"`+long+`"}]}`, false,
+			"over the context window of 1000 tokens"),
+		Entry("OpenAI completions", "/v1/completions", `{"model":"gpt-4o","max_tokens":100,"prompt":"`+long+`"}`, false,
+			"over the context window of 1000 tokens"),
+		Entry("OpenAI Responses", "/v1/responses", `{"model":"gpt-4o","max_output_tokens":100,"input":"`+long+`"}`, false,
+			"over the context window of 1000 tokens"),
+		Entry("OpenAI chat asking for more output than the model generates",
+			"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":301,"messages":[]}`, false,
+			"generates at most 300 (max_output_tokens)"),
+		Entry("Anthropic messages", "/v1/messages", `{"model":"sonnet","max_tokens":100,"messages":[{"role":"user","content":"`+long+`"}]}`, true,
+			"over the context window of 1000 tokens of model \"sonnet\""),
+	)
+
+	It("lets through what fits, and does not check a model without a window; refusals are counted per model", func() {
+		r := newRegistry("")
+		rep := r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 1000)+`"}]}`)
+		Expect(rep.code).To(Equal(200), string(rep.body))
+		rep = r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"llama","messages":[{"role":"user","content":"`+long+long+`"}]}`)
+		Expect(rep.code).To(Equal(200), "a model with no declared window is not pre-checked")
+		Expect(r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","messages":[{"role":"user","content":"`+long+`"}]}`).code).To(Equal(400))
+		Expect(counter(r.m.Providers.ContextRefusals.WithLabelValues("gpt-4o", "context_window"))).To(Equal(1.0))
+	})
+})
+
+var _ = Describe("Failover", func() {
+	chat := func(r *registry) reply {
+		GinkgoHelper()
+		return r.chat("sk-alice", 10)
+	}
+
+	It("moves a request to the next upstream after a 5xx, names the one that served, and settles once on its usage", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 503})
+		r.secondary.Set(fakellmUsage(40, 7))
+		rep := chat(r)
+		Expect(rep.code).To(Equal(200))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+		Expect(r.primary.Requests()).To(HaveLen(1))
+		Expect(r.secondary.Requests()).To(HaveLen(1))
+		Expect(string(r.secondary.Requests()[0].Body)).To(ContainSubstring(`"model":"gpt-4o-2024-08-06"`), "the provider's own model name")
+		Expect(counter(r.m.Settlements.WithLabelValues("settled"))).To(Equal(1.0))
+		Expect(counter(r.m.Settlements.WithLabelValues("released"))).To(Equal(0.0))
+		Expect(r.keyLevel()).To(Equal(100000.0-47), "charged the serving attempt's usage, once")
+		Expect(counter(r.m.Providers.Failovers.WithLabelValues("gpt-4o"))).To(Equal(1.0))
+	})
+
+	It("passes a caller's 4xx mistake through without failing over, and never opens the breaker for it", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 400})
+		for range 8 {
+			Expect(chat(r).code).To(Equal(400))
+		}
+		Expect(r.secondary.Requests()).To(BeEmpty())
+		Expect(r.primary.Requests()).To(HaveLen(8), "the breaker stayed closed")
+	})
+
+	It("never replays a stream that began: a cut after the first byte reaches the client as a cut", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{InputTokens: 5, OutputTokens: 10, CutAfter: 2})
+		resp := r.post("/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","stream":true,"max_tokens":10,"messages":[]}`)
+		defer resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(200))
+		Expect(resp.Header.Get(server.UpstreamHeader)).To(Equal("primary"))
+		_, _ = io.ReadAll(resp.Body)
+		Expect(r.secondary.Requests()).To(BeEmpty())
+	})
+
+	It("opens the primary's breaker after five failures, skips it for ten seconds, then probes it", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 500})
+		for range 5 {
+			Expect(chat(r).header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+		}
+		Expect(r.primary.Requests()).To(HaveLen(5))
+		Expect(chat(r).code).To(Equal(200))
+		Expect(r.primary.Requests()).To(HaveLen(5), "the open breaker keeps the primary out")
+		Expect(gauge(r, `tokenwarden_upstream_breaker_state{state="open",upstream="primary"}`)).To(Equal(1.0))
+		r.primary.Set(fakellmUsage(10, 20))
+		r.clock.Advance(10 * time.Second)
+		for range 3 {
+			Expect(chat(r).header.Get(server.UpstreamHeader)).To(Equal("primary"), "a half-open probe")
+		}
+		Expect(gauge(r, `tokenwarden_upstream_breaker_state{state="closed",upstream="primary"}`)).To(Equal(1.0))
+	})
+
+	It("cools a credential on a 429 for its Retry-After, and answers 503 with the earliest recovery when every upstream is out", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After": "20"}})
+		r.secondary.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After-Ms": "8000"}})
+		rep := chat(r)
+		Expect(rep.code).To(Equal(429), "the last upstream's own answer")
+		rep = chat(r)
+		Expect(rep.code).To(Equal(503))
+		Expect(rep.header.Get("Retry-After")).To(Equal("8"))
+		Expect(rep.errorField("error", "code")).To(Equal("upstreams_unavailable"))
+		Expect(rep.errorField("error", "message")).NotTo(ContainSubstring("429"), "no other caller's failure detail")
+		Expect(r.primary.Requests()).To(HaveLen(1))
+		Expect(r.secondary.Requests()).To(HaveLen(1))
+		Expect(r.keyLevel()).To(Equal(100000.0), "a 503 before dispatch holds nothing")
+
+		r.secondary.Set(fakellmUsage(10, 20))
+		r.clock.Advance(8 * time.Second)
+		Expect(chat(r).header.Get(server.UpstreamHeader)).To(Equal("secondary"), "the primary still cools")
+		r.primary.Set(fakellmUsage(10, 20))
+		r.clock.Advance(12 * time.Second)
+		Expect(chat(r).header.Get(server.UpstreamHeader)).To(Equal("primary"))
+		Expect(gauge(r, `tokenwarden_upstream_cooldown_seconds_total{upstream="primary"}`)).To(Equal(20.0))
+	})
+
+	It("fails over within the route's API family only", func() {
+		r := newRegistry("")
+		rep := r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"sonnet","max_tokens":5,"messages":[]}`)
+		Expect(rep.code).To(Equal(200))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"), "claude speaks only the Anthropic API")
+		rep = r.do("POST", "/v1/messages", "sk-alice", `{"model":"sonnet","max_tokens":5,"messages":[]}`)
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("claude"))
+	})
+})
+
+// gauge reads one sample of the proxy's registry by its name and labels as the text
+// exposition writes them.
+func gauge(r *registry, sample string) float64 {
+	GinkgoHelper()
+	mfs, err := r.reg.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			s := mf.GetName() + "{"
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					s += ","
+				}
+				s += l.GetName() + `="` + l.GetValue() + `"`
+			}
+			s += "}"
+			if s == sample {
+				if m.Gauge != nil {
+					return m.GetGauge().GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	Fail("no sample " + sample)
+	return 0
+}
