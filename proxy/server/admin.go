@@ -24,6 +24,8 @@ type Effective struct {
 	Divisor    int64              `json:"budget_division_replicas"`
 	AuthMode   string             `json:"auth_mode"`
 	Upstreams  []EffectiveUpstrm  `json:"upstreams"`
+	// Models is the model registry with where each value came from (providers_admin.go).
+	Models []EffectiveModel `json:"models"`
 	APIKeys    []EffectiveKey     `json:"api_keys"`
 	Limits     []budget.Effective `json:"limits"`
 	// Rules are the rule windows in force, with this replica's allowance.
@@ -63,6 +65,7 @@ func (s *Server) Effective() (Effective, bool) {
 		Limits: rt.policy.Effective(), Rules: rt.policy.EffectiveRules(), Warnings: c.Warnings(),
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
 		RestartRequired: append([]string{}, rt.restartRequired...),
+		Models:          s.effectiveModels(rt),
 	}
 	for _, u := range c.Upstreams {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})
@@ -73,8 +76,9 @@ func (s *Server) Effective() (Effective, bool) {
 	return e, true
 }
 
-// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, and the trust
-// fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md).
+// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, the trust
+// fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md), and an
+// upstream's probe, POST /admin/upstreams/{name}/probe (docs/providers.md).
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -105,5 +109,6 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
 	mux.HandleFunc("POST /admin/durable/attest", s.attest)
+	mux.HandleFunc("POST /admin/upstreams/{name}/probe", s.probe)
 	return mux
 }

@@ -4,7 +4,9 @@
 package server_test
 
 import (
+	"encoding/json"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"time"
@@ -233,3 +235,54 @@ func gauge(r *registry, sample string) float64 {
 	Fail("no sample " + sample)
 	return 0
 }
+
+var _ = Describe("The registry on the admin listener", func() {
+	getJSON := func(url string, method string, out any) int {
+		GinkgoHelper()
+		req, err := http.NewRequest(method, url, nil)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := http.DefaultClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		if resp.StatusCode == 200 {
+			Expect(json.NewDecoder(resp.Body).Decode(out)).To(Succeed())
+		}
+		return resp.StatusCode
+	}
+
+	It("shows each model's values with where they came from, and its upstreams in order with their health", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After": "30"}})
+		Expect(r.chat("sk-alice", 10).code).To(Equal(200))
+		admin := httptest.NewServer(r.srv.AdminHandler(r.reg))
+		DeferCleanup(admin.Close)
+		var e server.Effective
+		Expect(getJSON(admin.URL+"/admin/effective", "GET", &e)).To(Equal(200))
+		Expect(e.Models).To(HaveLen(2))
+		m := e.Models[0]
+		Expect(m.Name).To(Equal("gpt-4o"))
+		Expect(m.ContextWindow).To(Equal(server.EffectiveValue{Value: 1000.0, From: "models[0].context_window"}))
+		Expect(m.Price.From).To(HavePrefix("unset"))
+		Expect(m.Upstreams).To(HaveLen(2))
+		Expect(m.Upstreams[0].Upstream).To(Equal("primary"))
+		Expect(m.Upstreams[0].From).To(Equal("models[0].upstreams[0]"))
+		Expect(m.Upstreams[0].CoolingUntil).NotTo(BeNil(), "its credential cools after the 429")
+		Expect(*m.Upstreams[0].CoolingUntil).To(Equal(r.clock.Now().Add(30 * time.Second)))
+		Expect(m.Upstreams[1].ProviderModel).To(Equal("gpt-4o-2024-08-06"))
+		Expect(m.Upstreams[1].Breaker).To(Equal("closed"))
+	})
+
+	It("probes an upstream with a one-token call of its model and records the answer in its health", func() {
+		r := newRegistry("")
+		admin := httptest.NewServer(r.srv.AdminHandler(r.reg))
+		DeferCleanup(admin.Close)
+		r.secondary.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After": "12"}})
+		var p server.ProbeResult
+		Expect(getJSON(admin.URL+"/admin/upstreams/secondary/probe", "POST", &p)).To(Equal(200))
+		Expect(p.Status).To(Equal(429))
+		Expect(p.Model).To(Equal("gpt-4o-2024-08-06"))
+		Expect(*p.CoolingUntil).To(Equal(r.clock.Now().Add(12 * time.Second)))
+		Expect(string(r.secondary.Requests()[0].Body)).To(ContainSubstring(`"max_tokens":1`))
+		Expect(getJSON(admin.URL+"/admin/upstreams/nowhere/probe", "POST", &p)).To(Equal(404))
+	})
+})
