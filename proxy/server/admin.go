@@ -17,17 +17,17 @@ import (
 // Effective is the config in force as /admin/effective shows it: no key material, only
 // key names and the resolved allowances.
 type Effective struct {
-	Generation int64              `json:"generation"`
-	Digest     string             `json:"digest"`
-	LoadedAt   time.Time          `json:"loaded_at"`
-	Storage    string             `json:"storage"`
-	Divisor    int64              `json:"budget_division_replicas"`
-	AuthMode   string             `json:"auth_mode"`
-	Upstreams  []EffectiveUpstrm  `json:"upstreams"`
+	Generation int64             `json:"generation"`
+	Digest     string            `json:"digest"`
+	LoadedAt   time.Time         `json:"loaded_at"`
+	Storage    string            `json:"storage"`
+	Divisor    int64             `json:"budget_division_replicas"`
+	AuthMode   string            `json:"auth_mode"`
+	Upstreams  []EffectiveUpstrm `json:"upstreams"`
 	// Models is the model registry with where each value came from (providers_admin.go).
-	Models []EffectiveModel `json:"models"`
-	APIKeys    []EffectiveKey     `json:"api_keys"`
-	Limits     []budget.Effective `json:"limits"`
+	Models  []EffectiveModel   `json:"models"`
+	APIKeys []EffectiveKey     `json:"api_keys"`
+	Limits  []budget.Effective `json:"limits"`
 	// Rules are the rule windows in force, with this replica's allowance.
 	Rules    []budget.EffectiveRule `json:"rules"`
 	Warnings []string               `json:"warnings"`
