@@ -17,17 +17,15 @@ import (
 // Effective is the config in force as /admin/effective shows it: no key material, only
 // key names and the resolved allowances.
 type Effective struct {
-	Generation int64             `json:"generation"`
-	Digest     string            `json:"digest"`
-	LoadedAt   time.Time         `json:"loaded_at"`
-	Storage    string            `json:"storage"`
-	Divisor    int64             `json:"budget_division_replicas"`
-	AuthMode   string            `json:"auth_mode"`
-	Upstreams  []EffectiveUpstrm `json:"upstreams"`
-	// Models is the model registry with where each value came from (providers_admin.go).
-	Models  []EffectiveModel   `json:"models"`
-	APIKeys []EffectiveKey     `json:"api_keys"`
-	Limits  []budget.Effective `json:"limits"`
+	Generation int64              `json:"generation"`
+	Digest     string             `json:"digest"`
+	LoadedAt   time.Time          `json:"loaded_at"`
+	Storage    string             `json:"storage"`
+	Divisor    int64              `json:"budget_division_replicas"`
+	AuthMode   string             `json:"auth_mode"`
+	Upstreams  []EffectiveUpstrm  `json:"upstreams"`
+	APIKeys    []EffectiveKey     `json:"api_keys"`
+	Limits     []budget.Effective `json:"limits"`
 	// Rules are the rule windows in force, with this replica's allowance.
 	Rules    []budget.EffectiveRule `json:"rules"`
 	Warnings []string               `json:"warnings"`
@@ -35,6 +33,9 @@ type Effective struct {
 	// process started with and take effect only at its next restart (listen
 	// addresses, storage, how the store reaches Redis); empty when none.
 	RestartRequired []string `json:"restart_required"`
+
+	// Models is the model registry with where each value came from (providers_admin.go).
+	Models []EffectiveModel `json:"models"`
 }
 
 // EffectiveUpstrm is one upstream in /admin/effective.
