@@ -76,6 +76,35 @@ type Upstream struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+	// Provider is the API family the upstream speaks, OpenAI or Anthropic: a model's
+	// failover stays within the request's family. Default: both.
+	// +optional
+	Provider Provider `json:"provider,omitempty"`
+}
+
+// Provider is the API family an upstream speaks.
+// +kubebuilder:validation:Enum=OpenAI;Anthropic
+type Provider string
+
+// Providers.
+const (
+	ProviderOpenAI    Provider = "OpenAI"
+	ProviderAnthropic Provider = "Anthropic"
+)
+
+// ModelUpstream is one upstream of a model, in the order they are tried.
+type ModelUpstream struct {
+	// Upstream is the name of an entry of spec.upstreams (its URL, credential and
+	// provider).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Upstream string `json:"upstream"`
+	// ProviderModel is the provider's own name of the model, sent upstream instead of
+	// the client-facing name. Default: the client-facing name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ProviderModel string `json:"providerModel,omitempty"`
 }
 
 // ModelSpec is one client-facing model of a fleet.
@@ -88,6 +117,26 @@ type ModelSpec struct {
 	// Price is what the model costs, for Cost budgets.
 	// +optional
 	Price *ModelPrice `json:"price,omitempty"`
+	// ContextWindow is the model's context window in tokens, which input and output
+	// share: a request that cannot fit is refused with 400 before any budget or
+	// upstream sees it. Default: not checked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ContextWindow int64 `json:"contextWindow,omitempty"`
+	// MaxOutputTokens is the most the model generates in one answer; a request asking
+	// for more is refused with 400. Default: not checked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty"`
+	// Upstreams serve the model, in the order they are tried: a request goes to the
+	// first whose circuit breaker is closed and whose credential is not cooling down
+	// after a 429, and moves to the next after an error before its answer began. A
+	// model listed here is not listed in an upstream's models. Default: the upstream
+	// that lists the model, else the one with no models.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Upstreams []ModelUpstream `json:"upstreams,omitempty"`
 }
 
 // ModelPrice is a model's price in US dollars per million tokens: quantities such as

@@ -1,0 +1,46 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+var _ = Describe("The model registry of a TokenProxy", func() {
+	It("renders each model's window, largest output and ordered upstreams, and refuses one naming no upstream of the fleet", func() {
+		ns := newNamespace("registry")
+		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+		tp := fleetProxy(ns, 1)
+		tp.Spec.Upstreams[0].Provider = twv1alpha1.ProviderAnthropic
+		tp.Spec.Upstreams = append(tp.Spec.Upstreams, twv1alpha1.Upstream{Name: "azure", URL: "https://azure.internal", Provider: twv1alpha1.ProviderOpenAI})
+		tp.Spec.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o", ContextWindow: 128000, MaxOutputTokens: 16384,
+			Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "nowhere"}}}}
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) {
+			acc := condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionAccepted)
+			g.Expect(acc.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(acc.Message).To(ContainSubstring(`models[0].upstreams[1].upstream: no entry of upstreams is named "nowhere"`))
+		}).Should(Succeed())
+
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())
+		patch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.Models[0].Upstreams[1].Upstream = "vllm"
+		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := rendered(g, ns)
+			g.Expect(c.Models).To(HaveLen(1))
+			g.Expect(c.Models[0].ContextWindow).To(Equal(int64(128000)))
+			g.Expect(c.Models[0].MaxOutputTokens).To(Equal(int64(16384)))
+			g.Expect(c.Models[0].Upstreams).To(Equal([]config.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "vllm"}}))
+			g.Expect(c.Upstreams[0].Provider).To(Equal(config.ProviderAnthropic))
+			g.Expect(c.Upstreams[2].Provider).To(Equal(config.ProviderOpenAI))
+		}).Should(Succeed())
+	})
+})
