@@ -44,3 +44,28 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 		}).Should(Succeed())
 	})
 })
+
+var _ = Describe("A TokenBudget's fallback model", func() {
+	It("renders into its rule, and the API server refuses it on a budget of a tenant", func() {
+		ns := newNamespace("fallback")
+		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+		tp := fleetProxy(ns, 1)
+		tp.Spec.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o-mini", Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "vllm"}}}}
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		b := tokenBudget(ns, "big", twv1alpha1.DimensionPerModel, "gpt-4o", 1000, 0)
+		b.Spec.FallbackModel = "gpt-4o-mini"
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Eventually(func(g Gomega) {
+			rules := rendered(g, ns).RateLimiting.Rules
+			g.Expect(rules).To(HaveLen(1))
+			g.Expect(rules[0].Subjects).To(Equal([]string{"gpt-4o"}))
+			g.Expect(rules[0].FallbackModel).To(Equal("gpt-4o-mini"))
+		}).Should(Succeed())
+
+		bad := tokenBudget(ns, "tenant", twv1alpha1.DimensionPerAPIKey, "", 1000, 0)
+		bad.Spec.FallbackModel = "gpt-4o-mini"
+		err := k8sClient.Create(ctx, bad)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("fallbackModel applies only to a PerModel budget without countBy: a budget of a tenant refuses whatever the model"))
+	})
+})

@@ -67,6 +67,7 @@ func (c *Config) RegistryUpstreams() map[string]bool {
 }
 
 func (c *Config) validateRegistry(errs *fieldErrors) {
+	c.validateFallbacks(errs)
 	upstreams := map[string]int{}
 	for i, u := range c.Upstreams {
 		upstreams[u.Name] = i
@@ -112,6 +113,27 @@ func (c *Config) validateRegistry(errs *fieldErrors) {
 			if len(mu.ProviderModel) > 256 {
 				errs.add(uf+".provider_model", "must be at most 256 characters")
 			}
+		}
+	}
+}
+
+// validateFallbacks checks the rules' fallback models: only a model-scoped rule
+// (dimension model, no fan-out by another attribute) may send a request elsewhere, so
+// a tenant out of its own budget stays refused; and the fallback is a model of the
+// registry.
+func (c *Config) validateFallbacks(errs *fieldErrors) {
+	for i, r := range c.RateLimiting.Rules {
+		if r.FallbackModel == "" {
+			continue
+		}
+		f := fmt.Sprintf("rate_limiting.rules[%d].fallback_model", i)
+		switch {
+		case r.Dimension != RuleModel || r.CountBy != "":
+			errs.add(f, "only a rule of dimension model without count_by may fall back: a budget of a tenant refuses whatever the model")
+		case !slices.ContainsFunc(c.Models, func(m Model) bool { return m.Name == r.FallbackModel }):
+			errs.add(f, "%q is not a model of models: add it there with its upstreams", r.FallbackModel)
+		case slices.Contains(r.Subjects, r.FallbackModel) && len(r.Subjects) == 1:
+			errs.add(f, "%q is the model the rule governs", r.FallbackModel)
 		}
 	}
 }

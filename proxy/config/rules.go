@@ -81,6 +81,10 @@ type Rule struct {
 	Action Action `json:"action,omitempty"`
 	// Windows are the rule's limits, each over its own window; all of them apply.
 	Windows []Window `json:"windows"`
+	// FallbackModel, on a rule of dimension model, serves a request the rule refuses
+	// with this model instead (an entry of models), charged to its budgets, rather
+	// than answering 429 (models.go). Absent: the rule refuses.
+	FallbackModel string `json:"fallback_model,omitempty"`
 }
 
 // RuleDimension is what a rule is counted per.

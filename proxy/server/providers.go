@@ -63,6 +63,9 @@ type attempt struct {
 	more, retry bool
 	// cand is the candidate of this attempt.
 	cand *candidate
+	// rename is the model a budget's fallback serves the request with, and fallback
+	// says so in FallbackHeader (providers_fallback.go).
+	rename, fallback string
 }
 
 // errFailover makes the reverse proxy drop an upstream's failed answer unwritten, so
@@ -72,6 +75,12 @@ var errFailover = errors.New("failing over to the model's next upstream")
 // compileModels builds the registry's routes. It runs after the upstreams are built.
 func (rt *runtime) compileModels(cfg *config.Config) {
 	rt.models = make(map[string]*modelRoute, len(cfg.Models))
+	rt.fallbacks = map[string]string{}
+	for _, r := range cfg.RateLimiting.Rules {
+		if r.FallbackModel != "" {
+			rt.fallbacks[r.Name] = r.FallbackModel
+		}
+	}
 	byName := make(map[string]*upstream, len(rt.upstreams))
 	for _, up := range rt.upstreams {
 		byName[up.name] = up
@@ -84,7 +93,7 @@ func (rt *runtime) compileModels(cfg *config.Config) {
 				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel})
 			}
 		}
-		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 {
+		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" {
 			rt.models[m.Name] = mr
 			rt.knownModels[m.Name] = true
 		}
@@ -222,6 +231,9 @@ func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
 func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 	mr := ex.try.model
 	if mr == nil {
+		if ex.try.rename != "" {
+			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
+		}
 		ex.upstream.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -244,7 +256,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 		ex.try.more, ex.try.retry, ex.try.cand = k >= 0, false, c
 		ex.upstream = c.up
 		out := r
-		if !first || c.providerModel != "" {
+		if !first || c.providerModel != "" || ex.try.rename != "" {
 			out = ex.attemptRequest(r, c)
 		}
 		first = false
@@ -260,23 +272,23 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 // provider's model name when the candidate has one.
 func (ex *exchange) attemptRequest(r *http.Request, c *candidate) *http.Request {
 	out := r.Clone(r.Context())
-	body := ex.try.body
-	if c.providerModel != "" && body != nil {
-		if nb, err := withModel(body, c.providerModel); err == nil {
-			body = nb
-			// The body sent is the decoded one.
+	name := c.providerModel
+	if name == "" {
+		name = ex.try.rename
+	}
+	if name != "" && ex.try.body != nil {
+		if body, err := withModel(ex.try.body, name); err == nil {
+			// The body sent is the decoded one, renamed.
 			out.Header.Del("Content-Encoding")
+			out.Body = io.NopCloser(bytes.NewReader(body))
+			out.ContentLength = int64(len(body))
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			return out
 		}
-	} else if r.GetBody != nil {
+	}
+	if r.GetBody != nil {
 		out.Body, _ = r.GetBody()
-		return out
 	}
-	if body == nil {
-		return out
-	}
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	return out
 }
 
@@ -297,6 +309,9 @@ func withModel(body []byte, model string) ([]byte, error) {
 // attemptAnswered records the upstream's answer in its health; a failed answer with
 // another upstream to go to is dropped (errFailover) so that the next one serves.
 func (ex *exchange) attemptAnswered(resp *http.Response) error {
+	if ex.try.fallback != "" {
+		resp.Header.Set(FallbackHeader, ex.try.fallback)
+	}
 	c := ex.try.cand
 	if c == nil {
 		return nil

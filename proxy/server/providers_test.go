@@ -286,3 +286,74 @@ var _ = Describe("The registry on the admin listener", func() {
 		Expect(getJSON(admin.URL+"/admin/upstreams/nowhere/probe", "POST", &p)).To(Equal(404))
 	})
 })
+
+var _ = Describe("Budget-aware fallback", func() {
+	const fallbackDoc = `
+upstreams:
+- {name: primary, url: PRIMARY}
+- {name: secondary, url: SECONDARY}
+models:
+- {name: gpt-4o, upstreams: [{upstream: primary}]}
+- {name: gpt-4o-mini, context_window: 100000, upstreams: [{upstream: secondary}]}
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+- {name: bob, key_sha256: HASH(bob)}
+rate_limiting:
+  budget_division: {replicas: 1}
+  rules:
+  - name: big-model
+    dimension: model
+    subjects: [gpt-4o]
+    windows: [{limit: 100, rolling: {period: minute}}]
+    fallback_model: gpt-4o-mini
+  - name: small-model
+    dimension: model
+    subjects: [gpt-4o-mini]
+    windows: [{limit: 100000, rolling: {period: minute}}]
+  - name: bob-tokens
+    dimension: api_key
+    subjects: [bob]
+    windows: [{limit: 150, rolling: {period: minute}}]
+`
+	newFallback := func() *registry {
+		r := &registry{primary: fakellm.New(), secondary: fakellm.New()}
+		p, s := httptest.NewServer(r.primary), httptest.NewServer(r.secondary)
+		DeferCleanup(p.Close)
+		DeferCleanup(s.Close)
+		r.harness = newHarness(strings.NewReplacer("PRIMARY", p.URL, "SECONDARY", s.URL).Replace(fallbackDoc))
+		return r
+	}
+
+	It("serves a request its model's budget refuses with the cheaper model, charged to that model's budget, and says so", func() {
+		r := newFallback()
+		r.secondary.Set(fakellmUsage(30, 12))
+		rep := r.chat("sk-alice", 200)
+		Expect(rep.code).To(Equal(200), string(rep.body))
+		Expect(rep.header.Get(server.FallbackHeader)).To(Equal("fallback(gpt-4o -> gpt-4o-mini, budget)"))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+		Expect(r.primary.Requests()).To(BeEmpty())
+		Expect(string(r.secondary.Requests()[0].Body)).To(ContainSubstring(`"model":"gpt-4o-mini"`))
+		net := func(rule string) float64 {
+			return counter(r.m.RuleAmount.WithLabelValues(rule, "minute", "reserved")) - counter(r.m.RuleAmount.WithLabelValues(rule, "minute", "refunded"))
+		}
+		Expect(net("small-model")).To(Equal(42.0), "the fallback model's budget is charged the usage")
+		Expect(net("big-model")).To(Equal(0.0))
+		Expect(counter(r.m.Providers.Fallbacks.WithLabelValues("gpt-4o", "gpt-4o-mini"))).To(Equal(1.0))
+		Expect(counter(r.m.Settlements.WithLabelValues("settled"))).To(Equal(1.0))
+	})
+
+	It("never lifts an identity's budget: a tenant out of its own budget stays refused", func() {
+		r := newFallback()
+		rep := r.chat("sk-bob", 200)
+		Expect(rep.code).To(Equal(429))
+		Expect(rep.header.Get(server.FallbackHeader)).To(BeEmpty())
+		Expect(r.primary.Requests()).To(BeEmpty())
+		Expect(r.secondary.Requests()).To(BeEmpty())
+	})
+
+	It("is refused on a rule that is not model-scoped, naming the field", func() {
+		r := newFallback()
+		err := r.apply(strings.Replace(fallbackDoc, "    subjects: [bob]\n", "    subjects: [bob]\n    fallback_model: gpt-4o-mini\n", 1))
+		Expect(err).To(MatchError(ContainSubstring("rate_limiting.rules[2].fallback_model: only a rule of dimension model without count_by may fall back")))
+	})
+})

@@ -46,8 +46,10 @@ type runtime struct {
 	catchAll *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
-	// models is the model registry by client-facing name (providers.go).
-	models map[string]*modelRoute
+	// models is the model registry by client-facing name (providers.go); fallbacks
+	// are the rules' fallback models by rule name.
+	models    map[string]*modelRoute
+	fallbacks map[string]string
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string

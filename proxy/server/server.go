@@ -305,6 +305,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ask = budget.Ask{Input: ex.est.Input, Output: ex.est.Output}
 	}
 	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, ask)
+	if err == nil && dec.Refusal != nil && len(rt.fallbacks) > 0 {
+		dec = ex.fallback(r.Context(), id, ask, dec)
+	}
 	if err != nil {
 		var unavailable *budget.UnavailableError
 		var recovering *budget.RecoveringError
