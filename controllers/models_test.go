@@ -6,6 +6,7 @@ package controllers_test
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,5 +68,43 @@ var _ = Describe("A TokenBudget's fallback model", func() {
 		err := k8sClient.Create(ctx, bad)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("fallbackModel applies only to a PerModel budget without countBy: a budget of a tenant refuses whatever the model"))
+	})
+})
+
+var _ = Describe("The upstreams' health on a TokenProxy", func() {
+	It("counts the healthy upstreams of total from the replicas' reports, naming the unhealthy ones", func() {
+		ns := newNamespace("health")
+		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+		tp := fleetProxy(ns, 1)
+		tp.Spec.Upstreams = append(tp.Spec.Upstreams, twv1alpha1.Upstream{Name: "azure", URL: "https://azure.internal"})
+		tp.Spec.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o", Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "azure"}, {Upstream: "vllm"}}}}
+		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
+		Eventually(func(g Gomega) { g.Expect(rendered(g, ns).Models).To(HaveLen(1)) }).Should(Succeed())
+		a, b := loadCurrent(ns, "a"), loadCurrent(ns, "b")
+		a.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open"},{"upstream":"vllm","breaker":"closed","cooling":true}]`
+		b.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open"},{"upstream":"vllm","breaker":"closed"}]`
+		Expect(k8sClient.Create(ctx, a)).To(Succeed())
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Eventually(func(g Gomega) {
+			st := proxyStatus(g, ns)
+			g.Expect(st.Upstreams).To(Equal("1/3"))
+			g.Expect(st.UnhealthyUpstreams).To(Equal([]twv1alpha1.UnhealthyUpstream{
+				{Name: "vllm", CoolingReplicas: 1}, {Name: "azure", OpenReplicas: 2}}))
+		}).Should(Succeed())
+
+		By("the breakers closing and the cooldown ending")
+		for _, le := range []string{"fleet-proxy-a", "fleet-proxy-b"} {
+			Eventually(func(g Gomega) {
+				var l coordinationv1.Lease
+				g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: le}, &l)).To(Succeed())
+				l.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"closed"},{"upstream":"vllm","breaker":"closed"}]`
+				g.Expect(k8sClient.Update(ctx, &l)).To(Succeed())
+			}).Should(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			st := proxyStatus(g, ns)
+			g.Expect(st.Upstreams).To(Equal("3/3"))
+			g.Expect(st.UnhealthyUpstreams).To(BeEmpty())
+		}).Should(Succeed())
 	})
 })

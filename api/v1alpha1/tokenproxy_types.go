@@ -424,6 +424,17 @@ type TokenProxyStatus struct {
 	// +listMapKey=group
 	// +kubebuilder:validation:MaxItems=16
 	DurableEpochs []DurableEpoch `json:"durableEpochs,omitempty"`
+	// Upstreams is "healthy/total" of the fleet's upstreams, for kubectl get: an
+	// upstream is unhealthy while a live replica reports its circuit breaker open or
+	// its credential cooling down after a 429 (unhealthyUpstreams says which).
+	// +optional
+	Upstreams string `json:"upstreams,omitempty"`
+	// UnhealthyUpstreams are the upstreams a live replica reports unhealthy.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	UnhealthyUpstreams []UnhealthyUpstream `json:"unhealthyUpstreams,omitempty"`
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
 	// config generation), Degraded (a step of the reconcile fails) and, with Redis
 	// storage, DurableBudgetsFenced (a replica refuses calendar and cost budgets
@@ -433,6 +444,22 @@ type TokenProxyStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// UnhealthyUpstream is an upstream that live replicas report unhealthy.
+type UnhealthyUpstream struct {
+	// Name is the upstream's name in spec.upstreams.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// OpenReplicas is the number of live replicas whose breaker for it is open or
+	// half-open.
+	// +optional
+	OpenReplicas int32 `json:"openReplicas,omitempty"`
+	// CoolingReplicas is the number of live replicas whose credential for it cools
+	// down after a 429.
+	// +optional
+	CoolingReplicas int32 `json:"coolingReplicas,omitempty"`
 }
 
 // DurableEpoch is the epoch of one slot group's durable counters.
@@ -470,6 +497,7 @@ const (
 // +kubebuilder:printcolumn:name="Budgets",type=integer,JSONPath=`.status.budgets`
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
+// +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.status.upstreams`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenProxy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -230,3 +230,37 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(res)
 }
+
+// ReportedHealth is one upstream's health in the replica's report to the control
+// plane (report.UpstreamHealthAnnotation).
+type ReportedHealth struct {
+	Upstream string `json:"upstream"`
+	// Breaker is closed, open or half_open.
+	Breaker string `json:"breaker"`
+	// Cooling is true while the upstream's credential cools after a 429.
+	Cooling bool `json:"cooling,omitempty"`
+}
+
+// HealthReport is the model registry's upstreams' health as this replica sees it, as
+// JSON for its report Lease; "" without a registry.
+func (s *Server) HealthReport() string {
+	rt := s.rt.Load()
+	if rt == nil {
+		return ""
+	}
+	now := s.clock.Now()
+	var out []ReportedHealth
+	for _, u := range s.upstreamHealth() {
+		i := slices.IndexFunc(rt.upstreams, func(up *upstream) bool { return up.name == u.Upstream })
+		out = append(out, ReportedHealth{Upstream: u.Upstream, Breaker: u.State,
+			Cooling: i >= 0 && s.health.Cooldown(rt.upstreams[i].credKey).Cooling(now)})
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

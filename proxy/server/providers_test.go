@@ -166,6 +166,8 @@ var _ = Describe("Failover", func() {
 		Expect(chat(r).code).To(Equal(200))
 		Expect(r.primary.Requests()).To(HaveLen(5), "the open breaker keeps the primary out")
 		Expect(gauge(r, `tokenwarden_upstream_breaker_state{state="open",upstream="primary"}`)).To(Equal(1.0))
+		Expect(r.srv.HealthReport()).To(Equal(`[{"upstream":"claude","breaker":"closed"},{"upstream":"primary","breaker":"open"},{"upstream":"secondary","breaker":"closed"}]`),
+			"what the replica reports to the TokenProxy's status")
 		r.primary.Set(fakellmUsage(10, 20))
 		r.clock.Advance(10 * time.Second)
 		for range 3 {

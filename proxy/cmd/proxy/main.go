@@ -213,6 +213,10 @@ func run(args []string) error {
 	// A store that makes a network call settles off the request's goroutine.
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
 		Started: first, Overridden: overridden, Refusals: refusals})
+	if lease != nil {
+		// The model registry's upstreams' health, for the TokenProxy's status.
+		lease.Health = srv.HealthReport
+	}
 	// applied tells the control plane which config this replica enforces (with
 	// --configmap): after each applied document, not only on the Lease's heartbeat.
 	applied := func(cfg *config.Config, data []byte) {
