@@ -9,6 +9,7 @@ package health
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -59,7 +60,12 @@ const window = 20
 // config.BreakerOpenFor, then lets config.BreakerProbes probes through; as many
 // successes close it, and a failure opens it again.
 type Breaker struct {
-	mu sync.Mutex
+	// closed mirrors state == Closed, so that Allow and Available of a closed breaker
+	// (nearly every call) take no lock.
+	closed atomic.Bool
+	// opened is set at the first open: until then the zero value reads closed.
+	opened atomic.Bool
+	mu     sync.Mutex
 	// state and until: an open breaker's wait ends at until.
 	state State
 	until time.Time
@@ -74,6 +80,9 @@ type Breaker struct {
 // counts the probe it lets through, so each Allow that returns true must be followed
 // by one Record.
 func (b *Breaker) Allow(now time.Time) bool {
+	if b.closedNow() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -95,6 +104,9 @@ func (b *Breaker) Allow(now time.Time) bool {
 // Available reports, without taking a probe, whether Allow would let a request
 // through now; when it would not, at is when it may again.
 func (b *Breaker) Available(now time.Time) (ok bool, at time.Time) {
+	if b.closedNow() {
+		return true, time.Time{}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -124,6 +136,7 @@ func (b *Breaker) Record(now time.Time, o Outcome) State {
 			b.passed++
 			if b.passed >= config.BreakerProbes {
 				b.state, b.n, b.pos = Closed, 0, 0
+				b.closed.Store(true)
 			}
 		default:
 			// The probe told nothing: another may go.
@@ -151,7 +164,13 @@ func (b *Breaker) Record(now time.Time, o Outcome) State {
 
 func (b *Breaker) open(now time.Time) {
 	b.state, b.until, b.n, b.pos = Open, now.Add(config.BreakerOpenFor), 0, 0
+	b.closed.Store(false)
+	b.opened.Store(true)
 }
+
+// closedNow reports whether the breaker is closed, without the lock. A Breaker's zero
+// value is closed: opened is the flag's negation until the first open.
+func (b *Breaker) closedNow() bool { return !b.opened.Load() || b.closed.Load() }
 
 // State is the breaker's state as of now (an open breaker whose wait ended reads
 // half-open).
@@ -222,6 +241,8 @@ func (r *Registry) Forget(keepUpstream, keepCredential func(string) bool) {
 type Cooldown struct {
 	mu    sync.Mutex
 	until time.Time
+	// untilNanos mirrors until for the lock-free Until (0: never cooled).
+	untilNanos atomic.Int64
 	// total is the time spent cooling since the start, for the share-of-time alert.
 	total time.Duration
 }
@@ -238,14 +259,17 @@ func (c *Cooldown) Start(now time.Time, d time.Duration) {
 		}
 		c.total += end.Sub(from)
 		c.until = end
+		c.untilNanos.Store(end.UnixNano())
 	}
 }
 
 // Until is when the cooldown ends; zero or past when it is not cooling.
 func (c *Cooldown) Until() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.until
+	n := c.untilNanos.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
 }
 
 // Cooling reports whether the credential is cooling at now.

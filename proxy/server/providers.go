@@ -40,6 +40,9 @@ type candidate struct {
 	up *upstream
 	// providerModel replaces the model name in the body sent to this upstream.
 	providerModel string
+	// header is UpstreamHeader's value, made once (a response's header map holds it
+	// and nothing changes it).
+	header []string
 }
 
 // serves reports whether the candidate speaks the route's API family.
@@ -90,7 +93,7 @@ func (rt *runtime) compileModels(cfg *config.Config) {
 		mr := &modelRoute{name: m.Name, window: m.ContextWindow, maxOut: m.MaxOutputTokens}
 		for _, mu := range m.Upstreams {
 			if up := byName[mu.Upstream]; up != nil {
-				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel})
+				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel, header: []string{up.name}})
 			}
 		}
 		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" {
@@ -123,26 +126,30 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 		return true
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
-	refuse := func(limit, msg string, details map[string]any) bool {
-		if p := ex.s.providers(); p != nil {
-			p.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
-		}
-		ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusalBody{limitType: limit, details: details})
-		return false
-	}
 	if mr.maxOut > 0 && out > mr.maxOut {
-		return refuse("max_output_tokens", fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
+		ex.tooLong(w, mr, "max_output_tokens", fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
 			map[string]any{"max_output_tokens": mr.maxOut, "requested_output_tokens": out})
+		return false
 	}
 	if mr.window > 0 && in+out > mr.window {
 		details := map[string]any{"context_window": mr.window, "input_tokens_at_least": in, "requested_output_tokens": out}
+		msg := fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
+			in, out, in+out, mr.window, mr.name)
 		if out == 0 {
-			return refuse("context_window", fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name), details)
+			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name)
 		}
-		return refuse("context_window", fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
-			in, out, in+out, mr.window, mr.name), details)
+		ex.tooLong(w, mr, "context_window", msg, details)
+		return false
 	}
 	return true
+}
+
+// tooLong answers a pre-check's refusal and counts it.
+func (ex *exchange) tooLong(w http.ResponseWriter, mr *modelRoute, limit, msg string, details map[string]any) {
+	if p := ex.s.providers(); p != nil {
+		p.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
+	}
+	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusalBody{limitType: limit, details: details})
 }
 
 // choose picks the upstream of a registered model: the first that speaks the route's
@@ -174,12 +181,12 @@ func (ex *exchange) next(i int, now time.Time, take bool) (int, time.Time) {
 		if !c.serves(ex.route.family) {
 			continue
 		}
-		cd := ex.s.health.Cooldown(c.up.credKey)
+		cd := c.up.cooldown
 		if until := cd.Until(); now.Before(until) {
 			earliest = earlier(earliest, until)
 			continue
 		}
-		b := ex.s.health.Breaker(c.up.name)
+		b := c.up.breaker
 		if take {
 			if b.Allow(now) {
 				return i, time.Time{}
@@ -320,22 +327,22 @@ func (ex *exchange) attemptAnswered(resp *http.Response) error {
 	code := resp.StatusCode
 	switch {
 	case code == http.StatusTooManyRequests:
-		ex.s.health.Breaker(c.up.name).Record(now, health.Unrecorded)
+		c.up.breaker.Record(now, health.Unrecorded)
 		iv := health.CooldownFor(resp.Header, now)
-		ex.s.health.Cooldown(c.up.credKey).Start(now, iv.Applied)
+		c.up.cooldown.Start(now, iv.Applied)
 		ex.s.log.Warn("Upstream credential cooling down after a 429", "upstream", c.up.name, "model", ex.try.model.name,
 			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
 	case code >= 500:
-		ex.s.health.Breaker(c.up.name).Record(now, health.Failure)
+		c.up.breaker.Record(now, health.Failure)
 	default:
 		// A caller's 4xx mistake says nothing against the upstream.
-		ex.s.health.Breaker(c.up.name).Record(now, health.Success)
+		c.up.breaker.Record(now, health.Success)
 	}
 	if (code == http.StatusTooManyRequests || code >= 500) && ex.try.more {
 		ex.try.retry = true
 		return errFailover
 	}
-	resp.Header.Set(UpstreamHeader, c.up.name)
+	resp.Header[UpstreamHeader] = c.header
 	return nil
 }
 
@@ -351,10 +358,10 @@ func (ex *exchange) attemptFailed(r *http.Request, err error) bool {
 	}
 	now := ex.s.clock.Now()
 	if r.Context().Err() != nil {
-		ex.s.health.Breaker(c.up.name).Record(now, health.Unrecorded)
+		c.up.breaker.Record(now, health.Unrecorded)
 		return false
 	}
-	ex.s.health.Breaker(c.up.name).Record(now, health.Failure)
+	c.up.breaker.Record(now, health.Failure)
 	if ex.try.more && !errors.Is(err, context.Canceled) {
 		ex.s.metrics.UpstreamErrors.WithLabelValues(c.up.name).Inc()
 		ex.try.retry = true

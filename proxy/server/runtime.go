@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
@@ -68,9 +69,11 @@ type upstream struct {
 	sched     *schedule.Scheduler
 	schedOpts *schedule.Options
 	// provider is the API family the upstream speaks (empty: both); credKey keeps its
-	// credential's cooldown.
+	// credential's cooldown. breaker and cooldown are its health, kept across reloads.
 	provider config.Provider
 	credKey  string
+	breaker  *health.Breaker
+	cooldown *health.Cooldown
 }
 
 // keySched is what the scheduler knows of an API key.
@@ -148,6 +151,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
 		}
 		up := &upstream{name: uc.Name, target: target, provider: uc.Provider, credKey: credentialKey(uc)}
+		up.breaker, up.cooldown = s.health.Breaker(uc.Name), s.health.Cooldown(up.credKey)
 		if uc.AuthHeaderEnv != "" {
 			v, ok := os.LookupEnv(uc.AuthHeaderEnv)
 			if !ok {
