@@ -32,10 +32,11 @@ const (
 	// BytesPerToken is the least number of decoded text bytes the estimate charges a
 	// token for: one token per four ASCII bytes, one per other character.
 	BytesPerToken = 4
-	// LowerBytesPerToken and LowerCharsPerToken are the lower bound's rates: a
-	// tokenizer's token rarely spans more than twelve ASCII bytes of prose or code, or
-	// more than three characters of other scripts (InputLower).
+	// LowerBytesPerToken is the lower bound's rate for ASCII text: a tokenizer's token
+	// rarely spans more than twelve ASCII bytes of prose or code (InputLower).
 	LowerBytesPerToken = 12
+	// LowerCharsPerToken is the lower bound's rate for other characters: a token
+	// rarely spans more than three characters of other scripts.
 	LowerCharsPerToken = 3
 	// lowerDivisor turns the estimate's text count into the lower bound's.
 	lowerDivisor = LowerBytesPerToken / BytesPerToken

@@ -207,7 +207,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		b.Record(now, health.Failure)
 	default:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		res.Status = resp.StatusCode
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests:
