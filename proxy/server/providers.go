@@ -162,6 +162,14 @@ func (ex *exchange) choose(w http.ResponseWriter) bool {
 		return true
 	}
 	ex.try.model = mr
+	if !slices.ContainsFunc(mr.candidates, func(c candidate) bool { return c.serves(ex.route.family) }) {
+		api := "OpenAI"
+		if ex.route.family == Anthropic {
+			api = "Anthropic"
+		}
+		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
+		return false
+	}
 	now := ex.s.clock.Now()
 	if i, _ := ex.next(0, now, false); i >= 0 {
 		ex.upstream = mr.candidates[i].up

@@ -24,6 +24,8 @@ import (
 type registry struct {
 	*harness
 	primary, secondary *fakellm.Server
+	// doc is the document applied, with the backends' URLs.
+	doc string
 }
 
 const registryDoc = `
@@ -55,8 +57,8 @@ func newRegistry(extra string) *registry {
 	p, s := httptest.NewServer(r.primary), httptest.NewServer(r.secondary)
 	DeferCleanup(p.Close)
 	DeferCleanup(s.Close)
-	doc := strings.NewReplacer("PRIMARY", p.URL, "SECONDARY", s.URL).Replace(registryDoc + extra)
-	r.harness = newHarness(doc)
+	r.doc = strings.NewReplacer("PRIMARY", p.URL, "SECONDARY", s.URL).Replace(registryDoc + extra)
+	r.harness = newHarness(r.doc)
 	return r
 }
 
@@ -207,6 +209,14 @@ var _ = Describe("Failover", func() {
 		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"), "claude speaks only the Anthropic API")
 		rep = r.do("POST", "/v1/messages", "sk-alice", `{"model":"sonnet","max_tokens":5,"messages":[]}`)
 		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("claude"))
+		rep = r.do("POST", "/v1/messages", "sk-alice", `{"model":"gpt-4o","max_tokens":5,"messages":[]}`)
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"), "primary speaks only the OpenAI API")
+		Expect(r.primary.Requests()).To(HaveLen(1), "only the Anthropic route's claude request reached the primary's backend")
+
+		Expect(r.apply(strings.Replace(r.doc, "  - {upstream: secondary, provider_model: gpt-4o-2024-08-06}\n", "", 1))).To(Succeed())
+		rep = r.do("POST", "/v1/messages", "sk-alice", `{"model":"gpt-4o","max_tokens":5,"messages":[]}`)
+		Expect(rep.code).To(Equal(404))
+		Expect(rep.errorField("error", "message")).To(Equal(`no upstream of the model "gpt-4o" speaks the Anthropic API of this route`))
 	})
 })
 
