@@ -66,3 +66,23 @@ upstreams:
 		Expect(err).To(MatchError(ContainSubstring(`upstreams[0].provider: unknown word "gemini": must be one of openai, anthropic`)))
 	})
 })
+
+var _ = Describe("The registry in the warnings", func() {
+	It("counts a model the registry routes as served, and warns of one nothing serves", func() {
+		c, err := config.Parse([]byte(`
+upstreams:
+- {name: a, url: "http://127.0.0.1:8000"}
+- {name: b, url: "http://127.0.0.1:8001", models: [m]}
+models:
+- {name: gpt-4o, upstreams: [{upstream: a}]}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_model:
+      gpt-4o: {tokens_per_minute: 1000}
+      llama: {tokens_per_minute: 1000}
+`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Warnings()).To(ConsistOf(`rate_limiting.limits.per_model["llama"]: no upstream serves this model, so the budget never applies`))
+	})
+})
