@@ -137,6 +137,23 @@ var _ = Describe("Failover", func() {
 		Expect(counter(r.m.Providers.Failovers.WithLabelValues("gpt-4o"))).To(Equal(1.0))
 	})
 
+	It("fails over on a connection error and on an upstream that does not answer in time", func() {
+		r := newRegistry("")
+		primaryURL := strings.SplitN(strings.SplitN(r.doc, "{name: primary, url: ", 2)[1], ",", 2)[0]
+		Expect(r.apply(strings.Replace(r.doc, primaryURL, "http://127.0.0.1:1", 1))).To(Succeed())
+		rep := chat(r)
+		Expect(rep.code).To(Equal(200))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+
+		Expect(r.apply(strings.Replace(r.doc, "{name: primary, url: "+primaryURL+", provider: openai}",
+			"{name: primary, url: "+primaryURL+", provider: openai, timeout_seconds: 1}", 1))).To(Succeed())
+		r.primary.Set(fakellm.Behaviour{Latency: 3 * time.Second})
+		rep = chat(r)
+		Expect(rep.code).To(Equal(200))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("secondary"), "the primary's headers did not come within its timeout")
+		Expect(counter(r.m.Settlements.WithLabelValues("settled"))).To(Equal(2.0))
+	})
+
 	It("passes a caller's 4xx mistake through without failing over, and never opens the breaker for it", func() {
 		r := newRegistry("")
 		r.primary.Set(fakellm.Behaviour{Status: 400})
