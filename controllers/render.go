@@ -25,6 +25,9 @@ const (
 	podNameEnv = "POD_NAME"
 	// redisPasswordEnv is the proxy's environment variable with the Redis password.
 	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
+	// redisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
+	// password.
+	redisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
 )
 
 // keyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
@@ -65,7 +68,8 @@ func render(f *fleet) *config.Config {
 		c.Auth.Mode = config.AuthOptional
 	}
 	for _, u := range p.Spec.Upstreams {
-		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds}
+		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds,
+			Capacity: renderCapacity(u.Capacity)}
 		if u.CredentialSecretRef != nil {
 			cu.AuthHeaderEnv = upstreamCredentialEnv(u.Name)
 		}
@@ -92,7 +96,9 @@ func render(f *fleet) *config.Config {
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
+		renderKeyScheduling(s, &c.APIKeys[len(c.APIKeys)-1])
 	}
+	renderScheduling(p.Spec.Scheduling, c)
 	rl := &c.RateLimiting
 	rl.Storage = config.StorageMemory
 	rl.BudgetDivision.Replicas = f.divisor
@@ -117,6 +123,12 @@ func render(f *fleet) *config.Config {
 		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
 			rl.Redis.PasswordEnv = redisPasswordEnv
+		}
+		if r.SentinelPasswordSecretRef != nil {
+			rl.Redis.SentinelPasswordEnv = redisSentinelPasswordEnv
+		}
+		if r.HotBudgetSlicePercent != nil {
+			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
 		}
 	}
 	for _, b := range f.budgets {

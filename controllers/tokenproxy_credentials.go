@@ -47,6 +47,9 @@ func credentialRefs(tp *twv1alpha1.TokenProxy) []credentialRef {
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.PasswordSecretRef != nil {
 		refs = append(refs, credentialRef{field: "spec.storage.redis.passwordSecretRef", ref: *rs.PasswordSecretRef})
 	}
+	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
+		refs = append(refs, credentialRef{field: "spec.storage.redis.sentinelPasswordSecretRef", ref: *rs.SentinelPasswordSecretRef})
+	}
 	return refs
 }
 

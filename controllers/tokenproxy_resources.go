@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
-	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // generationAnnotation on the ConfigMap records the rendered config's generation.
@@ -246,6 +245,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.PasswordSecretRef != nil {
 		env = append(env, secretEnv(redisPasswordEnv, rs.PasswordSecretRef))
 	}
+	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
+		env = append(env, secretEnv(redisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
+	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
@@ -406,11 +408,8 @@ const (
 )
 
 // terminationGraceSeconds lets a stopping proxy finish its drain before the kubelet
-// kills it.
+// kills it: an upstream with a capacity adds the longest queue wait of any class to its
+// timeout.
 func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
-	timeouts := make([]int64, 0, len(tp.Spec.Upstreams))
-	for _, u := range tp.Spec.Upstreams {
-		timeouts = append(timeouts, u.TimeoutSeconds)
-	}
-	return proxyDrainDelaySeconds + int64(config.DrainTimeout(timeouts...)/time.Second) + terminationMarginSeconds
+	return proxyDrainDelaySeconds + int64(drainConfig(tp).DrainTimeout()/time.Second) + terminationMarginSeconds
 }

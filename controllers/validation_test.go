@@ -4,6 +4,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -262,7 +263,18 @@ var _ = Describe("Validation by the API server", func() {
 			func(s *twv1alpha1.TokenProxySpec) {
 				s.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis-sentinel://h:26379"}}
 			},
-			`spec.storage.redis.url: Invalid value: "redis-sentinel://h:26379": url must start with redis:// or rediss://`),
+			`spec.storage.redis.url: Invalid value: "redis-sentinel://h:26379": url must start with redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://`),
+		Entry("a Sentinel URL without the master's name",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis+sentinel://s1:26379,s2:26379"}}
+			},
+			`spec.storage.redis.url: Invalid value: "redis+sentinel://s1:26379,s2:26379": a redis+sentinel:// url names the master after the sentinels`),
+		Entry("a sentinel password for a cluster",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis+cluster://a:7000,b:7001",
+					SentinelPasswordSecretRef: &twv1alpha1.SecretKeyReference{Name: "s"}}}
+			},
+			`spec.storage: Invalid value: redis.sentinelPasswordSecretRef needs a redis+sentinel:// url`),
 		Entry("a whitelist entry that is not a CIDR",
 			func(s *twv1alpha1.TokenProxySpec) { s.Whitelist = []string{"10.0.0.0/33"} },
 			`spec.whitelist[0]: Invalid value: "10.0.0.0/33": must be a CIDR or an IP address`),
@@ -318,6 +330,19 @@ var _ = Describe("Validation by the API server", func() {
 		})
 		p.Name, p.Namespace = strings.Repeat("a", 51), ns
 		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+	})
+
+	It("stores a TokenProxy on a Redis Cluster and one on a Sentinel primary", func() {
+		for i, r := range []twv1alpha1.RedisSpec{
+			{URL: "redis+cluster://redis-0.redis:6379,redis-1.redis:6379"},
+			{URL: "rediss+sentinel://s-0:26379,s-1:26379/mymaster/0", SentinelPasswordSecretRef: &twv1alpha1.SecretKeyReference{Name: "sentinel"}},
+		} {
+			p := proxy(func(s *twv1alpha1.TokenProxySpec) {
+				s.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &r}
+			})
+			p.Name, p.Namespace = fmt.Sprint("redis-layout-", i), ns
+			Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		}
 	})
 
 	It("refuses an ApiKey without a Secret", func() {

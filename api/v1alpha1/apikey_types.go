@@ -55,6 +55,37 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// only where its fleet's spec.allowBypass allows bypass keys.
 	// +optional
 	Bypass bool `json:"bypass,omitempty"`
+
+	// Priority is the key's class in an upstream's queue: Interactive, Batch or
+	// Background. A request may lower it with x-tokenwarden-priority, never raise it.
+	// Default Interactive.
+	// +optional
+	Priority Priority `json:"priority,omitempty"`
+
+	// Weight is the key's share of token service against the other keys of its class
+	// when they wait. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Weight int32 `json:"weight,omitempty"`
+
+	// MaxInFlight bounds the key's requests forwarded and not yet answered in full,
+	// per replica; one more gets 429 in_flight_limit. 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxInFlight int64 `json:"maxInFlight,omitempty"`
+
+	// RunTokenBudget bounds the tokens one run of the key (its x-tokenwarden-run-id
+	// header) reserves and spends, per replica; beyond it 429 run_budget_exceeded. 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RunTokenBudget int64 `json:"runTokenBudget,omitempty"`
+
+	// RunMaxSteps bounds the requests one run of the key sends, per replica; one more
+	// gets 429 run_steps_exceeded. 0: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RunMaxSteps int64 `json:"runMaxSteps,omitempty"`
 }
 
 // ApiKeyStatus is what the operator observed.

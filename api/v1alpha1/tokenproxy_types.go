@@ -76,6 +76,10 @@ type Upstream struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+	// Capacity is what the upstream runs at once, per replica; at it, requests wait
+	// in the proxy (scheduling). Default: no bound, nothing waits.
+	// +optional
+	Capacity *UpstreamCapacity `json:"capacity,omitempty"`
 	// Provider is the API family the upstream speaks, OpenAI or Anthropic: a model's
 	// failover stays within the request's family. Default: both.
 	// +optional
@@ -173,15 +177,33 @@ type AuthSpec struct {
 
 // RedisSpec is the Redis server a fleet shares.
 type RedisSpec struct {
-	// URL is redis://host:port[/db] or rediss:// for TLS; one server (Sentinel and
-	// Cluster are not supported).
+	// URL is redis://host:port[/db] (rediss:// for TLS) for one server,
+	// redis+cluster://host:port[,host:port...] for a Redis Cluster (the addresses are
+	// seeds), or redis+sentinel://host:port[,host:port...]/MASTER[/db] for the primary
+	// the sentinels name (rediss+cluster://, rediss+sentinel:// for TLS).
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('redis://') || self.startsWith('rediss://')",message="url must start with redis:// or rediss://"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^rediss?([+]cluster|[+]sentinel)?://')",message="url must start with redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^rediss?[+]sentinel://[^/]*/?$')",message="a redis+sentinel:// url names the master after the sentinels: redis+sentinel://SENTINEL:26379/MASTER"
 	URL string `json:"url"`
-	// PasswordSecretRef selects the Redis password. Empty: the URL's, if any.
+	// PasswordSecretRef selects the Redis password (the data nodes': the server, the
+	// cluster's nodes, or the primary the sentinels name). Empty: the URL's, if any.
 	// +optional
 	PasswordSecretRef *SecretKeyReference `json:"passwordSecretRef,omitempty"`
+	// SentinelPasswordSecretRef selects the sentinels' own password, for a
+	// redis+sentinel:// url.
+	// +optional
+	SentinelPasswordSecretRef *SecretKeyReference `json:"sentinelPasswordSecretRef,omitempty"`
+	// HotBudgetSlicePercent, from 0 to 50, serves the global and per-model token
+	// budgets from slices of this percentage of their capacity that each replica leases
+	// from Redis and spends locally (rate_limiting.redis.hot_budget_slice): one Redis
+	// call per slice instead of one per request on the keys every request touches. The
+	// fleet never admits more than a budget; replicas hold back at most a slice each
+	// while busy. 0 or absent: off.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	HotBudgetSlicePercent *int32 `json:"hotBudgetSlicePercent,omitempty"`
 	// FallbackToMemory admits on each replica's own buckets, at its share, while Redis
 	// is unreachable; false answers 503. Default true.
 	// +optional
@@ -190,6 +212,7 @@ type RedisSpec struct {
 }
 
 // StorageSpec says where the fleet keeps its buckets.
+// +kubebuilder:validation:XValidation:rule="!has(self.redis) || !has(self.redis.sentinelPasswordSecretRef) || self.redis.url.matches('^rediss?[+]sentinel://')",message="redis.sentinelPasswordSecretRef needs a redis+sentinel:// url"
 // +kubebuilder:validation:XValidation:rule="self.type == 'Redis' ? has(self.redis) : !has(self.redis)",message="redis is required when type is Redis and must not be set otherwise"
 type StorageSpec struct {
 	// Type is Memory (each replica enforces its share of every budget) or Redis (the
@@ -332,6 +355,10 @@ type TokenProxySpec struct {
 	// ServiceMonitor (spec.serviceMonitor must be true).
 	// +optional
 	ServiceMonitorSpec *ServiceMonitorSpec `json:"serviceMonitorSpec,omitempty"`
+	// Scheduling orders requests waiting for an upstream's capacity, bounds their
+	// waits and caps each class's output (scheduling_types.go).
+	// +optional
+	Scheduling *SchedulingSpec `json:"scheduling,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'

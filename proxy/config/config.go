@@ -49,6 +49,8 @@ type Config struct {
 	RateLimiting RateLimiting `json:"rate_limiting,omitempty"`
 	// Scheduling orders requests waiting for an upstream's capacity.
 	Scheduling Scheduling `json:"scheduling,omitzero"`
+	// Agents bounds the runs kept for the keys' run budgets (agents.go).
+	Agents Agents `json:"agents,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.
@@ -98,6 +100,10 @@ type Scheduling struct {
 	// MaxQueueLength bounds each upstream's waiting requests; one more gets 429
 	// queue_full (0 or absent: 1000).
 	MaxQueueLength int64 `json:"max_queue_length,omitempty"`
+	// MaxQueueBytes bounds the request bodies each upstream's waiting requests hold in
+	// memory; a request that would take them past it gets 429 queue_full (0 or absent:
+	// 256 MiB; agents.go).
+	MaxQueueBytes int64 `json:"max_queue_bytes,omitempty"`
 	// AgingSeconds raises a waiting class by one class for every AgingSeconds its
 	// oldest request has waited, so batch and background are never starved (0 or
 	// absent: 10).
@@ -105,6 +111,8 @@ type Scheduling struct {
 	// OutputWeight is what an output token counts in token-fair queueing, against 1 for
 	// an input token (0 or absent: 2).
 	OutputWeight float64 `json:"output_weight,omitempty"`
+	// Classes are each class's own longest wait and output cap (agents.go).
+	Classes ClassSettings `json:"classes,omitzero"`
 }
 
 // Scheduling defaults.
@@ -192,6 +200,16 @@ type APIKey struct {
 	// Weight is the key's share of token service against the other keys of its class
 	// when they wait (0 or absent: 1).
 	Weight float64 `json:"weight,omitempty"`
+	// MaxInFlight bounds the key's requests forwarded and not yet answered in full;
+	// one more gets 429 in_flight_limit (0 or absent: none).
+	MaxInFlight int64 `json:"max_in_flight,omitempty"`
+	// RunTokenBudget bounds the tokens one run of the key (its x-tokenwarden-run-id)
+	// reserves and spends; a request beyond it gets 429 run_budget_exceeded (0 or absent:
+	// none).
+	RunTokenBudget int64 `json:"run_token_budget,omitempty"`
+	// RunMaxSteps bounds the requests one run of the key sends; one more gets 429
+	// run_steps_exceeded (0 or absent: none).
+	RunMaxSteps int64 `json:"run_max_steps,omitempty"`
 }
 
 // Storage selects where buckets live.
@@ -264,9 +282,14 @@ const (
 
 // Redis configures the shared store.
 type Redis struct {
-	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS. One server:
-	// Sentinel and Cluster URLs are refused.
+	// URL is redis://[user:password@]host:port[/db] (rediss:// for TLS) for one
+	// server, redis+cluster://host:port[,host:port...] for a Redis Cluster, or
+	// redis+sentinel://host:port[,host:port...]/MASTER[/db] for a primary found
+	// through Sentinel (see ParseRedisURL).
 	URL string `json:"url,omitempty"`
+	// SentinelPasswordEnv names an environment variable holding the sentinels' own
+	// password (a redis+sentinel:// URL only).
+	SentinelPasswordEnv string `json:"sentinel_password_env,omitempty"`
 	// PasswordEnv names an environment variable holding the password, so the document
 	// need not carry it.
 	PasswordEnv string `json:"password_env,omitempty"`
@@ -283,6 +306,12 @@ type Redis struct {
 	// the balances are restored or attested (docs/runbooks.md). Empty: the epoch Redis
 	// holds, created when it holds none (a brand-new fleet). A reload applies it.
 	Epoch string `json:"epoch,omitempty"`
+	// HotBudgetSlice, from 0 to 0.5, serves the global and per-model token budgets
+	// from slices of this fraction of their capacity that each replica takes from Redis
+	// and spends locally: one call per slice instead of one per request on the keys
+	// every request touches. Replicas hold at most one slice each unspent (returned
+	// when idle for a second). 0 (the default): every request is decided in Redis.
+	HotBudgetSlice float64 `json:"hot_budget_slice,omitempty"`
 	// DialTimeoutMillis, ReadTimeoutMillis and WriteTimeoutMillis bound each Redis call,
 	// so an unreachable Redis costs milliseconds. Defaults 100, 50, 50.
 	DialTimeoutMillis  int64 `json:"dial_timeout_ms,omitempty"`
@@ -544,7 +573,7 @@ func (c *Config) DrainTimeout() time.Duration {
 	for _, u := range c.Upstreams {
 		t := u.TimeoutSeconds
 		if u.Capacity.Enabled() {
-			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.MaxQueueWait()/time.Second)
+			t = cmp.Or(t, DefaultUpstreamTimeout) + int64(c.Scheduling.LongestQueueWait()/time.Second)
 		}
 		ts = append(ts, t)
 	}

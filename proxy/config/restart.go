@@ -23,6 +23,8 @@ func RestartRequired(started, next *Config) []string {
 	if a.Storage == StorageRedis || b.Storage == StorageRedis {
 		diff("rate_limiting.redis.url", a.Redis.URL != b.Redis.URL)
 		diff("rate_limiting.redis.password_env", a.Redis.PasswordEnv != b.Redis.PasswordEnv)
+		diff("rate_limiting.redis.sentinel_password_env", a.Redis.SentinelPasswordEnv != b.Redis.SentinelPasswordEnv)
+		diff("rate_limiting.redis.hot_budget_slice", a.Redis.HotBudgetSlice != b.Redis.HotBudgetSlice)
 		diff("rate_limiting.redis.key_prefix", a.Redis.KeyPrefix != b.Redis.KeyPrefix)
 		diff("rate_limiting.redis.dial_timeout_ms", a.Redis.DialTimeoutMillis != b.Redis.DialTimeoutMillis)
 		diff("rate_limiting.redis.read_timeout_ms", a.Redis.ReadTimeoutMillis != b.Redis.ReadTimeoutMillis)

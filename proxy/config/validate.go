@@ -91,6 +91,7 @@ func (c *Config) Validate() error {
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)
 	c.validateScheduling(&errs)
+	c.validateAgents(&errs)
 	return errors.Join(errs...)
 }
 
@@ -215,12 +216,18 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 		errs.add("rate_limiting.storage", "must be %q or %q, got %q", StorageMemory, StorageRedis, rl.Storage)
 	}
 	if rl.Redis.URL != "" {
-		if err := CheckRedisURL(rl.Redis.URL); err != nil {
+		t, err := ParseRedisURL(rl.Redis.URL)
+		if err != nil {
 			errs.add("rate_limiting.redis.url", "%v", err)
+		} else if rl.Redis.SentinelPasswordEnv != "" && t.Mode != RedisSentinel {
+			errs.add("rate_limiting.redis.sentinel_password_env", "only a redis+sentinel:// url has sentinels, got a %s url", t.Mode)
 		}
 	}
 	if e := rl.Redis.Epoch; e != "" && !validEpoch(e) {
 		errs.add("rate_limiting.redis.epoch", "want <created Unix milliseconds>-<hex digits>, as the replicas report it, got %q", e)
+	}
+	if f := rl.Redis.HotBudgetSlice; !(f >= 0 && f <= 0.5) {
+		errs.add("rate_limiting.redis.hot_budget_slice", "must be a fraction of a budget from 0 to 0.5, got %v", f)
 	}
 	nonNegative(errs, "rate_limiting.redis.dial_timeout_ms", rl.Redis.DialTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.read_timeout_ms", rl.Redis.ReadTimeoutMillis)
@@ -280,28 +287,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// CheckRedisURL accepts a single-server redis:// or rediss:// URL. Sentinel and Cluster
-// are refused: the reservation script takes every bucket of a request in one call,
-// which needs every key on one server.
+// CheckRedisURL accepts a URL ParseRedisURL reads: one server, a Redis Cluster or a
+// primary found through Sentinel.
 func CheckRedisURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("not a URL: %w", err)
-	}
-	switch u.Scheme {
-	case "redis", "rediss":
-	case "redis-sentinel", "redis+sentinel", "sentinel", "rediss+sentinel":
-		return fmt.Errorf("Redis Sentinel is not supported: point the url at the current primary (redis:// or rediss://); the reservation script needs one server")
-	default:
-		return fmt.Errorf("must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("must name a host, got %q", raw)
-	}
-	if strings.Contains(u.Host, ",") || u.Query().Has("addr") {
-		return fmt.Errorf("several addresses name a Redis Cluster, which is not supported: the reservation script takes every bucket key of a request in one call on one server")
-	}
-	return nil
+	_, err := ParseRedisURL(raw)
+	return err
 }
 
 // ParsePrefix reads a CIDR or a single address.

@@ -73,6 +73,8 @@ type Metrics struct {
 	QueueWait       *prometheus.HistogramVec // tokenwarden_queue_wait_seconds{upstream,class}
 	QueueDispatches *prometheus.CounterVec   // tokenwarden_queue_dispatches_total{upstream,class}
 	QueueLeft       *prometheus.CounterVec   // tokenwarden_queue_left_total{upstream,class,reason}
+	// Agents are the families of agents.go.
+	Agents AgentMetrics
 
 	// Pre-resolved children for the hot path.
 	dimTokens    [budget.NumDimensions][budget.NumOutcomes]prometheus.Counter
@@ -260,7 +262,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream", "class"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokenwarden_queue_wait_seconds",
-			Help:    "Time a request waited for an upstream's capacity before it was forwarded, by upstream and priority class (requests that did not wait are not observed).",
+			Help:    "Time a request waited for an upstream's capacity before it was forwarded, by upstream and priority class (a request that did not wait is observed at 0).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60},
 		}, []string{"upstream", "class"}),
 		QueueDispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -278,6 +280,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
 		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
 		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
+	m.Agents.register(reg)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()
@@ -623,6 +626,10 @@ type queueObserver struct {
 }
 
 func (o *queueObserver) Queued(c schedule.Class, n int) { o.length[c].Set(float64(n)) }
+
+// Started observes a request that did not wait at 0 in the wait histogram, so that
+// its quantiles are those of every request forwarded through the scheduler.
+func (o *queueObserver) Started(c schedule.Class) { o.wait[c].Observe(0) }
 
 func (o *queueObserver) Dispatched(c schedule.Class, wait time.Duration) {
 	o.dispatched[c].Inc()

@@ -10,8 +10,8 @@
 // Counter (Sheng et al., OSDI 2024): the tenant with the least weighted service so far
 // goes first, service counted in tokens with output weighted above input.
 //
-// A wait is bounded: by the scheduler's maximum wait, by the queue's length, and by
-// the request's context (a client that goes away leaves the queue at once). Every
+// A wait is bounded: by its class's maximum wait, by the queue's length and the bytes
+// its requests hold, and by the request's context (a client that goes away leaves the queue at once). Every
 // dispatched request holds a Slot until Done, which gives its capacity back.
 package schedule
 
@@ -82,8 +82,15 @@ type Options struct {
 	MaxInFlightTokens int64
 	// MaxQueueWait bounds a wait; a request still queued then gets ErrQueueTimeout.
 	MaxQueueWait time.Duration
+	// ClassMaxQueueWait bounds the wait of each class, by Class; a zero entry is
+	// MaxQueueWait.
+	ClassMaxQueueWait [len(Classes)]time.Duration
 	// MaxQueueLength bounds the waiting requests; one more gets ErrQueueFull.
 	MaxQueueLength int
+	// MaxQueueBytes bounds the bodies the waiting requests hold (Request.Bytes); a
+	// request that would take them past it gets ErrQueueFull, unless nothing waits (0:
+	// no bound).
+	MaxQueueBytes int64
 	// Aging raises a waiting class by one class for every Aging its oldest request has
 	// waited, so a lower class is served within a bounded time (0: strict priority).
 	Aging time.Duration
@@ -108,6 +115,13 @@ type Observer interface {
 	Left(c Class, reason string, wait time.Duration)
 }
 
+// Starter is an Observer that is also told of each request that starts without
+// waiting, so that a wait histogram counts every request (those at 0).
+type Starter interface {
+	// Started reports a request of class c that started at once.
+	Started(c Class)
+}
+
 // Request is what the scheduler knows of one request.
 type Request struct {
 	// Tenant is whose service the request counts as (the API key's name).
@@ -117,6 +131,8 @@ type Request struct {
 	Class  Class
 	// Input and Output are the tokens the request reserved.
 	Input, Output int64
+	// Bytes is the memory the request holds while it waits (its body).
+	Bytes int64
 }
 
 // Errors a wait ends with. A canceled context ends it with the context's error.
@@ -143,13 +159,21 @@ type Scheduler struct {
 	inReq, inTok int64
 	classes      [numClasses]classQueue
 	waiting      int
+	// waitingBytes is the sum of the waiting requests' Bytes.
+	waitingBytes int64
 	// tenants keeps each tenant's service counter; a tenant is kept while it has
 	// service recorded, bounded by the config's keys (and anonymous).
 	tenants map[string]*tenant
-	// interval is a moving average of the time between dispatches, for Retry-After.
+	// interval is a moving average of the time between dispatches from the queue
+	// while requests wait, in seconds: the queue's drain rate, for Retry-After.
 	interval     float64
 	lastDispatch time.Time
-	seq          uint64
+	// starter is the Observer's Starter side, if it has one.
+	starter Starter
+	// busySince is when the queue last went from empty to waiting, so that time with
+	// nothing waiting never counts as time between dispatches.
+	busySince time.Time
+	seq       uint64
 }
 
 type classQueue struct {
@@ -190,6 +214,7 @@ func New(o Options) *Scheduler {
 		o.OutputWeight = 1
 	}
 	s := &Scheduler{o: o, tenants: make(map[string]*tenant)}
+	s.starter, _ = o.Observer.(Starter)
 	for i := range s.classes {
 		s.classes[i].active = make(map[*tenant]*tenantQueue)
 	}
@@ -259,12 +284,16 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	t := s.tenant(r.Tenant)
 	if s.waiting == 0 && s.fits(cost) {
 		charged := s.startLocked(t, &r, cost)
+		if s.starter != nil {
+			s.starter.Started(r.Class)
+		}
 		s.mu.Unlock()
 		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged}, nil
 	}
 	now := s.o.Now()
-	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength {
-		err := &WaitError{Err: ErrQueueFull, RetryAfter: s.retryAfterLocked()}
+	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength ||
+		s.o.MaxQueueBytes > 0 && s.waiting > 0 && s.waitingBytes+r.Bytes > s.o.MaxQueueBytes {
+		err := &WaitError{Err: ErrQueueFull, RetryAfter: s.retryAfterLocked(r.Class)}
 		if s.o.Observer != nil {
 			s.o.Observer.Left(r.Class, "queue_full", 0)
 		}
@@ -275,7 +304,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	w := &waiter{req: r, cost: cost, t: t, since: now, seq: s.seq, ready: make(chan struct{})}
 	s.pushLocked(w)
 	s.dispatchLocked()
-	maxWait := s.o.MaxQueueWait
+	maxWait := s.maxWaitLocked(r.Class)
 	s.mu.Unlock()
 
 	var timeout <-chan time.Time
@@ -302,7 +331,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		s.inTok -= cost
 		t.service = math.Max(0, t.service-w.charged)
 		s.dispatchLocked()
-		return Slot{}, s.waitError(err)
+		return Slot{}, s.waitError(err, r.Class)
 	}
 	s.removeLocked(w)
 	if s.o.Observer != nil {
@@ -313,14 +342,29 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		s.o.Observer.Left(r.Class, reason, s.o.Now().Sub(w.since))
 	}
 	s.dispatchLocked()
-	return Slot{}, s.waitError(err)
+	return Slot{}, s.waitError(err, r.Class)
 }
 
-func (s *Scheduler) waitError(err error) error {
+func (s *Scheduler) waitError(err error, c Class) error {
 	if errors.Is(err, ErrQueueTimeout) {
-		return &WaitError{Err: err, RetryAfter: s.retryAfterLocked()}
+		return &WaitError{Err: err, RetryAfter: s.retryAfterLocked(c)}
 	}
 	return err
+}
+
+// maxWaitLocked is the longest wait of class c.
+func (s *Scheduler) maxWaitLocked(c Class) time.Duration {
+	if w := s.o.ClassMaxQueueWait[c]; w > 0 {
+		return w
+	}
+	return s.o.MaxQueueWait
+}
+
+// MaxQueueWait is the longest wait of class c in force.
+func (s *Scheduler) MaxQueueWait(c Class) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxWaitLocked(c)
 }
 
 func (s *Scheduler) tenant(name string) *tenant {
@@ -350,17 +394,23 @@ func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) float64 {
 	s.inTok += cost
 	charged := (float64(r.Input) + s.o.OutputWeight*float64(r.Output)) / r.Weight
 	t.service += charged
-	now := s.o.Now()
-	if !s.lastDispatch.IsZero() {
-		d := now.Sub(s.lastDispatch).Seconds()
-		if s.interval == 0 {
-			s.interval = d
-		} else {
-			s.interval = 0.8*s.interval + 0.2*d
-		}
+	return charged
+}
+
+// drainedLocked counts a dispatch from the queue at now in the drain rate: the time
+// since the previous dispatch, or since the queue began to wait when that is later.
+func (s *Scheduler) drainedLocked(now time.Time) {
+	from := s.lastDispatch
+	if s.busySince.After(from) {
+		from = s.busySince
+	}
+	d := now.Sub(from).Seconds()
+	if s.interval == 0 {
+		s.interval = d
+	} else {
+		s.interval = 0.8*s.interval + 0.2*d
 	}
 	s.lastDispatch = now
-	return charged
 }
 
 func (s *Scheduler) pushLocked(w *waiter) {
@@ -377,7 +427,11 @@ func (s *Scheduler) pushLocked(w *waiter) {
 	}
 	w.own = tq.waiters.PushBack(w)
 	w.arrival = cq.arrivals.PushBack(w)
+	if s.waiting == 0 {
+		s.busySince = w.since
+	}
 	s.waiting++
+	s.waitingBytes += w.req.Bytes
 	if s.o.Observer != nil {
 		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
 	}
@@ -392,6 +446,7 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	}
 	cq.arrivals.Remove(w.arrival)
 	s.waiting--
+	s.waitingBytes -= w.req.Bytes
 	if s.o.Observer != nil {
 		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
 	}
@@ -456,6 +511,7 @@ func (s *Scheduler) dispatchLocked() {
 		}
 		s.removeLocked(w)
 		w.charged = s.startLocked(w.t, &w.req, w.cost)
+		s.drainedLocked(now)
 		w.done = true
 		if s.o.Observer != nil {
 			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))
@@ -465,13 +521,22 @@ func (s *Scheduler) dispatchLocked() {
 }
 
 // retryAfterLocked estimates when the queue will have drained: its length times the
-// recent time between dispatches, at least a second and at most the longest wait.
-func (s *Scheduler) retryAfterLocked() time.Duration {
+// recent time between dispatches from it (its measured drain rate), at least a second
+// and at most class c's longest wait.
+func (s *Scheduler) retryAfterLocked(c Class) time.Duration {
 	d := time.Duration(float64(s.waiting+1) * s.interval * float64(time.Second))
-	if s.o.MaxQueueWait > 0 && d > s.o.MaxQueueWait {
-		d = s.o.MaxQueueWait
+	if mw := s.maxWaitLocked(c); mw > 0 && d > mw {
+		d = mw
 	}
 	return max(d, time.Second)
+}
+
+// DrainInterval is the queue's measured time between dispatches while requests wait
+// (zero before any request waited).
+func (s *Scheduler) DrainInterval() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.interval * float64(time.Second))
 }
 
 // Stats is a snapshot of the scheduler's state.

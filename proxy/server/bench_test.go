@@ -63,9 +63,9 @@ rate_limiting:
 `
 
 // benchHTTP drives target with perCore concurrent clients per core (32 gives 64
-// connections on this 2-core machine) and reports the 99th percentile latency beside
-// ns/op.
-func benchHTTP(b *testing.B, target string, perCore int) {
+// connections on this 2-core machine), with extra header pairs, and reports the 99th
+// percentile latency beside ns/op.
+func benchHTTP(b *testing.B, target string, perCore int, header ...string) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxIdleConns: 128}}
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -79,6 +79,9 @@ func benchHTTP(b *testing.B, target string, perCore int) {
 			req, _ := http.NewRequest("POST", target+"/v1/chat/completions", strings.NewReader(benchRequest))
 			req.Header.Set("Authorization", "Bearer sk-alice")
 			req.Header.Set("Content-Type", "application/json")
+			for i := 0; i+1 < len(header); i += 2 {
+				req.Header.Set(header[i], header[i+1])
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)

@@ -73,6 +73,9 @@ func anthropicType(status int) string {
 // fail answers with a JSON error in the route's API family.
 func (ex *exchange) fail(w http.ResponseWriter, status int, code, msg string, refusal *refusalBody) {
 	ex.status = status
+	if refusal != nil {
+		ex.countRefusal(code, refusal.limitType)
+	}
 	var body any
 	if ex.route.family == Anthropic {
 		var e anthropicError

@@ -245,6 +245,7 @@ func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
 	// The upstream's capacity is given back with the tokens served.
 	ex.slot.Done(u.Input, u.Output)
+	ex.settleRun(u.Input + u.Output)
 	if ex.hold.Settle(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}) {
 		s.metrics.Settled()
 	}
@@ -257,11 +258,13 @@ func (ex *exchange) settle(u usage.Usage) {
 		s.metrics.AddSpend(ex.est.Model, cost)
 	}
 	s.metrics.AddUsage(model, ex.key, u.Input, u.Output)
+	ex.countServed(u.Input, u.Output)
 }
 
 func (ex *exchange) release() {
 	// A request released served nothing: its capacity is given back uncharged.
 	ex.slot.Done(0, 0)
+	ex.releaseRun()
 	if ex.hold.Release() {
 		ex.s.metrics.Released()
 	}

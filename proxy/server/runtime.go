@@ -42,9 +42,12 @@ type runtime struct {
 	retryPatience time.Duration
 	upstreams     []*upstream
 	byModel       map[string]*upstream
-	// keySched holds each key's priority class and weight, by key name.
+	// keySched holds each key's priority class, weight and limits for agents, by key
+	// name.
 	keySched map[string]keySched
-	catchAll *upstream
+	// classLimits are each class's bounds, by schedule.Class.
+	classLimits [len(schedule.Classes)]config.ClassLimits
+	catchAll    *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
 	// models is the model registry by client-facing name (providers.go); fallbacks
@@ -80,6 +83,8 @@ type upstream struct {
 type keySched struct {
 	class  schedule.Class
 	weight float64
+	// The key's limits for agents (agents.go); 0 is none.
+	maxInFlight, runTokens, runSteps int64
 }
 
 // transports keeps one tuned transport per upstream URL and timeout across reloads, so
@@ -134,7 +139,11 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		}
 		rt.keys[h] = rt.policy.Key(k.Name)
 		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
-		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1)}
+		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1),
+			maxInFlight: k.MaxInFlight, runTokens: k.RunTokenBudget, runSteps: k.RunMaxSteps}
+	}
+	for _, c := range schedule.Classes {
+		rt.classLimits[c] = *cfg.Scheduling.Classes.Of(c.String())
 	}
 	for _, p := range cfg.Auth.TrustedProxies {
 		pf, _ := config.ParsePrefix(p)
@@ -167,8 +176,12 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 				MaxInFlightTokens:   uc.Capacity.MaxInFlightTokens,
 				MaxQueueWait:        sc.MaxQueueWait(),
 				MaxQueueLength:      sc.QueueLength(),
+				MaxQueueBytes:       sc.QueueBytes(),
 				Aging:               sc.Aging(),
 				OutputWeight:        sc.OutputTokenWeight(),
+			}
+			for _, c := range schedule.Classes {
+				up.schedOpts.ClassMaxQueueWait[c] = sc.Classes.Of(c.String()).MaxQueueWait(sc)
 			}
 		}
 		rt.upstreams = append(rt.upstreams, up)

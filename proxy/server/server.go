@@ -134,6 +134,8 @@ type Server struct {
 	schedulers map[string]*schedule.Scheduler
 	// health is the upstreams' breakers and credentials' cooldowns, kept across reloads.
 	health *health.Registry
+	// agents is the state of the limits for agents (agents.go).
+	agents agents
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -185,12 +187,14 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		return nil, err
 	}
 	s.bindSchedulers(rt)
+	s.agents.configure(cfg)
 	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
 	s.metrics.ForgetRules(rt.policy.HasRule)
+	s.forgetTeams(cfg)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
 	s.metrics.ConfigReloadTime.Set(took.Seconds())
 	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
@@ -220,6 +224,7 @@ type exchange struct {
 	dec      budget.Decision
 	// slot is the request's place in its upstream's capacity, when it has a scheduler.
 	slot  schedule.Slot
+	agent agentState
 	key   string
 	start time.Time
 	// try is a registered model's failover state (providers.go).
@@ -238,6 +243,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Every path that ends without settlement releases: an upstream error, a panic
 		// in a handler, a client that went away. Release after Settle does nothing.
 		ex.release()
+		ex.endAgent()
 		if ex.status == 0 {
 			ex.status = http.StatusBadGateway
 		}
@@ -264,6 +270,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The body: read once, bounded, replayed to the upstream.
+	var chargedBody []byte
 	if r.Body != nil && r.Body != http.NoBody && (rtInfo.charged || len(rt.upstreams) > 1) {
 		body, ok := ex.readBody(w, r, rt.maxBody)
 		if !ok {
@@ -279,7 +286,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				ex.fail(w, http.StatusBadRequest, "invalid_request", err.Error(), nil)
 				return
 			}
-			ex.est = est
+			ex.est, chargedBody = est, body
 			ex.try.body = body
 		} else {
 			ex.est.Model = estimate.Model(body)
@@ -293,6 +300,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The model registry: the context-window pre-check, then an upstream that is up.
 	if !ex.precheck(w) || !ex.choose(w) {
+		return
+	}
+
+	if rc := r.Header.Get(retryCountHeader); rc != "" && rc != "0" {
+		s.metrics.Agents.Retried(rtInfo.name)
+	}
+
+	// The limits for agents, before admission so that what they refuse reserves nothing.
+	if !ex.agentLimits(w, r, key, chargedBody) {
 		return
 	}
 
@@ -428,15 +444,9 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 // with a Retry-After (nothing, when the client went away) and reports false; the
 // caller's deferred release then gives the reservation back.
 func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Scheduler, key *budget.KeyPolicy) bool {
-	req := schedule.Request{Class: schedule.Interactive, Weight: 1, Input: ex.est.Input, Output: ex.est.Output}
+	req := schedule.Request{Class: ex.agent.class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output, Bytes: max(r.ContentLength, 0)}
 	if key != nil {
-		ks := ex.rt.keySched[key.Name]
-		req.Tenant, req.Class, req.Weight = key.Name, ks.class, ks.weight
-	}
-	if h := r.Header.Get(config.PriorityHeader); h != "" {
-		if asked, ok := schedule.ParseClass(strings.ToLower(strings.TrimSpace(h))); ok {
-			req.Class = schedule.Lower(req.Class, asked)
-		}
+		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
 	slot, err := sc.Acquire(r.Context(), req)
 	if err == nil {

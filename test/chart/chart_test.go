@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -294,7 +295,7 @@ func TestMetricNamesExist(t *testing.T) {
 }
 
 // exportedBy runs a proxy on the Redis at redisURL with the rate_limiting settings
-// given, sends it two requests as alice, and returns the metric families its /metrics
+// given, sends it three requests as alice, and returns the metric families its /metrics
 // lists once the family until shows.
 func exportedBy(t *testing.T, redisURL, rateLimiting, models, until string) map[string]bool {
 	t.Helper()
@@ -311,9 +312,9 @@ func exportedBy(t *testing.T, redisURL, rateLimiting, models, until string) map[
 	defer func() { _ = store.Close() }()
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, AsyncSettle: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	doc := `
-upstreams: [{name: fake, url: "` + backend.URL + `"}]
+upstreams: [{name: fake, url: "` + backend.URL + `", capacity: {max_in_flight_requests: 64}}]
 ` + models + `
-api_keys: [{name: alice, key_sha256: "` + sha256Hex("sk-alice") + `", user: alice}]
+api_keys: [{name: alice, key_sha256: "` + sha256Hex("sk-alice") + `", user: alice, team: search}]
 rate_limiting:
   storage: redis
   redis: {url: "` + redisURL + `"}
@@ -324,9 +325,11 @@ rate_limiting:
 	}
 	front := httptest.NewServer(srv)
 	defer front.Close()
-	for i := 0; i < 2; i++ {
-		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":100}`))
+	// The third asks for more than a minute budget of 200 holds: refused by class.
+	for i, ceiling := range []string{"100", "100", "100000"} {
+		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":`+ceiling+`}`))
 		req.Header.Set("Authorization", "Bearer sk-alice")
+		req.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(i))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ package redisserver
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TB is the part of testing.TB (and of Ginkgo's GinkgoT()) that the helper needs.
@@ -30,10 +33,16 @@ type TB interface {
 type Server struct {
 	port int
 	dir  string
+	// conf is a config file the server starts from (a sentinel's); args are added to
+	// the command line (a cluster node's, a sentinel's).
+	conf string
+	args []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// admin is a client of this node alone, for the cluster and sentinel helpers.
+	admin *redis.Client
 }
 
 // Binary is the redis-server executable that Start runs: $REDIS_SERVER when set,
@@ -53,16 +62,31 @@ func Binary() (string, error) {
 // t.Cleanup. A missing binary fails the test: the Redis suites never skip.
 func Start(t TB) *Server {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith starts a server from the config file and with the extra arguments setup
+// gives for its port and directory.
+func startWith(t TB, setup func(port int, dir string) (conf string, args []string)) *Server {
+	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("redisserver: no free port: %v", err)
 	}
 	s := &Server{port: port, dir: mkdirTemp(t)}
+	if setup != nil {
+		s.conf, s.args = setup(port, s.dir)
+	}
 	if err := s.start(); err != nil {
 		t.Fatalf("redisserver: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = s.Kill()
+		s.mu.Lock()
+		if s.admin != nil {
+			_ = s.admin.Close()
+		}
+		s.mu.Unlock()
 		_ = os.RemoveAll(s.dir)
 	})
 	return s
@@ -70,6 +94,26 @@ func Start(t TB) *Server {
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// waitSynced waits until every replica's link to its master is up.
+func waitSynced(t TB, replicas []*Server) {
+	t.Helper()
+	for _, r := range replicas {
+		eventually(t, 20*time.Second, "replica "+r.Addr()+" is in sync", func() error {
+			info, err := r.client().Info(context.Background(), "replication").Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("%s", info)
+			}
+			return nil
+		})
+	}
+}
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
 
 // URL is the server's redis:// URL for database 0.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
@@ -136,7 +180,11 @@ func (s *Server) start() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cmd := exec.Command(bin,
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf) // a config file comes first
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--port", fmt.Sprint(s.port),
 		"--save", "",
@@ -144,7 +192,11 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--protected-mode", "yes",
 		"--loglevel", "warning",
+		// A replica syncs at once rather than after five seconds.
+		"--repl-diskless-sync-delay", "0",
 	)
+	args = append(args, s.args...)
+	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out := &tailBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -12,7 +12,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,21 +42,19 @@ import (
 // epochKey is the name of a group's epoch key under its prefix.
 const epochKey = "epoch"
 
-// group is one slot group's epoch as this replica knows it.
+// group is one slot group: its key prefix, its epoch key, and its fence.
 type group struct {
-	// name is the group's name (the key prefix); key its epoch key.
-	name, key string
-	// expected is the epoch the replica runs under; nil before it has one.
-	expected atomic.Pointer[string]
+	// name is the group's name (the key prefix, and on a cluster its number); prefix
+	// starts each of its keys, hash tag included; key is its epoch key.
+	name, prefix, key string
 	// fence is what the group's epoch key held when a durable admission last found it
-	// other than expected; nil while the group is trusted.
+	// other than the fleet's epoch; nil while the group is trusted.
 	fence atomic.Pointer[string]
-	// mu serialises finding or creating the epoch.
-	mu sync.Mutex
 }
 
-func (g *group) want() string {
-	if e := g.expected.Load(); e != nil {
+// want is the epoch the replica runs under; "" before it has one.
+func (s *Store) want() string {
+	if e := s.epoch.Load(); e != nil {
 		return *e
 	}
 	return ""
@@ -75,6 +72,9 @@ type GroupEpoch struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// Found is the epoch the store held then ("" when none).
 	Found string `json:"found,omitempty"`
+	// SlotGroups, on a Redis Cluster, are the slot groups fenced (each subject's
+	// counters live in one of SlotGroups groups); the others still admit.
+	SlotGroups []int `json:"slot_groups,omitempty"`
 }
 
 // EpochCreated is when an epoch was created, on the Redis clock; false when the
@@ -132,89 +132,114 @@ func (s *Store) SetEpoch(epoch string) {
 	if epoch == "" {
 		return
 	}
-	g := s.groups[0]
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if cur := g.want(); cur == epoch || (cur != "" && newer(cur, epoch)) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if cur := s.want(); cur == epoch || (cur != "" && newer(cur, epoch)) {
 		return
 	}
-	g.expected.Store(&epoch)
-	g.fence.Store(nil) // the next durable admission checks the new epoch
+	s.epoch.Store(&epoch)
+	for _, g := range s.groups {
+		g.fence.Store(nil) // the next durable admission checks the new epoch
+	}
 	s.epochChanged()
 }
 
-// Epochs are the replica's slot groups and the epoch each runs under.
+// Epochs are the replica's epoch of durable counters, reported under the key prefix,
+// and whether a slot group is fenced.
 func (s *Store) Epochs() []GroupEpoch {
-	out := make([]GroupEpoch, 0, len(s.groups))
-	for _, g := range s.groups {
-		e := GroupEpoch{Group: g.name, Epoch: g.want()}
+	e := GroupEpoch{Group: s.name, Epoch: s.want()}
+	for i, g := range s.groups {
 		if f := g.fence.Load(); f != nil {
-			e.Fenced, e.Found = true, *f
+			if !e.Fenced {
+				e.Fenced, e.Found = true, *f
+			}
+			if s.sharded {
+				e.SlotGroups = append(e.SlotGroups, i)
+			}
 		}
-		out = append(out, e)
 	}
-	return out
+	return []GroupEpoch{e}
 }
 
-// ensureEpoch gives the group the epoch Redis holds, creating one when it holds none:
-// a replica whose config names no epoch (a brand-new fleet) does this once, at its
-// first durable admission.
-func (s *Store) ensureEpoch(ctx context.Context, g *group) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.expected.Load() != nil {
+// ensureEpoch gives the replica the epoch Redis holds, creating one when it holds
+// none: a replica whose config names no epoch (a brand-new fleet) does this once, at
+// its first durable admission. On a cluster the epoch is read or created in slot group
+// 0 and then written into every group that holds none (a replica whose config names
+// the epoch never writes it: a group without it is fenced).
+func (s *Store) ensureEpoch(ctx context.Context) error {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if s.epoch.Load() != nil {
 		return nil
 	}
+	g := s.groups[0]
 	e, err := s.runScript(ctx, epochScript, []string{g.key}, randomPart()).Text()
 	if err != nil {
 		return err
 	}
-	s.log.Info("Durable counters: running under the store's epoch", "group", g.name, "epoch", e)
-	g.expected.Store(&e)
+	if err := s.stampGroups(ctx, e); err != nil {
+		return err
+	}
+	s.log.Info("Durable counters: running under the store's epoch", "group", s.name, "epoch", e)
+	s.epoch.Store(&e)
 	s.epochChanged()
 	return nil
 }
 
-// fenced records that a durable admission found the group's epoch other than the one
-// it runs under, and returns the refusal.
+// fenced records that a durable admission found group g's epoch other than the one
+// the replica runs under, and returns the refusal.
 func (s *Store) fenced(g *group, found string) error {
 	if prev := g.fence.Swap(&found); prev == nil || *prev != found {
 		s.log.Error("Durable counters fenced: the store does not hold the epoch this replica runs under "+
 			"(Redis restarted without its data, or was flushed); calendar and cost rules answer 503 until the balances are restored or attested",
-			"group", g.name, "expected", g.want(), "found", found)
+			"group", g.name, "expected", s.want(), "found", found)
 		s.epochChanged()
 	}
-	return &budget.RecoveringError{Group: g.name, Expected: g.want(), Found: found}
+	return &budget.RecoveringError{Group: s.name, Expected: s.want(), Found: found}
 }
 
 // Attest ends a fence: it writes the given balances (RestoreCharge's charges: each
 // counter's capacity, rate, window end and spend) over what Redis holds, or none to
-// start the windows from what Redis holds now, and a new epoch, in one atomic call.
-// The replica runs under the new epoch at once; the others when their config names
-// it. It returns the new epoch.
+// start the windows from what Redis holds now, and a new epoch, in one atomic call
+// per slot group (on one server, one call). The replica runs under the new epoch at
+// once; the others when their config names it. It returns the new epoch.
 func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, error) {
-	g := s.groups[0]
-	keys := make([]string, 0, len(restore)+1)
-	spec := make([]byte, 0, 32*len(restore))
+	byGroup := make([][]budget.Charge, len(s.groups))
 	for _, ch := range restore {
 		if ch.Key.Rule == "" {
 			return "", fmt.Errorf("only a rule's counter can be restored, not %v", ch.Key)
 		}
-		keys = append(keys, s.Key(ch.Key))
-		for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, float64(ch.EndMillis), ch.Amount} {
-			spec = binary.LittleEndian.AppendUint64(spec, math.Float64bits(v))
+		g := 0
+		if s.sharded {
+			g = groupOf(ch.Key)
 		}
+		byGroup[g] = append(byGroup[g], ch)
 	}
-	keys = append(keys, g.key)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e, err := s.runScript(ctx, attestScript, keys, randomPart(), spec).Text()
-	if err != nil {
-		return "", err
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	// Group 0 draws the new epoch; the others are given it.
+	e := ""
+	for i, g := range s.groups {
+		keys := make([]string, 0, len(byGroup[i])+1)
+		spec := make([]byte, 0, 32*len(byGroup[i]))
+		for _, ch := range byGroup[i] {
+			keys = append(keys, s.Key(ch.Key))
+			for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, float64(ch.EndMillis), ch.Amount} {
+				spec = binary.LittleEndian.AppendUint64(spec, math.Float64bits(v))
+			}
+		}
+		keys = append(keys, g.key)
+		got, err := s.runScript(ctx, attestScript, keys, randomPart(), spec, e).Text()
+		if err != nil {
+			return "", fmt.Errorf("slot group %s: %w", g.name, err)
+		}
+		e = got
 	}
-	g.expected.Store(&e)
-	g.fence.Store(nil)
+	s.epoch.Store(&e)
+	for _, g := range s.groups {
+		g.fence.Store(nil)
+	}
 	s.epochChanged()
-	s.log.Warn("Durable counters attested: running under a new epoch", "group", g.name, "epoch", e, "counters_restored", len(restore))
+	s.log.Warn("Durable counters attested: running under a new epoch", "group", s.name, "epoch", e, "counters_restored", len(restore))
 	return e, nil
 }

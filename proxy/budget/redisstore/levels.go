@@ -6,10 +6,14 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
@@ -30,15 +34,37 @@ func (s *Store) EachLevel(ctx context.Context, fn budget.LevelFunc) error {
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		dims[d.String()] = d
 	}
+	// On one server every key starts with {prefix}:; on a cluster with {prefix:N}:,
+	// and every master holds some of them.
 	match := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`, `\`, `\\`).Replace(s.prefix) + "*"
+	if s.sharded {
+		match = strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`, `\`, `\\`).Replace("{"+s.name+":") + "*"
+		cc, ok := s.c.(*redis.ClusterClient)
+		if !ok {
+			return fmt.Errorf("a sharded store needs a cluster client")
+		}
+		var mu sync.Mutex
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return s.scan(ctx, node, match, dims, func(k budget.Key, level, capacity float64) {
+				mu.Lock()
+				defer mu.Unlock()
+				fn(k, level, capacity)
+			})
+		})
+	}
+	return s.scan(ctx, s.c, match, dims, fn)
+}
+
+// scan reads the keys of one server that match.
+func (s *Store) scan(ctx context.Context, c redis.Cmdable, match string, dims map[string]budget.Dimension, fn budget.LevelFunc) error {
 	var cursor uint64
 	for {
-		keys, next, err := s.c.Scan(ctx, cursor, match, scanBatch).Result()
+		keys, next, err := c.Scan(ctx, cursor, match, scanBatch).Result()
 		if err != nil {
 			return fmt.Errorf("scan the shared buckets: %w", err)
 		}
 		if len(keys) > 0 {
-			if err := s.levels(ctx, keys, dims, fn); err != nil {
+			if err := s.levels(ctx, c, keys, dims, fn); err != nil {
 				return err
 			}
 		}
@@ -50,20 +76,35 @@ func (s *Store) EachLevel(ctx context.Context, fn budget.LevelFunc) error {
 }
 
 // levels reads one batch of keys and reports their token buckets.
-func (s *Store) levels(ctx context.Context, keys []string, dims map[string]budget.Dimension, fn budget.LevelFunc) error {
-	pipe := s.c.Pipeline()
+func (s *Store) levels(ctx context.Context, c redis.Cmdable, keys []string, dims map[string]budget.Dimension, fn budget.LevelFunc) error {
+	pipe := c.Pipeline()
 	now := pipe.Time(ctx)
-	get := pipe.MGet(ctx, keys...)
-	if _, err := pipe.Exec(ctx); err != nil {
+	vals := make([]func() (string, bool), 0, len(keys))
+	if s.sharded {
+		// A cluster refuses MGET across slots, even on one node.
+		for _, k := range keys {
+			get := pipe.Get(ctx, k)
+			vals = append(vals, func() (string, bool) { v, err := get.Result(); return v, err == nil })
+		}
+	} else {
+		get := pipe.MGet(ctx, keys...)
+		for i := range keys {
+			vals = append(vals, func() (string, bool) { v, ok := get.Val()[i].(string); return v, ok })
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read the shared buckets: %w", err)
 	}
 	nowMs := float64(now.Val().UnixMicro()) / 1000
-	for i, v := range get.Val() {
-		raw, ok := v.(string)
+	for i, val := range vals {
+		raw, ok := val()
 		if !ok || len(raw) != 96 {
 			continue // expired since the scan, or not a bucket
 		}
-		name := strings.TrimPrefix(keys[i], s.prefix)
+		name := keys[i]
+		if _, after, ok := strings.Cut(name, "}:"); ok {
+			name = after
+		}
 		if rest, ok := strings.CutPrefix(name, "rule:"); ok {
 			if k, ok := ruleKey(rest, dims); ok {
 				level, capacity, ok := slotLevel(raw, 0, nowMs)

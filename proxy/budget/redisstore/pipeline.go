@@ -46,7 +46,9 @@ type call struct {
 	charges     []budget.Charge
 	overage     budget.Overage
 	refunds     *refunds
-	done        chan reply
+	// group is the slot group of a reservation or a charge (0 on one server).
+	group int
+	done  chan reply
 }
 
 // reply is a call's part of its script's reply, or the error that kept it from Redis.
@@ -144,6 +146,12 @@ func (s *Store) gather(charges []budget.Charge) *refunds {
 		s.gathering = r
 		time.AfterFunc(s.linger, func() { s.sendRefunds(r) })
 	}
+	r.add(charges)
+	return r
+}
+
+// add gathers one refund.
+func (r *refunds) add(charges []budget.Charge) {
 	r.n++
 	for _, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
@@ -152,6 +160,12 @@ func (s *Store) gather(charges []budget.Charge) *refunds {
 		}
 		r.amounts[b] += ch.Amount
 	}
+}
+
+// refundsOf is one refund on its own, for a pipeline to send.
+func (s *Store) refundsOf(charges []budget.Charge) *refunds {
+	r := &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
+	r.add(charges)
 	return r
 }
 
@@ -231,19 +245,23 @@ func (s *Store) send(batch []call) {
 		cmd    *redis.Cmd
 	}
 	var calls []sent
-	// Refunds beyond what one call should carry go first, in calls of their own; the
-	// last apply call carries the rest and the reservations.
-	refund := mergeRefunds(gathered)
-	for len(refund) > maxApplyRefunds {
-		k, a := s.apply(refund[:maxApplyRefunds], nil, 0)
-		calls = append(calls, sent{script: applyScript, keys: k, args: a})
-		refund = refund[maxApplyRefunds:]
-	}
-	decisions := -1
-	if len(refund) > 0 || reserves > 0 {
-		k, a := s.apply(refund, batch, reserves)
-		decisions = len(calls)
-		calls = append(calls, sent{script: applyScript, keys: k, args: a})
+	// One apply call per slot group (one on a single server) carries the group's
+	// refunds and reservations; refunds beyond what one call should carry go first, in
+	// calls of their own.
+	refundsOf, reservesOf, order := s.byGroup(mergeRefunds(gathered), batch)
+	decisions := make(map[int]int, len(order))
+	for _, g := range order {
+		refund := refundsOf[g]
+		for len(refund) > maxApplyRefunds {
+			k, a := s.apply(g, refund[:maxApplyRefunds], nil)
+			calls = append(calls, sent{script: applyScript, keys: k, args: a})
+			refund = refund[maxApplyRefunds:]
+		}
+		if len(refund) > 0 || len(reservesOf[g]) > 0 {
+			k, a := s.apply(g, refund, reservesOf[g])
+			decisions[g] = len(calls)
+			calls = append(calls, sent{script: applyScript, keys: k, args: a})
+		}
 	}
 	for _, c := range charges {
 		p := newSpec(len(c.charges))
@@ -258,9 +276,9 @@ func (s *Store) send(batch []call) {
 		calls[i].cmd = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	start := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis restarted, or its scripts were flushed: load them and send again the
-		// calls that found no script, and only those (another may have run).
+	if _, err := pipe.Exec(ctx); err != nil && anyNoScript(calls, func(c sent) error { return c.cmd.Err() }) {
+		// Redis restarted, failed over, or its scripts were flushed: load them and send
+		// again the calls that found no script, and only those (another may have run).
 		if err = applyScript.Load(ctx, s.c).Err(); err == nil {
 			err = chargeScript.Load(ctx, s.c).Err()
 		}
@@ -291,28 +309,70 @@ func (s *Store) send(batch []call) {
 	for _, r := range gathered {
 		r.finish(refundErr)
 	}
-	if decisions >= 0 {
-		decided, err := calls[decisions].cmd.Slice()
-		if err == nil && len(decided) != reserves {
-			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), reserves)
-		}
-		i := 0
-		for _, c := range batch {
-			switch {
-			case c.kind == refundCall:
-				c.done <- reply{err: refundErr}
-			case c.kind == reserveCall && err != nil:
-				c.done <- reply{err: err}
-			case c.kind == reserveCall:
-				c.done <- reply{val: decided[i]}
-				i++
+	// Each group's decisions answer its reservations, in the order they were taken.
+	next := make(map[int]int, len(order))
+	for _, c := range batch {
+		switch c.kind {
+		case refundCall:
+			c.done <- reply{err: refundErr}
+		case reserveCall:
+			cmd := calls[decisions[c.group]].cmd
+			decided, err := cmd.Slice()
+			if err == nil && len(decided) != len(reservesOf[c.group]) {
+				err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[c.group]))
 			}
+			if err != nil {
+				c.done <- reply{err: err}
+				continue
+			}
+			c.done <- reply{val: decided[next[c.group]]}
+			next[c.group]++
 		}
 	}
 	for i, c := range charges {
 		val, err := calls[len(calls)-len(charges)+i].cmd.Result()
 		c.done <- reply{val: val, err: err}
 	}
+}
+
+// anyNoScript tells whether a call found no script.
+func anyNoScript[T any](calls []T, err func(T) error) bool {
+	for _, c := range calls {
+		if redis.HasErrorPrefix(err(c), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// byGroup sorts a pipeline's refunds and reservations by slot group: everything is
+// group 0 on one server. order lists the groups in the order first seen.
+func (s *Store) byGroup(refund []refundEntry, batch []call) (refunds map[int][]refundEntry, reserves map[int][]*budget.Reservation, order []int) {
+	refunds, reserves = map[int][]refundEntry{}, map[int][]*budget.Reservation{}
+	see := func(g int) {
+		if _, ok := refunds[g]; ok {
+			return
+		}
+		if _, ok := reserves[g]; ok {
+			return
+		}
+		order = append(order, g)
+	}
+	for _, e := range refund {
+		g := 0
+		if s.sharded {
+			g = groupOf(e.key)
+		}
+		see(g)
+		refunds[g] = append(refunds[g], e)
+	}
+	for _, c := range batch {
+		if c.kind == reserveCall {
+			see(c.group)
+			reserves[c.group] = append(reserves[c.group], c.reservation)
+		}
+	}
+	return refunds, reserves, order
 }
 
 // maxApplyRefunds bounds the refunded buckets in one apply call, so that one call never
@@ -343,36 +403,24 @@ func mergeRefunds(gathered []*refunds) []refundEntry {
 	return out
 }
 
-// apply lays out one apply script call: refunds, then the batch's reservations (none
-// when reserves is 0).
-func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]string, []any) {
+// apply lays out one apply script call in slot group g: refunds, then reservations.
+func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservation) ([]string, []any) {
 	buckets := len(refund)
-	if reserves > 0 {
-		for _, c := range batch {
-			if c.kind == reserveCall {
-				buckets += len(c.reservation.Requests) + len(c.reservation.Tokens)
-			}
-		}
+	for _, r := range reserves {
+		buckets += len(r.Requests) + len(r.Tokens)
 	}
 	p := newSpec(buckets)
 	for _, e := range refund {
 		p.add(s, e.key, e.capacity, e.rate, e.amount)
 	}
 	p.buf = slices.Grow(p.buf, (buckets-len(refund))*(decideSpecSize-specSize))
-	ends := make([]int, 1, 1+reserves)
+	ends := make([]int, 1, 1+len(reserves))
 	ends[0] = len(p.buf)
-	args := make([]any, 2, 2+2*reserves)
+	args := make([]any, 2, 2+2*len(reserves))
 	args[1] = ""
-	for _, c := range batch {
-		if reserves == 0 {
-			break
-		}
-		if c.kind != reserveCall {
-			continue
-		}
-		r := c.reservation
+	for _, r := range reserves {
 		if args[1] == "" && fenceable(r) {
-			args[1] = s.groups[0].want()
+			args[1] = s.want()
 		}
 		for i := range r.Requests {
 			p.addDecide(s, &r.Requests[i], 1)
@@ -390,7 +438,7 @@ func (s *Store) apply(refund []refundEntry, batch []call, reserves int) ([]strin
 	}
 	if args[1] != "" {
 		// The epoch key goes last, after every bucket's: the spec never indexes it.
-		return append(p.keys, s.groups[0].key), args
+		return append(p.keys, s.groups[g].key), args
 	}
 	return p.keys, args
 }

@@ -28,10 +28,14 @@ import (
 
 // Options configure a Store.
 type Options struct {
-	// URL is a single server's redis:// or rediss:// URL.
+	// URL is a redis:// or rediss:// URL for one server, redis+cluster:// for a Redis
+	// Cluster, or redis+sentinel:// for a primary found through Sentinel
+	// (config.ParseRedisURL).
 	URL string
 	// Password, when set, replaces the URL's.
 	Password string
+	// SentinelPassword is the sentinels' own password (a redis+sentinel:// URL).
+	SentinelPassword string
 	// Prefix namespaces the keys, so several fleets can share one Redis; it is the
 	// keys' hash tag. Default "tokenwarden".
 	Prefix string
@@ -59,6 +63,10 @@ type Options struct {
 	// EpochChanged, when set, is called (it must not block) when the epochs Epochs
 	// reports change: an epoch created, set or attested, a fence found or lifted.
 	EpochChanged func()
+	// LeaseFraction, above 0, serves the global and per-model token budgets from
+	// slices of this fraction of their capacity that the replica takes from Redis and
+	// spends locally (lease.go); 0 decides every request in Redis.
+	LeaseFraction float64
 	// Recorder counts the admissions that found Redis unreachable.
 	Recorder budget.Recorder
 	Logger   *slog.Logger
@@ -66,11 +74,28 @@ type Options struct {
 
 // Store is the Redis store. It implements budget.Store.
 type Store struct {
-	c      *redis.Client
+	c      redis.UniversalClient
 	prefix string
-	// groups are the slot groups and their epochs (the trust fence); today one, the
-	// prefix.
+	// name is the key prefix, the name the fleet's epoch is reported under.
+	name string
+	// sharded is true on a Redis Cluster: keys are hash-tagged by slot group (see
+	// groups.go) and a reservation takes one script call per group it touches.
+	sharded bool
+	// groups are the slot groups, each with its epoch key (the trust fence): one, the
+	// prefix, on one server; SlotGroups on a cluster.
 	groups []*group
+	// epoch is the fleet's epoch of durable counters that the replica runs under; nil
+	// before it has one. Every slot group holds it.
+	epoch atomic.Pointer[string]
+	// epochMu serialises finding, creating and attesting the epoch.
+	epochMu sync.Mutex
+	// releases counts the reservations released because a later slot group refused.
+	releases atomic.Int64
+	// leaseFraction is Options.LeaseFraction; leases the slices held, by bucket key;
+	// leaseTakes counts the slices taken.
+	leaseFraction float64
+	leases        sync.Map
+	leaseTakes    atomic.Int64
 	// epochChanged is Options.EpochChanged, or a no-op.
 	epochChanged func()
 	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
@@ -106,19 +131,10 @@ type Store struct {
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
 func New(o Options) (*Store, error) {
-	opts, err := redis.ParseURL(o.URL)
+	c, sharded, err := newClient(&o)
 	if err != nil {
 		return nil, fmt.Errorf("rate_limiting.redis.url: %w", err)
 	}
-	if o.Password != "" {
-		opts.Password = o.Password
-	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
-	opts.PoolTimeout = o.DialTimeout + o.ReadTimeout
-	// A retry multiplies the cost of an outage; the fallback is the retry.
-	opts.MaxRetries = -1
-	opts.DialerRetries = 1
-	opts.ContextTimeoutEnabled = true
 	if o.Prefix == "" {
 		o.Prefix = "tokenwarden"
 	}
@@ -138,28 +154,34 @@ func New(o Options) (*Store, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Store{
-		c: redis.NewClient(opts), prefix: "{" + o.Prefix + "}:", backoff: o.Backoff, linger: o.RefundLinger,
+		c: c, prefix: "{" + o.Prefix + "}:", name: o.Prefix, sharded: sharded, backoff: o.Backoff, linger: o.RefundLinger,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
 		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	s.groups = []*group{{name: o.Prefix, key: s.prefix + epochKey}}
+	s.groups = s.newGroups()
 	s.epochChanged = o.EpochChanged
 	if s.epochChanged == nil {
 		s.epochChanged = func() {}
 	}
 	if o.Epoch != "" {
-		s.groups[0].expected.Store(&o.Epoch)
+		s.epoch.Store(&o.Epoch)
 	}
 	s.fallback.Store(o.Fallback)
 	s.workers.Add(pipelineWorkers)
 	for range pipelineWorkers {
 		go s.pipeline()
 	}
+	if o.LeaseFraction > 0 {
+		s.leaseFraction = min(o.LeaseFraction, 1)
+		s.workers.Add(1)
+		go s.returnIdle()
+	}
 	return s, nil
 }
 
-// Client is the underlying client (tests read INFO through it).
-func (s *Store) Client() *redis.Client { return s.c }
+// Client is the underlying client (tests read INFO through it): a *redis.Client for
+// one server or a Sentinel primary, a *redis.ClusterClient for a cluster.
+func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Key is the Redis key that holds a bucket: {prefix}:DIMENSION:ID, one key for the
 // id's request, minute and day buckets of limits; a rule's counter has its own,
@@ -168,8 +190,12 @@ func (s *Store) Client() *redis.Client { return s.c }
 // Every key carries the same hash tag, so one request's keys always share a slot.
 func (s *Store) Key(k budget.Key) string {
 	dim := k.Dim.String()
+	prefix := s.prefix
+	if s.sharded {
+		prefix = s.groups[groupOf(k)].prefix
+	}
 	if k.Rule != "" {
-		key := s.prefix + "rule:" + k.Rule + ":" + strconv.Itoa(int(k.Window)) + ":" + dim + ":" +
+		key := prefix + "rule:" + k.Rule + ":" + strconv.Itoa(int(k.Window)) + ":" + dim + ":" +
 			strconv.Itoa(len(k.ID)) + ":" + k.ID + ":" + k.By
 		if k.Kind == budget.Calendar {
 			key += "@" + strconv.FormatInt(k.Start, 10)
@@ -177,8 +203,8 @@ func (s *Store) Key(k budget.Key) string {
 		return key
 	}
 	var b strings.Builder
-	b.Grow(len(s.prefix) + len(dim) + 1 + len(k.ID))
-	b.WriteString(s.prefix)
+	b.Grow(len(prefix) + len(dim) + 1 + len(k.ID))
+	b.WriteString(prefix)
 	b.WriteString(dim)
 	b.WriteByte(':')
 	b.WriteString(k.ID)
@@ -203,6 +229,11 @@ func (s *Store) down() bool { return s.clock.Now().UnixNano() < s.downUntil.Load
 func (s *Store) markDown(err error) {
 	now := s.clock.Now()
 	until := now.Add(s.backoff).UnixNano()
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		// A master may be gone and its replica promoted: ask the cluster who serves
+		// which slots before the next try.
+		cc.ReloadState(context.Background())
+	}
 	if prev := s.downUntil.Swap(until); now.UnixNano() < prev {
 		return // already down: said once
 	}
@@ -232,27 +263,57 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 	if len(r.Requests)+len(r.Tokens) == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
-	if g := s.groups[0]; g.expected.Load() == nil && fenceable(r) {
-		if err := s.ensureEpoch(ctx, g); err != nil {
-			if ctx.Err() != nil {
-				return budget.Result{}, ctx.Err()
-			}
-			s.markDown(err)
-			return s.unavailable(ctx, r, err)
-		}
+	rr, leased := r, (*leasedCharges)(nil)
+	if s.leaseFraction > 0 {
+		rr, leased = s.takeLeases(ctx, r)
 	}
-	rep := s.run(call{kind: reserveCall, reservation: r})
-	if rep.err != nil {
+	res, err := s.reserveShared(ctx, rr)
+	var down *downError
+	if errors.As(err, &down) {
+		leased.giveBack()
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
 		}
-		s.markDown(rep.err)
-		return s.unavailable(ctx, r, rep.err)
+		s.markDown(down.err)
+		return s.unavailable(ctx, r, down.err)
 	}
-	return parseReserve(rep.val, r, s)
+	if err != nil || !res.Admitted {
+		leased.giveBack()
+	}
+	if err != nil || leased == nil {
+		return res, err
+	}
+	return leased.merge(r, res), nil
 }
 
-func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, error) {
+// downError is a call that could not reach Redis.
+type downError struct{ err error }
+
+func (e *downError) Error() string { return e.err.Error() }
+
+// reserveShared decides a reservation in Redis: one script call on one server, one
+// per slot group on a cluster. An error that kept it from Redis is a *downError.
+func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budget.Result, error) {
+	if len(r.Requests)+len(r.Tokens) == 0 {
+		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
+	}
+	if s.epoch.Load() == nil && fenceable(r) {
+		if err := s.ensureEpoch(ctx); err != nil {
+			return budget.Result{}, &downError{err}
+		}
+	}
+	if s.sharded {
+		return s.reserveGroups(r)
+	}
+	rep := s.run(call{kind: reserveCall, reservation: r})
+	if rep.err != nil {
+		return budget.Result{}, &downError{rep.err}
+	}
+	return parseReserve(rep.val, r, s, 0)
+}
+
+// parseReserve reads the decision of reservation r in slot group g.
+func parseReserve(val any, r *budget.Reservation, s *Store, g int) (budget.Result, error) {
 	n := len(r.Requests) + len(r.Tokens)
 	res := budget.Result{
 		Backend:        s,
@@ -286,9 +347,9 @@ func parseReserve(val any, r *budget.Reservation, s *Store) (budget.Result, erro
 	res.Admitted = out[0].(int64) == 1
 	if !res.Admitted && out[2].(int64) == 2 {
 		found, _ := out[5].(string)
-		return budget.Result{}, s.fenced(s.groups[0], found)
+		return budget.Result{}, s.fenced(s.groups[g], found)
 	}
-	if g := s.groups[0]; g.fence.Load() != nil && fenceable(r) {
+	if g := s.groups[g]; g.fence.Load() != nil && fenceable(r) {
 		// A durable reservation decided (admitted or refused by a budget) found the
 		// epoch again.
 		if g.fence.Swap(nil) != nil {
@@ -373,6 +434,14 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // reach Redis is dropped: the bucket returns the budget at its refill rate, which
 // bounds the loss to one window.
 func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
+	if s.leaseFraction > 0 {
+		charges = s.refundLeased(charges)
+	}
+	s.refundShared(charges)
+}
+
+// refundShared returns charges to the shared buckets in Redis.
+func (s *Store) refundShared(charges []budget.Charge) {
 	if len(charges) == 0 {
 		return
 	}
@@ -397,13 +466,40 @@ func millis(ms int64) time.Duration {
 	return time.Duration(max(ms, 0)) * time.Millisecond
 }
 
+// LeaseTakes counts the slices of hot shared budgets taken from Redis (tests and
+// diagnostics).
+func (s *Store) LeaseTakes() int64 { return s.leaseTakes.Load() }
+
+// Releases counts the reservations released on a cluster because a later slot group
+// refused (tests and diagnostics).
+func (s *Store) Releases() int64 { return s.releases.Load() }
+
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
-func (s *Store) Charge(_ context.Context, charges []budget.Charge, overage budget.Overage) []float64 {
+// On a cluster it is one call per slot group.
+func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage budget.Overage) []float64 {
 	taken := make([]float64, len(charges))
 	if len(charges) == 0 {
 		return taken
 	}
-	rep := s.run(call{kind: chargeCall, charges: charges, overage: overage})
+	if s.sharded {
+		if parts := splitCharges(charges); len(parts) > 1 {
+			for _, ix := range parts {
+				part := make([]budget.Charge, len(ix))
+				for j, i := range ix {
+					part[j] = charges[i]
+				}
+				for j, v := range s.Charge(ctx, part, overage) {
+					taken[ix[j]] = v
+				}
+			}
+			return taken
+		}
+	}
+	g := 0
+	if s.sharded {
+		g = groupOf(charges[0].Key)
+	}
+	rep := s.run(call{kind: chargeCall, charges: charges, overage: overage, group: g})
 	out, ok := rep.val.(string)
 	if rep.err != nil || !ok || len(out) != 8*len(charges) {
 		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)

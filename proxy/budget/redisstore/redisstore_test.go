@@ -37,10 +37,15 @@ func TestRedisStore(t *testing.T) {
 	RunSpecs(t, "Redis Store Suite")
 }
 
-var srv *redisserver.Server
+var (
+	srv *redisserver.Server
+	// cluster is a Redis Cluster of three masters (cluster_test.go).
+	cluster *redisserver.Cluster
+)
 
 var _ = BeforeSuite(func() {
 	srv = redisserver.Start(GinkgoT())
+	cluster = redisserver.StartCluster(GinkgoT(), 3, 0)
 })
 
 var prefixes atomic.Int64

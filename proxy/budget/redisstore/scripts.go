@@ -332,6 +332,17 @@ end
 return e
 `)
 
+// The stamp script gives a slot group the fleet's epoch when it holds none, and
+// returns the one it holds. KEYS: the group's epoch key. ARGV: the epoch.
+var stampScript = redis.NewScript(`
+local e = redis.call('GET', KEYS[1])
+if not e then
+  e = ARGV[1]
+  redis.call('SET', KEYS[1], e)
+end
+return e
+`)
+
 // The attest script restores durable counters and then writes a new epoch, in one
 // atomic call: after it, the counters hold what was attested and the fence trusts
 // them. Each counter gets slot 0 of its key (a rule's counter has a key of its own):
@@ -340,7 +351,8 @@ return e
 // never refilling, until its window's end.
 // KEYS: the counters' keys, then the group's epoch key. ARGV: the random part of the
 // new epoch; a spec of 32 bytes per counter, struct.pack("<dddd"): capacity, rate,
-// end_ms, spent. Returns the new epoch.
+// end_ms, spent; the epoch to write ("" or absent: a new one, drawn here; on a
+// cluster the other slot groups are given the one group 0 drew). Returns the epoch.
 var attestScript = redis.NewScript(`#!lua
 local call, pack, ceil = redis.call, struct.pack, math.ceil
 local t = call('TIME')
@@ -359,7 +371,8 @@ for k = 1, #KEYS - 1 do
   if ttl < 1 then ttl = 1 end
   call('PSETEX', KEYS[k], ceil(ttl), pack('<dddddddddddd', l, last, c, r, 0, 0, -1, 0, 0, 0, -1, 0))
 end
-local e = (now - now % 1) .. '-' .. ARGV[1]
+local e = ARGV[3]
+if not e or e == '' then e = (now - now % 1) .. '-' .. ARGV[1] end
 call('SET', KEYS[#KEYS], e)
 return e
 `)

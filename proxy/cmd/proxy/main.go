@@ -350,9 +350,17 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 		}
 		password = v
 	}
+	var sentinelPassword string
+	if rl.Redis.SentinelPasswordEnv != "" {
+		v, ok := os.LookupEnv(rl.Redis.SentinelPasswordEnv)
+		if !ok {
+			return nil, nil, fmt.Errorf("rate_limiting.redis.sentinel_password_env: the environment variable %s is not set", rl.Redis.SentinelPasswordEnv)
+		}
+		sentinelPassword = v
+	}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	opts := redisstore.Options{
-		URL: rl.Redis.URL, Password: password, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
+		URL: rl.Redis.URL, Password: password, SentinelPassword: sentinelPassword, LeaseFraction: rl.Redis.HotBudgetSlice, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
 		DialTimeout: ms(rl.Redis.DialTimeoutMillis), ReadTimeout: ms(rl.Redis.ReadTimeoutMillis), WriteTimeout: ms(rl.Redis.WriteTimeoutMillis),
 		Clock: clock, Recorder: rec, Logger: log, EpochChanged: epochChanged,
 	}

@@ -1,0 +1,53 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers_test
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+)
+
+// sentinelEnv is the proxy's environment variable with the sentinels' password.
+const sentinelEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
+
+var _ = Describe("A fleet on a Sentinel primary", func() {
+	It("renders the sentinels' URL, the hot budget slice, and passes both passwords from their Secrets", func() {
+		ns := newNamespace("sentinel")
+		tp := fleetProxy(ns, 2)
+		tp.Spec.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{
+			URL:                       "redis+sentinel://s-0.sentinel:26379,s-1.sentinel:26379/primary",
+			PasswordSecretRef:         &twv1alpha1.SecretKeyReference{Name: "redis-auth", Key: "password"},
+			SentinelPasswordSecretRef: &twv1alpha1.SecretKeyReference{Name: "redis-auth", Key: "sentinel"},
+			HotBudgetSlicePercent:     ptr.To(int32(2)),
+		}}
+		for _, o := range []client.Object{
+			credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}),
+			credentialSecret(ns, "redis-auth", map[string]string{"password": "p", "sentinel": "s"}),
+			tp,
+		} {
+			Expect(k8sClient.Create(ctx, o)).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			c := rendered(g, ns)
+			g.Expect(c.RateLimiting.Storage).To(Equal(config.StorageRedis))
+			g.Expect(c.RateLimiting.Redis.URL).To(Equal("redis+sentinel://s-0.sentinel:26379,s-1.sentinel:26379/primary"))
+			g.Expect(c.RateLimiting.Redis.PasswordEnv).To(Equal("TOKENWARDEN_REDIS_PASSWORD"))
+			g.Expect(c.RateLimiting.Redis.SentinelPasswordEnv).To(Equal(sentinelEnv))
+			g.Expect(c.RateLimiting.Redis.HotBudgetSlice).To(Equal(0.02))
+			env := map[string]*corev1.EnvVarSource{}
+			for _, e := range deployment(g, ns).Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.ValueFrom
+			}
+			g.Expect(env).To(HaveKey(sentinelEnv))
+			g.Expect(env[sentinelEnv].SecretKeyRef.Name).To(Equal("redis-auth"))
+			g.Expect(env[sentinelEnv].SecretKeyRef.Key).To(Equal("sentinel"))
+		}).Should(Succeed())
+	})
+})
