@@ -39,6 +39,7 @@ func main() {
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one operator replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election lease (default: the operator's own namespace).")
 	flag.StringVar(&proxyImage, "proxy-image", "tokenwarden:dev", "The proxy image of a TokenProxy that names none.")
+	proxyTracing := controllers.ProxyTracingFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -69,11 +70,17 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
+	defaultTracing, err := proxyTracing()
+	if err != nil {
+		log.Error(err, "Bad flag")
+		os.Exit(2)
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := (&controllers.TokenProxyReconciler{
-		Client:     mgr.GetClient(),
-		Events:     mgr.GetEventRecorder("tokenwarden"),
-		ProxyImage: proxyImage,
+		Client:         mgr.GetClient(),
+		Events:         mgr.GetEventRecorder("tokenwarden"),
+		ProxyImage:     proxyImage,
+		DefaultTracing: defaultTracing,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Unable to set up the TokenProxy controller")
 		os.Exit(1)

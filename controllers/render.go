@@ -105,6 +105,7 @@ func render(f *fleet) *config.Config {
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
 	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
+	renderObservability(c, p.Spec.Observability)
 	if w := p.Spec.CachedInputWeight; w != nil {
 		v := quantityFloat(*w)
 		rl.CachedInputWeight = &v

@@ -47,6 +47,8 @@ type TokenProxyReconciler struct {
 	Events events.EventRecorder
 	// ProxyImage is the proxy image when a TokenProxy names none.
 	ProxyImage string
+	// DefaultTracing is the tracing of a fleet whose TokenProxy sets none; nil: off.
+	DefaultTracing *twv1alpha1.TracingSpec
 
 	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
 	// again when their CRD appears).
@@ -214,6 +216,7 @@ type configOutcome struct {
 // the proxy would refuse it.
 func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) configOutcome {
 	cfg := render(&g.fleet)
+	r.defaultTracing(cfg, tp)
 	if err := checkRendered(cfg); err != nil {
 		return configOutcome{refused: err}
 	}

@@ -359,6 +359,10 @@ type TokenProxySpec struct {
 	// waits and caps each class's output (scheduling_types.go).
 	// +optional
 	Scheduling *SchedulingSpec `json:"scheduling,omitempty"`
+	// Observability configures the proxies' access log, tracing and refusal audit.
+	// Default: the access log on, tracing off, 20 refusals kept per key.
+	// +optional
+	Observability *ObservabilitySpec `json:"observability,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'

@@ -215,6 +215,10 @@ type Decision struct {
 	KeyCost                        Dollars
 	// Warnings are the warn rules' windows the request did not fit.
 	Warnings []Warning
+	// FailedOpen: the request was admitted without every budget enforced as
+	// configured: a bucket map was full, or the shared store was unreachable and the
+	// replica's memory decided.
+	FailedOpen bool
 }
 
 // Limiter admits requests against a Policy on a Store.
@@ -401,6 +405,8 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		}
 		return dec, err
 	}
+	dec.FailedOpen = slices.Contains(res.RequestSkipped, true) || slices.Contains(res.TokenSkipped, true) ||
+		(res.Backend != nil && res.Backend != l.store)
 	now := l.clock.Now()
 	// A shared store decided on the fleet totals: report those.
 	view := func(ch Charge) Charge {

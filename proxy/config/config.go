@@ -51,6 +51,8 @@ type Config struct {
 	Scheduling Scheduling `json:"scheduling,omitzero"`
 	// Agents bounds the runs kept for the keys' run budgets (agents.go).
 	Agents Agents `json:"agents,omitzero"`
+	// Observability is the access log, tracing and the refusal audit.
+	Observability Observability `json:"observability,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.

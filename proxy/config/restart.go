@@ -5,10 +5,10 @@ package config
 
 // RestartRequired lists the fields of next that differ from started, the document a
 // process started with, and that the process applies only when it starts: the
-// addresses it listens on and the budget store it built (which store, and how it
-// reaches Redis). Every other field, rate_limiting.redis.fallback_to_memory included,
-// a reload applies at once. The redis fields count only when either document stores
-// budgets in Redis.
+// addresses it listens on, the budget store it built (which store, and how it reaches
+// Redis), tracing, and the access log's buffer. Every other field,
+// rate_limiting.redis.fallback_to_memory included, a reload applies at once. The
+// redis fields count only when either document stores budgets in Redis.
 func RestartRequired(started, next *Config) []string {
 	out := []string{}
 	diff := func(field string, changed bool) {
@@ -18,6 +18,8 @@ func RestartRequired(started, next *Config) []string {
 	}
 	diff("listen", started.Listen != next.Listen)
 	diff("admin_listen", started.AdminListen != next.AdminListen)
+	diff("observability.tracing", !started.Observability.Tracing.Same(&next.Observability.Tracing))
+	diff("observability.access_log.buffer_lines", started.Observability.AccessLog.Buffer() != next.Observability.AccessLog.Buffer())
 	a, b := &started.RateLimiting, &next.RateLimiting
 	diff("rate_limiting.storage", a.Storage != b.Storage)
 	if a.Storage == StorageRedis || b.Storage == StorageRedis {

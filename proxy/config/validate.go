@@ -92,6 +92,7 @@ func (c *Config) Validate() error {
 	c.validateRules(&errs)
 	c.validateScheduling(&errs)
 	c.validateAgents(&errs)
+	c.validateObservability(&errs)
 	return errors.Join(errs...)
 }
 

@@ -42,6 +42,8 @@ type Metrics struct {
 	UpstreamErrors   *prometheus.CounterVec   // tokenwarden_upstream_errors_total{upstream}
 	Usage            *prometheus.CounterVec   // tokenwarden_usage_tokens_total{model,type}
 	Settlements      *prometheus.CounterVec   // tokenwarden_settlements_total{result}
+	// Observability counts the access log's lines.
+	Observability *Observability
 
 	KeyTokensVec *prometheus.CounterVec // tokenwarden_api_key_tokens_total{api_key,outcome}
 	KeyUsage     *prometheus.CounterVec // tokenwarden_api_key_usage_tokens_total{api_key,type}
@@ -281,6 +283,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
 		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 	m.Agents.register(reg)
+	m.Observability = newObservability(reg)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()

@@ -77,9 +77,10 @@ func (s *Server) Effective() (Effective, bool) {
 	return e, true
 }
 
-// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, the trust
-// fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md), and an
-// upstream's probe, POST /admin/upstreams/{name}/probe (docs/providers.md).
+// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, /admin/refusals
+// (audit.go), the trust fence's /admin/durable and POST /admin/durable/attest
+// (docs/runbooks.md), and an upstream's probe, POST /admin/upstreams/{name}/probe
+// (docs/providers.md).
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -109,6 +110,7 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 		_ = enc.Encode(e)
 	})
 	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
+	mux.HandleFunc("GET /admin/refusals", s.refusalsHandler)
 	mux.HandleFunc("POST /admin/durable/attest", s.attest)
 	mux.HandleFunc("POST /admin/upstreams/{name}/probe", s.probe)
 	return mux

@@ -196,7 +196,7 @@ func newRedisBenchServer(b *testing.B, upstream, benchDoc string) *server.Server
 	b.Cleanup(func() { _ = store.Close() })
 	m := metrics.New(prometheus.NewRegistry())
 	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, AsyncSettle: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: io.Discard})
 	doc := strings.ReplaceAll(strings.ReplaceAll(benchDoc, "UPSTREAM", upstream), "HASH", keyHash("sk-alice"))
 	doc = strings.Replace(doc, "rate_limiting:\n", "rate_limiting:\n  storage: redis\n  redis: {url: \""+rs.URL()+"\"}\n", 1)
 	if _, err := srv.Apply([]byte(doc), "bench"); err != nil {
@@ -241,7 +241,7 @@ func newBenchServer(b *testing.B, upstream string) *server.Server {
 func newBenchServerDoc(b *testing.B, upstream, benchDoc string) *server.Server {
 	store := budget.NewMemory(budget.SystemClock{}, 1000000)
 	srv := server.New(server.Options{Store: store, Metrics: metrics.New(prometheus.NewRegistry()),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: io.Discard})
 	doc := strings.ReplaceAll(strings.ReplaceAll(benchDoc, "UPSTREAM", upstream), "HASH", keyHash("sk-alice"))
 	if _, err := srv.Apply([]byte(doc), "bench"); err != nil {
 		b.Fatal(err)

@@ -76,6 +76,7 @@ func (ex *exchange) fail(w http.ResponseWriter, status int, code, msg string, re
 	if refusal != nil {
 		ex.countRefusal(code, refusal.limitType)
 	}
+	ex.rec.errCode, ex.rec.errMsg = code, msg
 	var body any
 	if ex.route.family == Anthropic {
 		var e anthropicError
@@ -136,6 +137,7 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	if secs < 1 {
 		secs = 1
 	}
+	ex.rec.retryAfterSecond = secs
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(max(r.RetryAfter.Milliseconds(), 1), 10))
 	var reason string

@@ -29,6 +29,9 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 					p = strings.TrimPrefix(p, ex.route.stripPrefix)
 				}
 				setEscapedPath(pr.Out.URL, p)
+				if ex.upSpan != nil {
+					ex.s.tracing.inject(pr.Out.Context(), pr.Out.Header)
+				}
 			}
 			pr.SetURL(up.target)
 			pr.SetXForwarded()
@@ -63,11 +66,12 @@ func onResponse(resp *http.Response) error {
 		return nil
 	}
 	s := ex.s
+	ex.status = resp.StatusCode
+	ex.upstreamAnswered(resp.Header)
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
 	if err := ex.attemptAnswered(resp); err != nil {
 		return err
 	}
-	ex.status = resp.StatusCode
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
@@ -230,12 +234,14 @@ func (st *settler) finish() {
 		u, verdict = st.reader.Settlement(ex.est.Input, end)
 	}
 	st.giveBack()
+	ex.rec.end = end
 	switch verdict {
 	case usage.Settle:
 		ex.settle(u)
 	case usage.Reserve:
 		// The reservation stands: the request is charged what it reserved.
 		ex.settle(usage.Usage{Input: ex.est.Input, Output: ex.est.Output})
+		ex.rec.settlement = settledReserved
 	default:
 		ex.release()
 	}
@@ -243,6 +249,7 @@ func (st *settler) finish() {
 
 func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
+	ex.rec.used, ex.rec.settlement = u, settledUsage
 	// The upstream's capacity is given back with the tokens served.
 	ex.slot.Done(u.Input, u.Output)
 	ex.settleRun(u.Input + u.Output)
@@ -266,6 +273,7 @@ func (ex *exchange) release() {
 	ex.slot.Done(0, 0)
 	ex.releaseRun()
 	if ex.hold.Release() {
+		ex.rec.settlement = released
 		ex.s.metrics.Released()
 	}
 }

@@ -18,11 +18,14 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -105,6 +108,12 @@ type Options struct {
 	// Refusals, when set, counts each refusal by a budget for the replica's usage
 	// report (proxy/report.Refusals); it is called for refused requests only.
 	Refusals RefusalCounter
+	// AccessLog receives the access log's JSON lines (default os.Stdout), at most
+	// AccessLogBuffer of them waiting (default config.DefaultAccessLogBufferLines).
+	AccessLog       io.Writer
+	AccessLogBuffer int
+	// TracerProvider, when set, traces every request (proxy/telemetry).
+	TracerProvider trace.TracerProvider
 }
 
 // RefusalCounter counts refusals by the dimension and period that refused: d's bucket
@@ -136,6 +145,11 @@ type Server struct {
 	health *health.Registry
 	// agents is the state of the limits for agents (agents.go).
 	agents agents
+	// access, tracing and audit tell about each request (observe.go); tracing is nil
+	// when it is off.
+	access  *accessLog
+	tracing *tracing
+	audit   audit
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -156,10 +170,14 @@ func New(o Options) *Server {
 		restart:  newRestartState(o),
 		refusals: o.Refusals,
 		health:   health.NewRegistry(),
+		access:   newAccessLog(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
+		tracing:  newTracing(o.TracerProvider),
 	}
 	if o.Metrics != nil {
 		o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	}
+	// The access log's writer ends with the server: no request can send to it then.
+	goruntime.AddCleanup(s, (*accessLog).stop, s.access)
 	return s
 }
 
@@ -193,6 +211,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	s.applyLive(rt, origin)
 	s.store.Prune(rt.policy.Keeps)
 	s.metrics.ForgetKeys(func(name string) bool { return rt.policy.Key(name) != nil })
+	s.observeApply(rt)
 	s.metrics.ForgetRules(rt.policy.HasRule)
 	s.forgetTeams(cfg)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
@@ -231,6 +250,12 @@ type exchange struct {
 	try attempt
 	// status is the upstream's status, or the proxy's own answer.
 	status int
+	// rec is what the access log tells of the request; cw counts the bytes sent; span
+	// and upSpan are the request's server span and its upstream call's, when traced.
+	rec    accessRecord
+	cw     counter
+	span   trace.Span
+	upSpan trace.Span
 }
 
 // ServeHTTP implements http.Handler.
@@ -239,6 +264,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := s.rt.Load()
 	rtInfo := classify(r.URL)
 	ex := &exchange{s: s, rt: rt, route: rtInfo, start: start}
+	ex.cw.ResponseWriter = w
+	w = &ex.cw
+	r = ex.begin(w, r)
 	defer func() {
 		// Every path that ends without settlement releases: an upstream error, a panic
 		// in a handler, a client that went away. Release after Settle does nothing.
@@ -249,6 +277,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.Requests.WithLabelValues(ex.route.name, metrics.Code(ex.status)).Inc()
 		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(s.clock.Now().Sub(start).Seconds())
+		ex.rec.bytesIn = max(r.ContentLength, 0)
+		s.observe(ex, rt)
 	}()
 	if rt == nil {
 		ex.fail(w, http.StatusServiceUnavailable, "unavailable", "the proxy has no configuration yet", nil)
@@ -264,6 +294,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ex.key = key.Name
+		ex.rec.apiKey, ex.rec.user, ex.rec.team = key.Name, key.User, key.Team
 	} else if rt.authMode == config.AuthRequired {
 		ex.fail(w, http.StatusUnauthorized, "authentication", "an API key is required: send it as Authorization: Bearer KEY or x-api-key: KEY", nil)
 		return
@@ -320,9 +351,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rtInfo.charged {
 		ask = budget.Ask{Input: ex.est.Input, Output: ex.est.Output}
 	}
-	dec, err := s.limiter.Admit(r.Context(), rt.policy, id, ask)
+	actx := r.Context()
+	var asp trace.Span
+	if s.tracing != nil {
+		actx, asp = s.tracing.admission(actx)
+	}
+	dec, err := s.limiter.Admit(actx, rt.policy, id, ask)
 	if err == nil && dec.Refusal != nil && len(rt.fallbacks) > 0 {
 		dec = ex.fallback(r.Context(), id, ask, dec)
+	}
+	if err == nil {
+		ex.admitted(&id, &dec)
+	}
+	if asp != nil {
+		s.tracing.admitted(asp, ex, err)
 	}
 	if err != nil {
 		var unavailable *budget.UnavailableError
@@ -365,7 +407,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ctx := context.WithValue(r.Context(), holdKey{}, ex)
+	ctx := r.Context()
+	if s.tracing != nil {
+		ctx = s.tracing.upstream(ctx, ex)
+	}
+	ctx = context.WithValue(ctx, holdKey{}, ex)
+	ex.rec.upstreamStart = time.Now()
 	ex.forward(w, r.WithContext(ctx))
 }
 
@@ -459,6 +506,7 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 		return false
 	}
 	secs := int64(math.Ceil(we.RetryAfter.Seconds()))
+	ex.rec.decision, ex.rec.queue, ex.rec.retryAfterSecond = refused, true, secs
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(we.RetryAfter.Milliseconds(), 10))

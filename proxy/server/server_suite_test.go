@@ -60,7 +60,8 @@ func newHarness(doc string) *harness {
 	DeferCleanup(h.backend.Close)
 	h.store = budget.NewMemory(h.clock, 1000)
 	h.m = metrics.New(h.reg)
-	h.srv = server.New(server.Options{Store: h.store, Memory: h.store, Metrics: h.m, Clock: h.clock, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
+	h.srv = server.New(server.Options{Store: h.store, Memory: h.store, Metrics: h.m, Clock: h.clock, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil)),
+		AccessLog: GinkgoWriter})
 	_, err := h.srv.Apply([]byte(h.render(doc)), "test")
 	Expect(err).NotTo(HaveOccurred())
 	h.front = httptest.NewServer(h.srv)

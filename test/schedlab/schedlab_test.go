@@ -97,7 +97,7 @@ scheduling: {aging_seconds: 60}
 `
 	store := budget.NewMemory(budget.SystemClock{}, 1000)
 	srv := server.New(server.Options{Store: store, Memory: store, Metrics: metrics.New(prometheus.NewRegistry()),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: io.Discard})
 	if _, err := srv.Apply([]byte(doc), "lab"); err != nil {
 		t.Fatal(err)
 	}

@@ -255,7 +255,7 @@ func newFleet(t *testing.T, storage, upstream string, ts []*tenant, crashes io.W
 			}
 		}
 		srv := server.New(server.Options{Store: store, Memory: mem, Metrics: metrics.New(prometheus.NewRegistry()), Logger: logger,
-			AsyncSettle: storage == "redis"})
+			AsyncSettle: storage == "redis", AccessLog: io.Discard})
 		if _, err := srv.Apply([]byte(doc), "soak"); err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,6 +43,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/report"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/source"
+	"github.com/tokenwarden/tokenwarden/proxy/telemetry"
 )
 
 func main() {
@@ -210,9 +212,34 @@ func run(args []string) error {
 		lease.UsageEvery = *usageEvery
 		lease.Usage = usageReport(store, mem, refusals, *usageEvery)
 	}
+	// Tracing is set up from the first document (and the OTEL_* environment); a
+	// change of it is reported as restart_required.
+	var tp *sdktrace.TracerProvider
+	if t := &first.Observability.Tracing; telemetry.Enabled(t) {
+		if tp, err = telemetry.NewTracerProvider(ctx, t, ""); err != nil {
+			return err
+		}
+		log.Info("Tracing", "protocol", telemetry.Protocol(t))
+		defer func() {
+			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(stop); err != nil {
+				log.Warn("Some spans were not exported before stopping", "error", err)
+			}
+		}()
+	}
 	// A store that makes a network call settles off the request's goroutine.
-	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
-		Started: first, Overridden: overridden, Refusals: refusals})
+	srvOpts := server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
+		Started: first, Overridden: overridden, Refusals: refusals, AccessLogBuffer: first.Observability.AccessLog.Buffer()}
+	if tp != nil {
+		srvOpts.TracerProvider = tp
+	}
+	srv := server.New(srvOpts)
+	defer func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.FlushAccessLog(flush)
+	}()
 	if lease != nil {
 		// The model registry's upstreams' health, for the TokenProxy's status.
 		lease.Health = srv.HealthReport

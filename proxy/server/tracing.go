@@ -1,0 +1,185 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName is the instrumentation scope of the proxy's spans.
+const tracerName = "github.com/tokenwarden/tokenwarden/proxy/server"
+
+// tracing makes a request's spans: a server span, with children for admission and
+// the upstream call. W3C trace context is taken from the client and sent upstream.
+type tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TraceContext
+}
+
+func newTracing(tp trace.TracerProvider) *tracing {
+	if tp == nil {
+		return nil
+	}
+	return &tracing{tracer: tp.Tracer(tracerName)}
+}
+
+// start begins the server span, the child of the client's traceparent when it sent
+// one.
+func (t *tracing) start(ex *exchange, r *http.Request) *http.Request {
+	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, ex.span = t.tracer.Start(ctx, "tokenwarden "+ex.route.name, trace.WithSpanKind(trace.SpanKindServer))
+	if sc := ex.span.SpanContext(); sc.IsSampled() {
+		ex.rec.traceID = sc.TraceID()
+	}
+	return r.WithContext(ctx)
+}
+
+// admission starts the admission span; the store's round trip runs inside it.
+func (t *tracing) admission(ctx context.Context) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "tokenwarden.admission", trace.WithSpanKind(trace.SpanKindInternal))
+}
+
+// admitted ends the admission span with its outcome.
+func (t *tracing) admitted(sp trace.Span, ex *exchange, err error) {
+	if err != nil {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, "the budget store could not decide")
+	} else {
+		sp.SetAttributes(attribute.String("tokenwarden.decision", ex.rec.decision.String()),
+			attribute.Int64("tokenwarden.tokens_reserved", ex.rec.reserved))
+	}
+	sp.End()
+}
+
+// upstream starts the span of the upstream call; its context goes upstream as the
+// traceparent.
+func (t *tracing) upstream(ctx context.Context, ex *exchange) context.Context {
+	ctx, ex.upSpan = t.tracer.Start(ctx, "tokenwarden.upstream "+ex.upstream.name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("tokenwarden.upstream", ex.upstream.name),
+			attribute.String("server.address", ex.upstream.target.Host)))
+	return ctx
+}
+
+// inject writes the upstream span's trace context into the upstream request.
+func (t *tracing) inject(ctx context.Context, h http.Header) {
+	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// operation is the GenAI operation of a route.
+func operation(route string) string {
+	switch route {
+	case "/v1/completions":
+		return "text_completion"
+	case "other":
+		return ""
+	}
+	return "chat"
+}
+
+// end sets the request's attributes, in the GenAI semantic conventions where they
+// have a name, and ends its spans.
+func (t *tracing) end(ex *exchange) {
+	rec := &ex.rec
+	if ex.upSpan != nil {
+		ex.upSpan.SetAttributes(attribute.Int("http.response.status_code", rec.status))
+		if rec.upstreamHeaders.IsZero() {
+			ex.upSpan.SetStatus(codes.Error, "the upstream did not answer")
+		}
+		ex.upSpan.End()
+	}
+	sp := ex.span
+	if !sp.IsRecording() {
+		// Not sampled: nothing to describe.
+		sp.End()
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 20)
+	attrs = append(attrs,
+		attribute.String("http.request.method", rec.method),
+		attribute.String("http.route", rec.route),
+		attribute.Int("http.response.status_code", rec.status),
+		attribute.String("tokenwarden.request_id", rec.requestID),
+		attribute.String("tokenwarden.decision", rec.decision.String()))
+	op := operation(rec.route)
+	if op != "" {
+		provider := "openai"
+		if ex.route.family == Anthropic {
+			provider = "anthropic"
+		}
+		attrs = append(attrs, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.provider.name", provider))
+	}
+	if rec.model != "" {
+		attrs = append(attrs, attribute.String("gen_ai.request.model", rec.model))
+		if op != "" {
+			sp.SetName(op + " " + rec.model)
+		}
+	}
+	if ex.est.Output > 0 {
+		attrs = append(attrs, attribute.Int64("gen_ai.request.max_tokens", ex.est.Output))
+	}
+	if ex.est.Stream {
+		attrs = append(attrs, attribute.Bool("tokenwarden.stream", true))
+	}
+	if rec.apiKey != "" {
+		attrs = append(attrs, attribute.String("tokenwarden.api_key", rec.apiKey))
+	}
+	if rec.user != "" {
+		attrs = append(attrs, attribute.String("user.id", rec.user))
+	}
+	if rec.team != "" {
+		attrs = append(attrs, attribute.String("tokenwarden.team", rec.team))
+	}
+	if rec.reserved > 0 {
+		attrs = append(attrs, attribute.Int64("tokenwarden.tokens_reserved", rec.reserved))
+	}
+	if rec.settlement != notSettled {
+		attrs = append(attrs, attribute.String("tokenwarden.settlement", settlementNames[rec.settlement]))
+		if rec.settlement == settledUsage {
+			attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", rec.used.Input),
+				attribute.Int64("gen_ai.usage.output_tokens", rec.used.Output))
+			if rec.used.Cached > 0 {
+				attrs = append(attrs, attribute.Int64("gen_ai.usage.cache_read.input_tokens", rec.used.Cached))
+			}
+		}
+	}
+	if rec.decision == refused {
+		attrs = append(attrs, refusalAttrs(rec)...)
+	}
+	if rec.errCode != "" {
+		attrs = append(attrs, attribute.String("error.type", rec.errCode))
+	}
+	sp.SetAttributes(attrs...)
+	if rec.status >= 500 {
+		sp.SetStatus(codes.Error, rec.errCode)
+	}
+	sp.End()
+}
+
+// refusalAttrs name what refused a request, never a shared rule's name.
+func refusalAttrs(rec *accessRecord) []attribute.KeyValue {
+	r := rec.refusal
+	if rec.queue || r == nil {
+		return []attribute.KeyValue{attribute.String("tokenwarden.refusal.limit", "queue")}
+	}
+	out := []attribute.KeyValue{attribute.String("tokenwarden.refusal.dimension", r.Dimension.String())}
+	switch {
+	case r.Rule != "":
+		out = append(out, attribute.String("tokenwarden.refusal.limit", "rule"), attribute.String("tokenwarden.refusal.window", r.Window))
+		if r.Scoped {
+			out = append(out, attribute.String("tokenwarden.refusal.rule", r.Rule))
+		}
+	case r.Requests:
+		out = append(out, attribute.String("tokenwarden.refusal.limit", "requests"))
+	default:
+		out = append(out, attribute.String("tokenwarden.refusal.limit", "token_budget"),
+			attribute.String("tokenwarden.refusal.period", r.Period.String()))
+	}
+	return out
+}

@@ -1,0 +1,228 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server_test
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/proxy/telemetry"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+)
+
+// receiver is an OTLP trace receiver: the gRPC TraceService, or POST /v1/traces.
+type receiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu       sync.Mutex
+	spans    []*tracepb.Span
+	services []string
+}
+
+func (rc *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.Key == "service.name" {
+				rc.services = append(rc.services, a.Value.GetStringValue())
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			rc.spans = append(rc.spans, ss.Spans...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	req := &coltracepb.ExportTraceServiceRequest{}
+	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(b, req) != nil {
+		http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+		return
+	}
+	_, _ = rc.Export(r.Context(), req)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+// trace returns the spans received of a trace, by name.
+func (rc *receiver) trace(traceID string) map[string]*tracepb.Span {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := map[string]*tracepb.Span{}
+	for _, s := range rc.spans {
+		if hex.EncodeToString(s.TraceId) == traceID {
+			out[s.Name] = s
+		}
+	}
+	return out
+}
+
+// startReceiver starts a receiver for protocol and returns the endpoint to give the
+// proxy.
+func startReceiver(protocol string) (*receiver, string) {
+	rc := &receiver{}
+	if protocol == config.TracingHTTP {
+		srv := httptest.NewServer(rc)
+		DeferCleanup(srv.Close)
+		return rc, srv.URL
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, rc)
+	go func() { _ = gs.Serve(ln) }()
+	DeferCleanup(gs.Stop)
+	return rc, ln.Addr().String()
+}
+
+func attrs(s *tracepb.Span) map[string]any {
+	out := map[string]any{}
+	for _, a := range s.Attributes {
+		out[a.Key] = value(a.Value)
+	}
+	return out
+}
+
+func value(v *commonpb.AnyValue) any {
+	switch x := v.Value.(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return x.IntValue
+	case *commonpb.AnyValue_BoolValue:
+		return x.BoolValue
+	case *commonpb.AnyValue_DoubleValue:
+		return x.DoubleValue
+	}
+	return nil
+}
+
+const (
+	clientTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+	clientParent = "00f067aa0ba902b7"
+)
+
+var _ = Describe("Traces", func() {
+	DescribeTable("reach a real OTLP receiver with the GenAI attributes, under the client's traceparent",
+		func(protocol string) {
+			rc, endpoint := startReceiver(protocol)
+			tp, err := telemetry.NewTracerProvider(context.Background(),
+				&config.Tracing{Enabled: true, Protocol: protocol, Endpoint: endpoint, Insecure: true, ServiceName: "proxy-under-test"}, "")
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(tp.Shutdown)
+			out := &logLines{}
+			h := newObservedHarness(loggedDoc, server.Options{AccessLog: out, TracerProvider: tp})
+			h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 30, CachedTokens: 40})
+
+			r := h.doAt(h.front.URL, "POST", "/v1/chat/completions", "sk-alice",
+				`{"model":"gpt-4o","max_tokens":50,"messages":[{"role":"user","content":"hello there"}]}`,
+				"Traceparent", "00-"+clientTrace+"-"+clientParent+"-01")
+			Expect(r.code).To(Equal(200))
+			Expect(tp.ForceFlush(context.Background())).To(Succeed())
+
+			var spans map[string]*tracepb.Span
+			Eventually(func() map[string]*tracepb.Span { spans = rc.trace(clientTrace); return spans }).
+				Should(HaveLen(3), "the server span, the admission span and the upstream span")
+			Expect(rc.services).To(ContainElement("proxy-under-test"))
+
+			srv := spans["chat gpt-4o"]
+			Expect(srv).NotTo(BeNil(), "the server span is named for the operation and the model")
+			Expect(srv.Kind).To(Equal(tracepb.Span_SPAN_KIND_SERVER))
+			Expect(hex.EncodeToString(srv.ParentSpanId)).To(Equal(clientParent), "the client's span is the parent")
+			Expect(attrs(srv)).To(And(
+				HaveKeyWithValue("gen_ai.operation.name", "chat"),
+				HaveKeyWithValue("gen_ai.provider.name", "openai"),
+				HaveKeyWithValue("gen_ai.request.model", "gpt-4o"),
+				HaveKeyWithValue("gen_ai.request.max_tokens", int64(50)),
+				HaveKeyWithValue("gen_ai.usage.input_tokens", int64(100)),
+				HaveKeyWithValue("gen_ai.usage.output_tokens", int64(30)),
+				HaveKeyWithValue("gen_ai.usage.cache_read.input_tokens", int64(40)),
+				HaveKeyWithValue("http.response.status_code", int64(200)),
+				HaveKeyWithValue("tokenwarden.decision", "admitted"),
+				HaveKeyWithValue("tokenwarden.api_key", "alice"),
+				HaveKeyWithValue("tokenwarden.request_id", id(r)),
+				HaveKeyWithValue("tokenwarden.settlement", "settled"),
+			))
+
+			adm := spans["tokenwarden.admission"]
+			Expect(adm).NotTo(BeNil())
+			Expect(adm.ParentSpanId).To(Equal(srv.SpanId))
+			Expect(attrs(adm)).To(HaveKeyWithValue("tokenwarden.decision", "admitted"))
+
+			up := spans["tokenwarden.upstream default"]
+			Expect(up).NotTo(BeNil())
+			Expect(up.Kind).To(Equal(tracepb.Span_SPAN_KIND_CLIENT))
+			Expect(up.ParentSpanId).To(Equal(srv.SpanId))
+			Expect(h.llm.Requests()[0].Header.Get("Traceparent")).To(
+				Equal("00-"+clientTrace+"-"+hex.EncodeToString(up.SpanId)+"-01"), "the upstream call is the upstream's parent")
+
+			Expect(out.logged(id(r))).To(HaveKeyWithValue("trace_id", clientTrace))
+		},
+		Entry("over OTLP/gRPC", config.TracingGRPC),
+		Entry("over OTLP/HTTP", config.TracingHTTP),
+	)
+
+	It("export nothing for a request not sampled, and still pass the trace context upstream", func() {
+		rc, endpoint := startReceiver(config.TracingGRPC)
+		none := 0.0
+		tp, err := telemetry.NewTracerProvider(context.Background(),
+			&config.Tracing{Enabled: true, Endpoint: endpoint, Insecure: true, SampleRatio: &none}, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(tp.Shutdown)
+		out := &logLines{}
+		h := newObservedHarness(loggedDoc, server.Options{AccessLog: out, TracerProvider: tp})
+		r := h.chat("sk-alice", 10)
+		Expect(r.code).To(Equal(200))
+		Expect(tp.ForceFlush(context.Background())).To(Succeed())
+		Expect(out.logged(id(r))).NotTo(HaveKey("trace_id"), "no trace to look for")
+		rc.mu.Lock()
+		Expect(rc.spans).To(BeEmpty())
+		rc.mu.Unlock()
+		Expect(h.llm.Requests()[0].Header.Get("Traceparent")).To(MatchRegexp(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`))
+	})
+
+	It("name what refused a request, with no upstream span", func() {
+		rc, endpoint := startReceiver(config.TracingGRPC)
+		tp, err := telemetry.NewTracerProvider(context.Background(),
+			&config.Tracing{Enabled: true, Endpoint: endpoint, Insecure: true}, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(tp.Shutdown)
+		h := newObservedHarness(loggedDoc, server.Options{AccessLog: &logLines{}, TracerProvider: tp})
+		r := h.doAt(h.front.URL, "POST", "/v1/messages", "sk-alice",
+			`{"model":"claude","max_tokens":5000,"messages":[{"role":"user","content":"hi"}]}`,
+			"Traceparent", "00-"+clientTrace+"-"+clientParent+"-01")
+		Expect(r.code).To(Equal(429))
+		Expect(tp.ForceFlush(context.Background())).To(Succeed())
+		var spans map[string]*tracepb.Span
+		Eventually(func() map[string]*tracepb.Span { spans = rc.trace(clientTrace); return spans }).Should(HaveLen(2))
+		Expect(spans).To(HaveKey("tokenwarden.admission"))
+		Expect(attrs(spans["chat claude"])).To(And(
+			HaveKeyWithValue("gen_ai.provider.name", "anthropic"),
+			HaveKeyWithValue("tokenwarden.decision", "refused"),
+			HaveKeyWithValue("tokenwarden.refusal.limit", "token_budget"),
+			HaveKeyWithValue("tokenwarden.refusal.dimension", "api_key"),
+			HaveKeyWithValue("tokenwarden.refusal.period", "minute"),
+			HaveKeyWithValue("http.response.status_code", int64(429)),
+			Not(HaveKey("gen_ai.usage.input_tokens")),
+		))
+	})
+})
