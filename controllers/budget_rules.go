@@ -27,7 +27,7 @@ import (
 func rulesShaped(b *twv1alpha1.TokenBudget) bool {
 	s := &b.Spec
 	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 ||
-		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn
+		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn || s.FallbackModel != ""
 }
 
 // amountOf is a budget's amount, defaulted.
@@ -171,6 +171,8 @@ func budgetRules(b *twv1alpha1.TokenBudget) []config.Rule {
 			Amount:    configAmounts[g.amount],
 			Action:    config.Action(strings.ToLower(string(actionOf(b)))),
 			Windows:   g.windows,
+			// A model's fallback (render_models.go).
+			FallbackModel: s.FallbackModel,
 		})
 	}
 	return out

@@ -75,10 +75,12 @@ func render(f *fleet) *config.Config {
 		if u.CredentialSecretRef != nil {
 			cu.AuthHeaderEnv = upstreamCredentialEnv(u.Name)
 		}
+		cu.Provider = renderProvider(u.Provider)
 		c.Upstreams = append(c.Upstreams, cu)
 	}
 	for _, m := range p.Spec.Models {
 		cm := config.Model{Name: m.Name}
+		renderRegistry(&cm, &m)
 		if pr := m.Price; pr != nil {
 			cm.Price = &config.Price{Input: quantityFloat(pr.Input), Output: quantityFloat(pr.Output)}
 			if pr.CachedInput != nil {

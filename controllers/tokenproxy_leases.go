@@ -60,6 +60,8 @@ type replicaReport struct {
 	// epochs are the durable counters' epochs the replica runs under
 	// (ReplicaDurableEpochsAnnotation).
 	epochs []reportedEpoch
+	// health is the model registry's upstreams' health (tokenproxy_upstreams.go).
+	health []reportedHealth
 }
 
 // loadedWhat says what the replica has loaded, for a condition's message.
@@ -138,7 +140,8 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.T
 			name = *le.Spec.HolderIdentity
 		}
 		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires,
-			epochs: parseEpochs(le.Annotations[twv1alpha1.ReplicaDurableEpochsAnnotation])})
+			epochs: parseEpochs(le.Annotations[twv1alpha1.ReplicaDurableEpochsAnnotation]),
+			health: parseHealth(le.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation])})
 		if rs.next.IsZero() || expires.Before(rs.next) {
 			rs.next = expires
 		}
@@ -250,7 +253,7 @@ func leaseReportChanged() predicate.Funcs {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			a, b := e.ObjectOld, e.ObjectNew
 			for _, k := range []string{twv1alpha1.ReplicaGenerationAnnotation, twv1alpha1.ReplicaDigestAnnotation,
-				twv1alpha1.ReplicaDurableEpochsAnnotation} {
+				twv1alpha1.ReplicaDurableEpochsAnnotation, twv1alpha1.ReplicaUpstreamHealthAnnotation} {
 				if a.GetAnnotations()[k] != b.GetAnnotations()[k] {
 					return true
 				}

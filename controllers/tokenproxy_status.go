@@ -200,6 +200,7 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 	}
 	if rs != nil {
 		setFleetEnforced(st, rs, cfg.generation, tp.Generation)
+		setUpstreamHealth(st, tp, rs)
 		if storageOf(tp) == twv1alpha1.StorageRedis {
 			st.DurableEpochs = recordEpochs(st.DurableEpochs, rs, time.Now())
 			setFenced(st, rs, tp.Generation)

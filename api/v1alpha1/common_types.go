@@ -88,6 +88,10 @@ const (
 	// [{"group", "epoch", "fenced", "found"}] (fenced: Redis holds another epoch, or
 	// none, "found").
 	ReplicaDurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
+	// ReplicaUpstreamHealthAnnotation on a replica's Lease is the health of the model
+	// registry's upstreams as the replica sees it, as JSON:
+	// [{"upstream", "breaker", "cooling"}] (breaker: closed, open or half_open).
+	ReplicaUpstreamHealthAnnotation = "tokenwarden.io/upstream-health"
 )
 
 // ConditionDurableBudgetsFenced is, on a TokenProxy with Redis storage, True while a

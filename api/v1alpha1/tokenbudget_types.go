@@ -178,6 +178,7 @@ type CalendarWindow struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['Requests', 'Cost']) || (self.tokensPerMinute == 0 && self.tokensPerDay == 0)",message="tokensPerMinute and tokensPerDay count tokens: a Requests or Cost budget writes its limits in windows"
 // +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['InputTokens', 'OutputTokens', 'Cost']) || has(self.windows) || self.tokensPerMinute > 0 || self.tokensPerDay > 0",message="amount needs windows (or, for InputTokens and OutputTokens, tokensPerMinute or tokensPerDay): requestsPerSecond counts requests only"
 // +kubebuilder:validation:XValidation:rule="!has(self.windows) || (has(self.amount) && self.amount == 'Cost') || self.windows.all(w, quantity(string(w.limit)).isInteger())",message="windows[].limit must be a whole number of tokens or requests: only a Cost budget (US dollars) counts fractions"
+// +kubebuilder:validation:XValidation:rule="!has(self.fallbackModel) || (self.dimension == 'PerModel' && !has(self.countBy))",message="fallbackModel applies only to a PerModel budget without countBy: a budget of a tenant refuses whatever the model"
 type TokenBudgetSpec struct {
 	// ProxyRef is the TokenProxy (fleet) this budget applies to.
 	// +required
@@ -273,6 +274,14 @@ type TokenBudgetSpec struct {
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	BurstCapacity int64 `json:"burstCapacity"`
+
+	// FallbackModel, on a PerModel budget, serves a request the budget refuses with
+	// this cheaper model of the fleet's spec.models instead of a 429, charged to that
+	// model's budgets; the answer's x-tokenwarden-fallback header says so. A budget
+	// of a tenant never falls back. Default: none (the budget refuses).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	FallbackModel string `json:"fallbackModel,omitempty"`
 }
 
 // PerReplicaAllowance is what each replica enforces.

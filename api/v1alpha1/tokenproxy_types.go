@@ -80,6 +80,35 @@ type Upstream struct {
 	// in the proxy (scheduling). Default: no bound, nothing waits.
 	// +optional
 	Capacity *UpstreamCapacity `json:"capacity,omitempty"`
+	// Provider is the API family the upstream speaks, OpenAI or Anthropic: a model's
+	// failover stays within the request's family. Default: both.
+	// +optional
+	Provider Provider `json:"provider,omitempty"`
+}
+
+// Provider is the API family an upstream speaks.
+// +kubebuilder:validation:Enum=OpenAI;Anthropic
+type Provider string
+
+// Providers.
+const (
+	ProviderOpenAI    Provider = "OpenAI"
+	ProviderAnthropic Provider = "Anthropic"
+)
+
+// ModelUpstream is one upstream of a model, in the order they are tried.
+type ModelUpstream struct {
+	// Upstream is the name of an entry of spec.upstreams (its URL, credential and
+	// provider).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Upstream string `json:"upstream"`
+	// ProviderModel is the provider's own name of the model, sent upstream instead of
+	// the client-facing name. Default: the client-facing name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ProviderModel string `json:"providerModel,omitempty"`
 }
 
 // ModelSpec is one client-facing model of a fleet.
@@ -92,6 +121,26 @@ type ModelSpec struct {
 	// Price is what the model costs, for Cost budgets.
 	// +optional
 	Price *ModelPrice `json:"price,omitempty"`
+	// ContextWindow is the model's context window in tokens, which input and output
+	// share: a request that cannot fit is refused with 400 before any budget or
+	// upstream sees it. Default: not checked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ContextWindow int64 `json:"contextWindow,omitempty"`
+	// MaxOutputTokens is the most the model generates in one answer; a request asking
+	// for more is refused with 400. Default: not checked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxOutputTokens int64 `json:"maxOutputTokens,omitempty"`
+	// Upstreams serve the model, in the order they are tried: a request goes to the
+	// first whose circuit breaker is closed and whose credential is not cooling down
+	// after a 429, and moves to the next after an error before its answer began. A
+	// model listed here is not listed in an upstream's models. Default: the upstream
+	// that lists the model, else the one with no models.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Upstreams []ModelUpstream `json:"upstreams,omitempty"`
 }
 
 // ModelPrice is a model's price in US dollars per million tokens: quantities such as
@@ -406,6 +455,17 @@ type TokenProxyStatus struct {
 	// +listMapKey=group
 	// +kubebuilder:validation:MaxItems=16
 	DurableEpochs []DurableEpoch `json:"durableEpochs,omitempty"`
+	// Upstreams is "healthy/total" of the fleet's upstreams, for kubectl get: an
+	// upstream is unhealthy while a live replica reports its circuit breaker open or
+	// its credential cooling down after a 429 (unhealthyUpstreams says which).
+	// +optional
+	Upstreams string `json:"upstreams,omitempty"`
+	// UnhealthyUpstreams are the upstreams a live replica reports unhealthy.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	UnhealthyUpstreams []UnhealthyUpstream `json:"unhealthyUpstreams,omitempty"`
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
 	// config generation), Degraded (a step of the reconcile fails) and, with Redis
 	// storage, DurableBudgetsFenced (a replica refuses calendar and cost budgets
@@ -415,6 +475,22 @@ type TokenProxyStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// UnhealthyUpstream is an upstream that live replicas report unhealthy.
+type UnhealthyUpstream struct {
+	// Name is the upstream's name in spec.upstreams.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// OpenReplicas is the number of live replicas whose breaker for it is open or
+	// half-open.
+	// +optional
+	OpenReplicas int32 `json:"openReplicas,omitempty"`
+	// CoolingReplicas is the number of live replicas whose credential for it cools
+	// down after a 429.
+	// +optional
+	CoolingReplicas int32 `json:"coolingReplicas,omitempty"`
 }
 
 // DurableEpoch is the epoch of one slot group's durable counters.
@@ -452,6 +528,7 @@ const (
 // +kubebuilder:printcolumn:name="Budgets",type=integer,JSONPath=`.status.budgets`
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
+// +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.status.upstreams`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenProxy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -171,6 +171,7 @@ var _ = Describe("The guarded admin API", func() {
 		Entry("the kubelet's readiness probe is open", http.MethodGet, "/readyz", http.StatusOK),
 		Entry("the metrics are open when the guard is told so", http.MethodGet, "/metrics", http.StatusOK),
 		Entry("an admin endpoint added later is guarded by construction", http.MethodPost, "/admin/attest", http.StatusUnauthorized),
+		Entry("an upstream's probe is guarded", http.MethodPost, "/admin/upstreams/primary/probe", http.StatusUnauthorized),
 		Entry("a path outside /admin/ is guarded too", http.MethodGet, "/debug/pprof/", http.StatusUnauthorized),
 		Entry("a dot segment does not open an admin path", http.MethodGet, "/healthz/../admin/effective", http.StatusUnauthorized),
 		Entry("a trailing slash does not open an admin path", http.MethodGet, "/admin/effective/", http.StatusUnauthorized),

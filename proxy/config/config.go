@@ -73,6 +73,9 @@ type Upstream struct {
 	// Capacity is what the upstream can run at once. Absent (or all zero): the proxy
 	// forwards every admitted request at once, as without a scheduler.
 	Capacity *Capacity `json:"capacity,omitempty"`
+	// Provider is the API family the upstream speaks: openai or anthropic (models.go).
+	// Absent: both, as the request's route says.
+	Provider Provider `json:"provider,omitempty"`
 }
 
 // Capacity bounds an upstream's in-flight work; at it, admitted requests wait in the

@@ -13,13 +13,25 @@ import (
 	"time"
 )
 
-// Model is one client-facing model: what it costs. The provider work extends the same
-// entries with context windows and the upstreams that serve the model.
+// Model is one client-facing model: what it costs and, in the model registry
+// (models.go), its context window, its largest output and the upstreams that serve it.
 type Model struct {
 	// Name is the client-facing model name, as requests carry it.
 	Name string `json:"name"`
 	// Price is what the model costs, for budgets whose amount is cost.
 	Price *Price `json:"price,omitempty"`
+	// ContextWindow is the model's context window in tokens: input and output share
+	// it. A request whose input (at least) plus requested output cannot fit is
+	// refused with 400 before any budget or upstream sees it. 0 or absent: not checked.
+	ContextWindow int64 `json:"context_window,omitempty"`
+	// MaxOutputTokens is the most the model generates in one answer; a request asking
+	// for more is refused with 400. 0 or absent: not checked.
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+	// Upstreams are the upstreams that serve the model, in the order they are tried:
+	// the first healthy one that is not cooling down serves a request, and an upstream
+	// error before the answer began moves it to the next. Absent: the upstream that
+	// lists the model in its models, else the catch-all.
+	Upstreams []ModelUpstream `json:"upstreams,omitempty"`
 }
 
 // Price is a model's price in US dollars per million tokens.
@@ -69,6 +81,10 @@ type Rule struct {
 	Action Action `json:"action,omitempty"`
 	// Windows are the rule's limits, each over its own window; all of them apply.
 	Windows []Window `json:"windows"`
+	// FallbackModel, on a rule of dimension model, serves a request the rule refuses
+	// with this model instead (an entry of models), charged to its budgets, rather
+	// than answering 429 (models.go). Absent: the rule refuses.
+	FallbackModel string `json:"fallback_model,omitempty"`
 }
 
 // RuleDimension is what a rule is counted per.

@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateModels(&errs)
+	c.validateRegistry(&errs)
 	c.validateKeys(&errs)
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)
@@ -348,13 +349,10 @@ func (c *Config) Warnings() []string {
 			}
 		}
 	}
-	catchAll := slices.ContainsFunc(c.Upstreams, func(u Upstream) bool { return len(u.Models) == 0 })
-	if !catchAll {
-		for _, m := range sortedKeys(rl.Limits.PerModel) {
-			served := slices.ContainsFunc(c.Upstreams, func(u Upstream) bool { return slices.Contains(u.Models, m) })
-			if !served {
-				w = append(w, fmt.Sprintf("rate_limiting.limits.per_model[%q]: no upstream serves this model, so the budget never applies", m))
-			}
+	for _, m := range sortedKeys(rl.Limits.PerModel) {
+		// An upstream's models list, the model registry or the catch-all.
+		if len(c.ModelUpstreamsFor(m)) == 0 {
+			w = append(w, fmt.Sprintf("rate_limiting.limits.per_model[%q]: no upstream serves this model, so the budget never applies", m))
 		}
 	}
 	identity := func(field string, d DimensionLimits, has func(APIKey) bool, what string) {

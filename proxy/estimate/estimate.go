@@ -32,6 +32,14 @@ const (
 	// BytesPerToken is the least number of decoded text bytes the estimate charges a
 	// token for: one token per four ASCII bytes, one per other character.
 	BytesPerToken = 4
+	// LowerBytesPerToken is the lower bound's rate for ASCII text: a tokenizer's token
+	// rarely spans more than twelve ASCII bytes of prose or code (InputLower).
+	LowerBytesPerToken = 12
+	// LowerCharsPerToken is the lower bound's rate for other characters: a token
+	// rarely spans more than three characters of other scripts.
+	LowerCharsPerToken = 3
+	// lowerDivisor turns the estimate's text count into the lower bound's.
+	lowerDivisor = LowerBytesPerToken / BytesPerToken
 )
 
 // Estimate is a request's reservation and the facts admission needs from its body.
@@ -41,6 +49,14 @@ type Estimate struct {
 	// Output is the output ceiling: the largest stated limit times the number of
 	// completions asked for (prompts × the largest of n and best_of), or DefaultOutput.
 	Output int64
+	// InputLower is a lower bound of the input tokens, from the same walk: the text at
+	// one token per LowerBytesPerToken ASCII bytes and per LowerCharsPerToken other
+	// characters, media and message framing not counted. The context-window pre-check
+	// reads it; budgets reserve Input. 0 when the body is not a JSON object.
+	InputLower int64
+	// OutputCap is the largest output the request states for one completion
+	// (max_tokens, max_completion_tokens or max_output_tokens); 0 when it states none.
+	OutputCap int64
 	// Model is the request's model name; empty when absent.
 	Model string
 	// Stream is true when the request asks for a streamed response.
@@ -111,9 +127,10 @@ func textField(key []byte) int {
 func scanBody(body []byte) (Estimate, error) {
 	s := &scanner{b: body}
 	e := Estimate{Parsed: true}
-	// Each field's last occurrence: its input tokens, and the numbers read from it.
-	var fields [numTextFields]int64
-	var other int64 // every other field's text, all occurrences
+	// Each field's last occurrence: its input tokens, and the numbers read from it;
+	// lower is the part of those tokens that is text (InputLower).
+	var fields, lower [numTextFields]int64
+	var other, otherLower int64 // every other field's text, all occurrences
 	var maxTok, maxCompl, maxOut, n, bestOf int64
 	prompts := int64(1)
 	err := s.object(func(rawKey []byte) error {
@@ -128,6 +145,7 @@ func scanBody(body []byte) (Estimate, error) {
 				return err
 			}
 			v := satAdd(textRaw(rawKey), w.tokens)
+			lower[f] = v - w.media
 			switch f {
 			case fMessages, fInput:
 				// Every message or item with its floor.
@@ -138,6 +156,7 @@ func scanBody(body []byte) (Estimate, error) {
 				// Sent to the model as text: the whole JSON counts (text.format is
 				// Responses' response_format).
 				v = max(v, textRaw(rawKey)+textRaw(raw))
+				lower[f] = v
 			}
 			fields[f] = v
 			return nil
@@ -165,6 +184,7 @@ func scanBody(body []byte) (Estimate, error) {
 				e.Model = decodeString(raw[1 : len(raw)-1])
 			}
 			other = satAdd(other, satAdd(keyTokens, w.tokens))
+			otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 			return nil
 		case "stream":
 			raw, w, err := s.span(1)
@@ -173,6 +193,7 @@ func scanBody(body []byte) (Estimate, error) {
 			}
 			e.Stream = string(raw) == "true"
 			other = satAdd(other, satAdd(keyTokens, w.tokens))
+			otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 			return nil
 		}
 		raw, w, err := s.span(1)
@@ -183,6 +204,7 @@ func scanBody(body []byte) (Estimate, error) {
 			*target = Ceiling(raw)
 		}
 		other = satAdd(other, satAdd(keyTokens, w.tokens))
+		otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 		return nil
 	})
 	if err != nil {
@@ -191,16 +213,18 @@ func scanBody(body []byte) (Estimate, error) {
 	if s.ws(); s.i != len(s.b) {
 		return e, errSyntax
 	}
-	in := other
-	for _, v := range fields {
+	in, low := other, otherLower
+	for f, v := range fields {
 		in = satAdd(in, v)
+		low = satAdd(low, lower[f])
 	}
 	out := max(maxTok, maxCompl, maxOut)
+	e.OutputCap = out
 	if out <= 0 {
 		out = DefaultOutput
 	}
 	out = satMul(satMul(out, prompts), max(n, bestOf, 1))
-	e.Input, e.Output = in, out
+	e.Input, e.Output, e.InputLower = in, out, low/lowerDivisor
 	return e, nil
 }
 

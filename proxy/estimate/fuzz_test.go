@@ -82,6 +82,9 @@ func checkBody(t *testing.T, body []byte) {
 	if e.Input < 0 || e.Output <= 0 || e.Total() > estimate.MaxTokens || e.Output > estimate.MaxTokens {
 		t.Fatalf("estimate %+v for %q", e, body)
 	}
+	if e.InputLower < 0 || e.InputLower > e.Input || e.OutputCap < 0 || e.OutputCap > e.Output {
+		t.Fatalf("lower bound or cap out of the estimate: %+v for %q", e, body)
+	}
 	if !ok {
 		return
 	}

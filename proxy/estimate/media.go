@@ -96,11 +96,8 @@ func (p *pendingMedia) forget(k keyKind) {
 	}
 }
 
-// price is what the object's payloads cost.
-func (p *pendingMedia) price() int64 {
-	if p.count == 0 {
-		return 0
-	}
+// class is the class of the object's payloads.
+func (p *pendingMedia) class() mediaClass {
 	c := mediaDocument
 	switch {
 	case p.mediaType:
@@ -110,28 +107,40 @@ func (p *pendingMedia) price() int64 {
 	case !p.typeBase64:
 		c = mediaNone
 	}
+	return c
+}
+
+// isMedia reports whether the object's payloads are priced as media, not text.
+func (p *pendingMedia) isMedia() bool { return p.count > 0 && p.class() != mediaNone }
+
+// price is what the object's payloads cost.
+func (p *pendingMedia) price() int64 {
+	if p.count == 0 {
+		return 0
+	}
+	c := p.class()
 	if c == mediaNone {
 		return p.text
 	}
 	return satAdd(satMul(MediaTokens, p.count), p.bytes/mediaBytesPerToken[c])
 }
 
-// stringTokens is what a string value costs: text, or media when it is a real media
-// payload. A bare base64 payload is recorded on its object (parent) and costs nothing
-// until the object closes.
+// stringTokens is what a string value costs: text, or media (media is then true)
+// when it is a real media payload. A bare base64 payload is recorded on its object
+// (parent) and costs nothing until the object closes.
 // text is textRaw(raw), already counted.
-func stringTokens(raw []byte, text int64, k keyKind, parent *frame) int64 {
+func stringTokens(raw []byte, text int64, k keyKind, parent *frame) (tokens int64, media bool) {
 	switch k {
 	case keyURL, keyFileData:
 		if c, n, ok := dataURL(raw); ok {
 			if c == mediaNone {
-				return text
+				return text, false
 			}
-			return mediaCost(c, n)
+			return mediaCost(c, n), true
 		}
 	}
 	if parent == nil {
-		return text
+		return text, false
 	}
 	m := &parent.media
 	switch k {
@@ -140,7 +149,7 @@ func stringTokens(raw []byte, text int64, k keyKind, parent *frame) int64 {
 			m.count++
 			m.bytes += n
 			m.text += text
-			return 0
+			return 0, false
 		}
 	case keyMediaType:
 		m.mediaType, m.mtClass = true, classOf(raw)
@@ -149,7 +158,7 @@ func stringTokens(raw []byte, text int64, k keyKind, parent *frame) int64 {
 	case keyType:
 		m.typeBase64 = string(raw) == "base64"
 	}
-	return text
+	return text, false
 }
 
 // classOf is the class of a media type; text/* is not media.

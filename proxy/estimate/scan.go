@@ -53,6 +53,8 @@ type walked struct {
 	// prompts is the number of direct elements that are strings or arrays (a prompt
 	// array of several prompts; an array of token ids is one prompt).
 	prompts int64
+	// media is the part of tokens that is media cost, not text.
+	media int64
 }
 
 func (s *scanner) ws() {
@@ -256,7 +258,11 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					k = parent.key
 				}
 			}
-			w.tokens = satAdd(w.tokens, stringTokens(raw, text, k, parent))
+			t, media := stringTokens(raw, text, k, parent)
+			w.tokens = satAdd(w.tokens, t)
+			if media {
+				w.media = satAdd(w.media, t)
+			}
 			kind = '"'
 		default:
 			lit, err := s.literal()
@@ -292,7 +298,11 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					return w, errSyntax
 				}
 				s.i++
-				w.tokens = satAdd(w.tokens, top.media.price())
+				p := top.media.price()
+				w.tokens = satAdd(w.tokens, p)
+				if top.media.isMedia() {
+					w.media = satAdd(w.media, p)
+				}
 				stack = stack[:len(stack)-1]
 				kind = '{'
 				continue

@@ -22,6 +22,9 @@ import (
 
 // Metrics holds every family the proxy exports.
 type Metrics struct {
+	// Providers are the model registry's and upstream health's families (providers.go).
+	Providers *Providers
+
 	TokenBudgetTokens        *prometheus.CounterVec // rate_limit_token_budget_tokens_total{dimension,outcome}
 	TokenBudgetPeriodTokens  *prometheus.CounterVec // rate_limit_token_budget_period_tokens_total{dimension,budget,outcome}
 	TokenBudgetRefusals      *prometheus.CounterVec // rate_limit_token_budget_refusals_total{dimension}
@@ -304,6 +307,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for i, op := range []string{"reserve", "refund", "charge"} {
 		m.redisOps[i] = m.RedisOperations.WithLabelValues(op)
 	}
+	m.Providers = newProviders(reg)
 	m.settled = m.Settlements.WithLabelValues("settled")
 	m.released = m.Settlements.WithLabelValues("released")
 	for _, r := range []string{"success", "failure"} {

@@ -38,6 +38,9 @@ const (
 	// runs under, per slot group, and whether they are fenced: a JSON list of
 	// {"group", "epoch", "fenced", "found"} (the Redis store's GroupEpoch).
 	DurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
+	// UpstreamHealthAnnotation carries the health of the model registry's upstreams
+	// as this replica sees it: a JSON list of {"upstream", "breaker", "cooling"}.
+	UpstreamHealthAnnotation = "tokenwarden.io/upstream-health"
 )
 
 // Defaults of a Lease.
@@ -73,6 +76,9 @@ type Lease struct {
 	// Epochs, when set, returns the value of DurableEpochsAnnotation ("" when the
 	// replica has no durable counters): read at each write.
 	Epochs func() string
+	// Health, when set, returns the value of UpstreamHealthAnnotation ("" without a
+	// model registry): read at each write.
+	Health func() string
 
 	mu         sync.Mutex
 	generation int64
@@ -223,6 +229,11 @@ func (l *Lease) write(ctx context.Context) error {
 		if l.Epochs != nil {
 			if e := l.Epochs(); e != "" {
 				le.Annotations[DurableEpochsAnnotation] = e
+			}
+		}
+		if l.Health != nil {
+			if h := l.Health(); h != "" {
+				le.Annotations[UpstreamHealthAnnotation] = h
 			}
 		}
 		le.Spec.HolderIdentity = ptr.To(l.Replica)

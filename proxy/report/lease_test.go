@@ -104,3 +104,36 @@ func TestLeaseEpochs(t *testing.T) {
 	l.Changed()
 	waitFor(`[{"group":"tokenwarden","epoch":"1-aa","fenced":true}]`)
 }
+
+// TestLeaseHealth: the registry's upstreams' health rides on each renewal.
+func TestLeaseHealth(t *testing.T) {
+	cs := fake.NewClientset()
+	var mu sync.Mutex
+	health := `[{"upstream":"primary","breaker":"closed"}]`
+	l := &Lease{Client: cs, Namespace: "llm", ConfigMap: "fleet-proxy", Replica: "r1", Renew: 20 * time.Millisecond,
+		Health: func() string { mu.Lock(); defer mu.Unlock(); return health }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			le, err := cs.CoordinationV1().Leases("llm").Get(context.Background(), "fleet-proxy-r1", metav1.GetOptions{})
+			if err == nil && le.Annotations[UpstreamHealthAnnotation] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("want %s, lease %+v, error %v", want, le, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	l.Applied(1, "d1")
+	waitFor(`[{"upstream":"primary","breaker":"closed"}]`)
+	mu.Lock()
+	health = `[{"upstream":"primary","breaker":"open"}]`
+	mu.Unlock()
+	waitFor(`[{"upstream":"primary","breaker":"open"}]`)
+}

@@ -33,6 +33,9 @@ type Effective struct {
 	// process started with and take effect only at its next restart (listen
 	// addresses, storage, how the store reaches Redis); empty when none.
 	RestartRequired []string `json:"restart_required"`
+
+	// Models is the model registry with where each value came from (providers_admin.go).
+	Models []EffectiveModel `json:"models"`
 }
 
 // EffectiveUpstrm is one upstream in /admin/effective.
@@ -63,6 +66,7 @@ func (s *Server) Effective() (Effective, bool) {
 		Limits: rt.policy.Effective(), Rules: rt.policy.EffectiveRules(), Warnings: c.Warnings(),
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
 		RestartRequired: append([]string{}, rt.restartRequired...),
+		Models:          s.effectiveModels(rt),
 	}
 	for _, u := range c.Upstreams {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})
@@ -74,8 +78,9 @@ func (s *Server) Effective() (Effective, bool) {
 }
 
 // AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, /admin/refusals
-// (audit.go), and the trust
-// fence's /admin/durable and POST /admin/durable/attest (docs/runbooks.md).
+// (audit.go), the trust fence's /admin/durable and POST /admin/durable/attest
+// (docs/runbooks.md), and an upstream's probe, POST /admin/upstreams/{name}/probe
+// (docs/providers.md).
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -107,5 +112,6 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
 	mux.HandleFunc("GET /admin/refusals", s.refusalsHandler)
 	mux.HandleFunc("POST /admin/durable/attest", s.attest)
+	mux.HandleFunc("POST /admin/upstreams/{name}/probe", s.probe)
 	return mux
 }

@@ -71,6 +71,9 @@ func onResponse(resp *http.Response) error {
 	// A learned capacity learns from the answer (proxy/schedule/learn.go).
 	ex.slot.Answered(resp.StatusCode)
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
+	if err := ex.attemptAnswered(resp); err != nil {
+		return err
+	}
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
 	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
@@ -118,6 +121,9 @@ func onError(w http.ResponseWriter, r *http.Request, err error) {
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
 		return
+	}
+	if ex.attemptFailed(r, err) {
+		return // the model's next upstream takes the request
 	}
 	ex.release()
 	if r.Context().Err() != nil {

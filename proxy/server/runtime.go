@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
@@ -49,6 +50,10 @@ type runtime struct {
 	catchAll    *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
+	// models is the model registry by client-facing name (providers.go); fallbacks
+	// are the rules' fallback models by rule name.
+	models    map[string]*modelRoute
+	fallbacks map[string]string
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string
@@ -66,6 +71,12 @@ type upstream struct {
 	// then nothing waits. schedOpts are its options, bound by bindSchedulers.
 	sched     *schedule.Scheduler
 	schedOpts *schedule.Options
+	// provider is the API family the upstream speaks (empty: both); credKey keeps its
+	// credential's cooldown. breaker and cooldown are its health, kept across reloads.
+	provider config.Provider
+	credKey  string
+	breaker  *health.Breaker
+	cooldown *health.Cooldown
 }
 
 // keySched is what the scheduler knows of an API key.
@@ -142,12 +153,14 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		pf, _ := config.ParsePrefix(p)
 		rt.whitelist = append(rt.whitelist, pf)
 	}
+	inRegistry := cfg.RegistryUpstreams()
 	for i, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.URL)
 		if err != nil {
 			return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
 		}
-		up := &upstream{name: uc.Name, target: target}
+		up := &upstream{name: uc.Name, target: target, provider: uc.Provider, credKey: credentialKey(uc)}
+		up.breaker, up.cooldown = s.health.Breaker(uc.Name), s.health.Cooldown(up.credKey)
 		if uc.AuthHeaderEnv != "" {
 			v, ok := os.LookupEnv(uc.AuthHeaderEnv)
 			if !ok {
@@ -180,13 +193,14 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 			rt.byModel[m] = up
 			rt.knownModels[m] = true
 		}
-		if len(uc.Models) == 0 && rt.catchAll == nil {
+		if len(uc.Models) == 0 && rt.catchAll == nil && !inRegistry[uc.Name] {
 			rt.catchAll = up
 		}
 	}
 	for m := range cfg.RateLimiting.Limits.PerModel {
 		rt.knownModels[m] = true
 	}
+	rt.compileModels(cfg)
 	rt.restartRequired = s.restart.required(cfg)
 	return rt, nil
 }

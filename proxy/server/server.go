@@ -30,6 +30,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
+	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
@@ -140,6 +141,8 @@ type Server struct {
 	// schedulers are the upstreams' schedulers by upstream name, kept across reloads
 	// (guarded by applyMu).
 	schedulers map[string]*schedule.Scheduler
+	// health is the upstreams' breakers and credentials' cooldowns, kept across reloads.
+	health *health.Registry
 	// agents is the state of the limits for agents (agents.go).
 	agents agents
 	// access, tracing and audit tell about each request (observe.go); tracing is nil
@@ -166,8 +169,12 @@ func New(o Options) *Server {
 		limiter:  budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
 		restart:  newRestartState(o),
 		refusals: o.Refusals,
+		health:   health.NewRegistry(),
 		access:   newAccessLog(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
 		tracing:  newTracing(o.TracerProvider),
+	}
+	if o.Metrics != nil {
+		o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	}
 	// The access log's writer ends with the server: no request can send to it then.
 	goruntime.AddCleanup(s, (*accessLog).stop, s.access)
@@ -239,6 +246,8 @@ type exchange struct {
 	agent agentState
 	key   string
 	start time.Time
+	// try is a registered model's failover state (providers.go).
+	try attempt
 	// status is the upstream's status, or the proxy's own answer.
 	status int
 	// rec is what the access log tells of the request; cw counts the bytes sent; span
@@ -309,6 +318,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			ex.est, chargedBody = est, body
+			ex.try.body = body
 		} else {
 			ex.est.Model = estimate.Model(body)
 		}
@@ -317,6 +327,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.upstream = rt.route(ex.est.Model)
 	if ex.upstream == nil {
 		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
+		return
+	}
+	// The model registry: the context-window pre-check, then an upstream that is up.
+	if !ex.precheck(w) || !ex.choose(w) {
 		return
 	}
 
@@ -343,6 +357,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		actx, asp = s.tracing.admission(actx)
 	}
 	dec, err := s.limiter.Admit(actx, rt.policy, id, ask)
+	if err == nil && dec.Refusal != nil && len(rt.fallbacks) > 0 {
+		dec = ex.fallback(r.Context(), id, ask, dec)
+	}
 	if err == nil {
 		ex.admitted(&id, &dec)
 	}
@@ -396,7 +413,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx = context.WithValue(ctx, holdKey{}, ex)
 	ex.rec.upstreamStart = time.Now()
-	ex.upstream.proxy.ServeHTTP(w, r.WithContext(ctx))
+	ex.forward(w, r.WithContext(ctx))
 }
 
 // credential reads the client's key from Authorization: Bearer or x-api-key.

@@ -276,7 +276,7 @@ func TestMetricNamesExist(t *testing.T) {
 	for name := range exportedBy(t, rs.URL(), `
   rules:
   - {name: alice-dollars, dimension: api_key, amount: cost, windows: [{limit: 25, calendar: {every: month}}]}
-`, "models: [{name: m, price: {input: 2.5, output: 10}}]", "tokenwarden_spend_dollars_total") {
+`, "models: [{name: m, price: {input: 2.5, output: 10}, upstreams: [{upstream: fake}]}]", "tokenwarden_spend_dollars_total") {
 		exported[name] = true
 	}
 	var missing []string

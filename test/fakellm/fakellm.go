@@ -55,6 +55,12 @@ type Behaviour struct {
 	PadBytes int
 	// Header is added to every answer (provider rate limit headers, for instance).
 	Header map[string]string
+	// Statuses is a sequence: the backend's Nth request since Set is answered with
+	// Statuses[N] (0: a normal answer), and requests after the sequence as Status says.
+	// A request that carries its own behaviour (HeaderBehaviour) does not advance it.
+	Statuses []int
+	// StartDelay delays a stream's first event after its headers: a slow start.
+	StartDelay time.Duration
 }
 
 // Request is one request the backend received.
@@ -83,6 +89,8 @@ type Server struct {
 	requests []Request
 	ignore   bool // record no requests
 	served   map[string]int64
+	// seq is the number of requests answered under the behaviour's Statuses.
+	seq int
 }
 
 // New returns a backend that reports 10 input and 20 output tokens.
@@ -127,7 +135,7 @@ func (b Behaviour) generated(stream bool) int64 {
 func (s *Server) Set(b Behaviour) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.b = b
+	s.b, s.seq = b, 0
 }
 
 // Behaviour returns the current behaviour.
@@ -161,6 +169,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	b := s.b
+	if len(b.Statuses) > 0 && r.Header.Get(HeaderBehaviour) == "" {
+		if s.seq < len(b.Statuses) {
+			b.Status = b.Statuses[s.seq]
+		}
+		s.seq++
+	}
 	if !s.ignore {
 		s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: raw})
 	}
@@ -306,9 +320,10 @@ func messagesResponse(b Behaviour, model string) map[string]any {
 // sse writes server-sent events, flushing each, and honours ChunkDelay and the client
 // going away.
 type sse struct {
-	w http.ResponseWriter
-	r *http.Request
-	b Behaviour
+	w       http.ResponseWriter
+	r       *http.Request
+	b       Behaviour
+	started bool
 }
 
 func newSSE(w http.ResponseWriter, r *http.Request, b Behaviour) *sse {
@@ -319,6 +334,16 @@ func newSSE(w http.ResponseWriter, r *http.Request, b Behaviour) *sse {
 }
 
 func (e *sse) send(event string, v any) bool {
+	if !e.started && e.b.StartDelay > 0 {
+		// The headers go out at once; the first event waits.
+		e.w.(http.Flusher).Flush()
+		select {
+		case <-time.After(e.b.StartDelay):
+		case <-e.r.Context().Done():
+			return false
+		}
+	}
+	e.started = true
 	if e.b.ChunkDelay > 0 {
 		select {
 		case <-time.After(e.b.ChunkDelay):

@@ -240,6 +240,10 @@ func run(args []string) error {
 		defer cancel()
 		srv.FlushAccessLog(flush)
 	}()
+	if lease != nil {
+		// The model registry's upstreams' health, for the TokenProxy's status.
+		lease.Health = srv.HealthReport
+	}
 	// applied tells the control plane which config this replica enforces (with
 	// --configmap): after each applied document, not only on the Lease's heartbeat.
 	applied := func(cfg *config.Config, data []byte) {

@@ -1,0 +1,43 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package estimate_test
+
+import (
+	"encoding/base64"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+)
+
+var _ = Describe("The lower bound and the output cap", func() {
+	It("counts a prompt's text at a token per twelve ASCII bytes, below the generous estimate", func() {
+		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45,000 bytes
+		e := body(`{"model":"m","messages":[{"role":"user","content":"` + prose + `"}],"max_tokens":100}`)
+		Expect(e.Input).To(BeNumerically(">=", 45000/4))
+		Expect(e.InputLower).To(BeNumerically("~", 45000/12, 10))
+		Expect(e.InputLower).To(BeNumerically("<", e.Input))
+		Expect(e.OutputCap).To(Equal(int64(100)))
+	})
+
+	It("counts other scripts at a token per three characters", func() {
+		e := body(`{"messages":[{"role":"user","content":"` + strings.Repeat("漢", 3000) + `"}]}`)
+		Expect(e.InputLower).To(BeNumerically("~", 1000, 5))
+	})
+
+	It("leaves media and message framing out: an image is not text", func() {
+		img := base64.StdEncoding.EncodeToString(make([]byte, 300000))
+		e := body(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img + `"}}]}]}`)
+		Expect(e.Input).To(BeNumerically(">=", 1600))
+		Expect(e.InputLower).To(BeNumerically("<", 20))
+	})
+
+	DescribeTable("reads the stated output cap of one completion, 0 when none is stated",
+		func(b string, want int64) { Expect(body(b).OutputCap).To(Equal(want)) },
+		Entry("max_tokens", `{"max_tokens":512,"n":3}`, int64(512)),
+		Entry("max_completion_tokens", `{"max_completion_tokens":"64"}`, int64(64)),
+		Entry("max_output_tokens (Responses)", `{"max_output_tokens":2000.0}`, int64(2000)),
+		Entry("none", `{"messages":[]}`, int64(0)),
+	)
+})

@@ -1,0 +1,102 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package metrics
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Providers are the families of the model registry and the upstreams' health:
+// pre-check refusals, failovers and fallbacks as counters, and each upstream's
+// breaker state and cooldown time read from the proxy's health state at scrape time.
+type Providers struct {
+	// ContextRefusals is tokenwarden_context_window_refusals_total{model,limit}: requests
+	// refused before any budget or upstream because they cannot fit the model's
+	// context window (limit context_window) or ask for more output than it generates
+	// (limit max_output_tokens).
+	ContextRefusals *prometheus.CounterVec
+	// Failovers is tokenwarden_failovers_total{model}: attempts moved to a model's next
+	// upstream after an error before the answer began.
+	Failovers *prometheus.CounterVec
+	// Unavailable is tokenwarden_model_unavailable_total{model}: requests answered 503
+	// because every upstream of their model was down or cooling.
+	Unavailable *prometheus.CounterVec
+	// Fallbacks is tokenwarden_fallbacks_total{model,served}: requests a model-scoped
+	// budget refused that a cheaper model served instead.
+	Fallbacks *prometheus.CounterVec
+
+	source atomic.Pointer[func() []UpstreamHealth]
+	state  *prometheus.Desc
+	cooled *prometheus.Desc
+}
+
+// UpstreamHealth is one upstream's health as the metrics read it.
+type UpstreamHealth struct {
+	Upstream string
+	// State is closed, open or half_open.
+	State string
+	// CooldownSeconds is the total time its credential has been put on cooldown.
+	CooldownSeconds float64
+}
+
+// BreakerStates are the values of the state label.
+var BreakerStates = []string{"closed", "open", "half_open"}
+
+func newProviders(reg prometheus.Registerer) *Providers {
+	p := &Providers{
+		ContextRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_context_window_refusals_total",
+			Help: "Requests refused with 400 before any budget or upstream because they cannot fit the model's context window (limit context_window) or ask for more output than it generates (limit max_output_tokens), by model.",
+		}, []string{"model", "limit"}),
+		Failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_failovers_total",
+			Help: "Requests moved to their model's next upstream after an upstream error before any byte reached the client, by model.",
+		}, []string{"model"}),
+		Unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_model_unavailable_total",
+			Help: "Requests answered 503 because every upstream of their model had an open breaker or a cooling credential, by model.",
+		}, []string{"model"}),
+		Fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_fallbacks_total",
+			Help: "Requests a model-scoped budget refused that a cheaper model served instead, by the model asked for and the model served.",
+		}, []string{"model", "served"}),
+		state: prometheus.NewDesc("tokenwarden_upstream_breaker_state",
+			"The circuit breaker state of each upstream of the model registry: 1 for the state it is in (closed, open, half_open), 0 for the others.",
+			[]string{"upstream", "state"}, nil),
+		cooled: prometheus.NewDesc("tokenwarden_upstream_cooldown_seconds_total",
+			"Seconds the upstream's credential has been put on cooldown after 429s; its rate is the share of time it cools.",
+			[]string{"upstream"}, nil),
+	}
+	reg.MustRegister(p.ContextRefusals, p.Failovers, p.Unavailable, p.Fallbacks, healthCollector{p})
+	return p
+}
+
+// SetHealthSource sets what the breaker and cooldown families read at each scrape.
+func (p *Providers) SetHealthSource(fn func() []UpstreamHealth) { p.source.Store(&fn) }
+
+type healthCollector struct{ p *Providers }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.p.state
+	ch <- c.p.cooled
+}
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	fn := c.p.source.Load()
+	if fn == nil {
+		return
+	}
+	for _, u := range (*fn)() {
+		for _, s := range BreakerStates {
+			v := 0.0
+			if s == u.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.p.state, prometheus.GaugeValue, v, u.Upstream, s)
+		}
+		ch <- prometheus.MustNewConstMetric(c.p.cooled, prometheus.CounterValue, u.CooldownSeconds, u.Upstream)
+	}
+}

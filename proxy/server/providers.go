@@ -1,0 +1,421 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/health"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+)
+
+// UpstreamHeader names, on every answer of a registered model, the upstream that
+// served it: only that one, never another caller's failures (seed 004).
+const UpstreamHeader = "X-Tokenwarden-Upstream"
+
+// modelRoute is one entry of the model registry, compiled.
+type modelRoute struct {
+	name string
+	// window and maxOut are the context window and largest output (0: unchecked).
+	window, maxOut int64
+	// candidates are the upstreams that serve the model, in order; empty when the
+	// model names none in the registry (then it is routed by upstreams[].models).
+	candidates []candidate
+}
+
+// candidate is one upstream of a registered model.
+type candidate struct {
+	up *upstream
+	// providerModel replaces the model name in the body sent to this upstream.
+	providerModel string
+	// header is UpstreamHeader's value, made once (a response's header map holds it
+	// and nothing changes it).
+	header []string
+}
+
+// serves reports whether the candidate speaks the route's API family.
+func (c *candidate) serves(f Family) bool {
+	switch c.up.provider {
+	case config.ProviderOpenAI:
+		return f == OpenAI
+	case config.ProviderAnthropic:
+		return f == Anthropic
+	}
+	return true
+}
+
+// attempt is a registered model's failover state within one request.
+type attempt struct {
+	model *modelRoute
+	// body is the request body as the estimate read it, for a provider model's rewrite.
+	body []byte
+	// more: a later candidate may take the request if this attempt fails before the
+	// answer begins. retry: this attempt failed so, and nothing was written.
+	more, retry bool
+	// cand is the candidate of this attempt.
+	cand *candidate
+	// rename is the model a budget's fallback serves the request with, and fallback
+	// says so in FallbackHeader (providers_fallback.go).
+	rename, fallback string
+}
+
+// errFailover makes the reverse proxy drop an upstream's failed answer unwritten, so
+// that the next upstream may serve the request.
+var errFailover = errors.New("failing over to the model's next upstream")
+
+// compileModels builds the registry's routes. It runs after the upstreams are built.
+func (rt *runtime) compileModels(cfg *config.Config) {
+	rt.models = make(map[string]*modelRoute, len(cfg.Models))
+	rt.fallbacks = map[string]string{}
+	for _, r := range cfg.RateLimiting.Rules {
+		if r.FallbackModel != "" {
+			rt.fallbacks[r.Name] = r.FallbackModel
+		}
+	}
+	byName := make(map[string]*upstream, len(rt.upstreams))
+	for _, up := range rt.upstreams {
+		byName[up.name] = up
+	}
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		mr := &modelRoute{name: m.Name, window: m.ContextWindow, maxOut: m.MaxOutputTokens}
+		for _, mu := range m.Upstreams {
+			if up := byName[mu.Upstream]; up != nil {
+				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel, header: []string{up.name}})
+			}
+		}
+		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" {
+			rt.models[m.Name] = mr
+			rt.knownModels[m.Name] = true
+		}
+		if len(mr.candidates) > 0 {
+			// Routed as its first upstream until choose picks by health.
+			rt.byModel[m.Name] = mr.candidates[0].up
+		}
+	}
+}
+
+// credentialKey is what an upstream's cooldown is kept by: its credential.
+func credentialKey(u config.Upstream) string {
+	if u.AuthHeaderEnv != "" {
+		return "env:" + u.AuthHeaderEnv
+	}
+	return "upstream:" + u.Name
+}
+
+// precheck refuses, with 400 in the route's shape, a request that cannot fit its
+// model's context window: the lower bound of its input plus the output it asks for
+// (its input alone when it asks for none); or one asking for more output than the
+// model generates. It runs before any reservation or upstream call, and reports
+// false when it answered.
+func (ex *exchange) precheck(w http.ResponseWriter) bool {
+	mr := ex.rt.models[ex.est.Model]
+	if mr == nil || !ex.route.charged || !ex.est.Parsed {
+		return true
+	}
+	in, out := ex.est.InputLower, ex.est.OutputCap
+	if mr.maxOut > 0 && out > mr.maxOut {
+		ex.tooLong(w, mr, "max_output_tokens", fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
+			map[string]any{"max_output_tokens": mr.maxOut, "requested_output_tokens": out})
+		return false
+	}
+	if mr.window > 0 && in+out > mr.window {
+		details := map[string]any{"context_window": mr.window, "input_tokens_at_least": in, "requested_output_tokens": out}
+		msg := fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
+			in, out, in+out, mr.window, mr.name)
+		if out == 0 {
+			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name)
+		}
+		ex.tooLong(w, mr, "context_window", msg, details)
+		return false
+	}
+	return true
+}
+
+// tooLong answers a pre-check's refusal and counts it.
+func (ex *exchange) tooLong(w http.ResponseWriter, mr *modelRoute, limit, msg string, details map[string]any) {
+	if p := ex.s.providers(); p != nil {
+		p.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
+	}
+	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusalBody{limitType: limit, details: details})
+}
+
+// choose picks the upstream of a registered model: the first that speaks the route's
+// family, with a breaker that lets calls through and a credential that is not cooling.
+// When none does, it answers 503 with a Retry-After from the earliest recovery and
+// reports false. A model outside the registry keeps its upstream.
+func (ex *exchange) choose(w http.ResponseWriter) bool {
+	mr := ex.rt.models[ex.est.Model]
+	if mr == nil || len(mr.candidates) == 0 {
+		return true
+	}
+	ex.try.model = mr
+	if !slices.ContainsFunc(mr.candidates, func(c candidate) bool { return c.serves(ex.route.family) }) {
+		api := "OpenAI"
+		if ex.route.family == Anthropic {
+			api = "Anthropic"
+		}
+		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
+		return false
+	}
+	now := ex.s.clock.Now()
+	if i, _ := ex.next(0, now, false); i >= 0 {
+		ex.upstream = mr.candidates[i].up
+		return true
+	}
+	ex.unavailable(w, now)
+	return false
+}
+
+// next is the index of the first candidate from i on that may take the request now,
+// or -1 with the earliest time one may. take counts a half-open breaker's probe.
+func (ex *exchange) next(i int, now time.Time, take bool) (int, time.Time) {
+	mr := ex.try.model
+	var earliest time.Time
+	for ; i < len(mr.candidates); i++ {
+		c := &mr.candidates[i]
+		if !c.serves(ex.route.family) {
+			continue
+		}
+		cd := c.up.cooldown
+		if until := cd.Until(); now.Before(until) {
+			earliest = earlier(earliest, until)
+			continue
+		}
+		b := c.up.breaker
+		if take {
+			if b.Allow(now) {
+				return i, time.Time{}
+			}
+			_, at := b.Available(now)
+			earliest = earlier(earliest, at)
+			continue
+		}
+		ok, at := b.Available(now)
+		if ok {
+			return i, time.Time{}
+		}
+		earliest = earlier(earliest, at)
+	}
+	return -1, earliest
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// unavailable answers 503: every upstream of the model is down or cooling. The
+// Retry-After is the earliest recovery; which upstreams failed, and how, is not said.
+func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
+	mr := ex.try.model
+	_, at := ex.next(0, now, false)
+	wait := max(at.Sub(now), time.Second)
+	if at.IsZero() {
+		wait = config.DefaultCooldown
+	}
+	secs := int64(math.Ceil(wait.Seconds()))
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	if p := ex.s.providers(); p != nil {
+		p.Unavailable.WithLabelValues(mr.name).Inc()
+	}
+	ex.fail(w, http.StatusServiceUnavailable, "upstreams_unavailable",
+		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.name, secs),
+		&refusalBody{limitType: "upstreams", details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
+}
+
+// forward sends the request upstream. A registered model's request goes to its first
+// available upstream; an error before any byte reached the client (a connection
+// error, a timeout, a 5xx or a 429 answer) moves it to the next, with the same
+// reservation, which is settled once on the attempt that served it. A stream that
+// began is never replayed.
+func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
+	mr := ex.try.model
+	if mr == nil {
+		if ex.try.rename != "" {
+			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
+		}
+		ex.upstream.proxy.ServeHTTP(w, r)
+		return
+	}
+	now := ex.s.clock.Now()
+	first := true
+	for i := 0; ; i++ {
+		j, _ := ex.next(i, now, true)
+		if j < 0 {
+			ex.unavailable(w, now)
+			return
+		}
+		i = j
+		c := &mr.candidates[i]
+		if !first {
+			if p := ex.s.providers(); p != nil {
+				p.Failovers.WithLabelValues(mr.name).Inc()
+			}
+		}
+		k, _ := ex.next(i+1, now, false)
+		ex.try.more, ex.try.retry, ex.try.cand = k >= 0, false, c
+		ex.upstream = c.up
+		out := r
+		if !first || c.providerModel != "" || ex.try.rename != "" {
+			out = ex.attemptRequest(r, c)
+		}
+		first = false
+		c.up.proxy.ServeHTTP(w, out)
+		if !ex.try.retry {
+			return
+		}
+		now = ex.s.clock.Now()
+	}
+}
+
+// attemptRequest is the request for another attempt: its body replayed, with the
+// provider's model name when the candidate has one.
+func (ex *exchange) attemptRequest(r *http.Request, c *candidate) *http.Request {
+	out := r.Clone(r.Context())
+	name := c.providerModel
+	if name == "" {
+		name = ex.try.rename
+	}
+	if name != "" && ex.try.body != nil {
+		if body, err := withModel(ex.try.body, name); err == nil {
+			// The body sent is the decoded one, renamed.
+			out.Header.Del("Content-Encoding")
+			out.Body = io.NopCloser(bytes.NewReader(body))
+			out.ContentLength = int64(len(body))
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			return out
+		}
+	}
+	if r.GetBody != nil {
+		out.Body, _ = r.GetBody()
+	}
+	return out
+}
+
+// withModel is a JSON object body with its model replaced.
+func withModel(body []byte, model string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	name, err := json.Marshal(model)
+	if err != nil {
+		return nil, err
+	}
+	m["model"] = name
+	return json.Marshal(m)
+}
+
+// attemptAnswered records the upstream's answer in its health; a failed answer with
+// another upstream to go to is dropped (errFailover) so that the next one serves.
+func (ex *exchange) attemptAnswered(resp *http.Response) error {
+	if ex.try.fallback != "" {
+		resp.Header.Set(FallbackHeader, ex.try.fallback)
+	}
+	c := ex.try.cand
+	if c == nil {
+		return nil
+	}
+	now := ex.s.clock.Now()
+	code := resp.StatusCode
+	switch {
+	case code == http.StatusTooManyRequests:
+		c.up.breaker.Record(now, health.Unrecorded)
+		iv := health.CooldownFor(resp.Header, now)
+		c.up.cooldown.Start(now, iv.Applied)
+		ex.s.log.Warn("Upstream credential cooling down after a 429", "upstream", c.up.name, "model", ex.try.model.name,
+			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
+	case code >= 500:
+		c.up.breaker.Record(now, health.Failure)
+	default:
+		// A caller's 4xx mistake says nothing against the upstream.
+		c.up.breaker.Record(now, health.Success)
+	}
+	if (code == http.StatusTooManyRequests || code >= 500) && ex.try.more {
+		ex.try.retry = true
+		return errFailover
+	}
+	resp.Header[UpstreamHeader] = c.header
+	return nil
+}
+
+// attemptFailed records an attempt the upstream did not answer; it reports true when
+// the next upstream will take the request (nothing is written, nothing released).
+func (ex *exchange) attemptFailed(r *http.Request, err error) bool {
+	c := ex.try.cand
+	if c == nil {
+		return false
+	}
+	if errors.Is(err, errFailover) {
+		return true
+	}
+	now := ex.s.clock.Now()
+	if r.Context().Err() != nil {
+		c.up.breaker.Record(now, health.Unrecorded)
+		return false
+	}
+	c.up.breaker.Record(now, health.Failure)
+	if ex.try.more && !errors.Is(err, context.Canceled) {
+		ex.s.metrics.UpstreamErrors.WithLabelValues(c.up.name).Inc()
+		ex.try.retry = true
+		return true
+	}
+	return false
+}
+
+// providers is the registry's metrics, nil without metrics.
+func (s *Server) providers() *metrics.Providers {
+	if s.metrics == nil {
+		return nil
+	}
+	return s.metrics.Providers
+}
+
+// upstreamHealth is each registry upstream's health, for the metrics and the report.
+func (s *Server) upstreamHealth() []metrics.UpstreamHealth {
+	rt := s.rt.Load()
+	if rt == nil {
+		return nil
+	}
+	now := s.clock.Now()
+	var out []metrics.UpstreamHealth
+	seen := map[string]bool{}
+	for _, mr := range rt.models {
+		for _, c := range mr.candidates {
+			if seen[c.up.name] {
+				continue
+			}
+			seen[c.up.name] = true
+			out = append(out, metrics.UpstreamHealth{
+				Upstream:        c.up.name,
+				State:           s.health.Breaker(c.up.name).State(now).String(),
+				CooldownSeconds: s.health.Cooldown(c.up.credKey).Seconds(),
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b metrics.UpstreamHealth) int {
+		switch {
+		case a.Upstream < b.Upstream:
+			return -1
+		case a.Upstream > b.Upstream:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -1,0 +1,67 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"context"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+)
+
+// FallbackHeader says, on an answer served by a fallback model, which model was asked
+// for, which served, and why: "fallback(gpt-4o -> gpt-4o-mini, budget)".
+const FallbackHeader = "X-Tokenwarden-Fallback"
+
+// fallback tries the refusing rule's fallback model for a request a model-scoped
+// budget refused: the fallback must fit its own context window, have an upstream that
+// is up, and be admitted by its own budgets (which it is then charged to; an
+// identity's budget still refuses it). It returns the fallback's decision, or dec
+// unchanged when no fallback serves.
+func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget.Ask, dec budget.Decision) budget.Decision {
+	to := ex.rt.fallbacks[dec.Refusal.Rule]
+	from := ex.est.Model
+	if to == "" || to == from {
+		return dec
+	}
+	mr := ex.rt.models[to]
+	if mr != nil && ((mr.maxOut > 0 && ex.est.OutputCap > mr.maxOut) ||
+		(mr.window > 0 && ex.est.InputLower+ex.est.OutputCap > mr.window)) {
+		return dec
+	}
+	up := ex.rt.route(to)
+	try := attempt{body: ex.try.body}
+	if mr != nil && len(mr.candidates) > 0 {
+		saved := ex.try
+		ex.try = try
+		ex.try.model = mr
+		i, _ := ex.next(0, ex.s.clock.Now(), false)
+		ex.try = saved
+		if i < 0 {
+			return dec
+		}
+		try.model, up = mr, mr.candidates[i].up
+	}
+	if up == nil {
+		return dec
+	}
+	id.Model = to
+	next, err := ex.s.limiter.Admit(ctx, ex.rt.policy, id, ask)
+	if err != nil || next.Refusal != nil {
+		if next.Hold != nil {
+			next.Hold.Release()
+		}
+		return dec
+	}
+	try.rename = to
+	try.fallback = "fallback(" + from + " -> " + to + ", budget)"
+	ex.try, ex.upstream, ex.est.Model = try, up, to
+	if p := ex.s.providers(); p != nil {
+		label := "other"
+		if ex.rt.knownModels[from] {
+			label = from
+		}
+		p.Fallbacks.WithLabelValues(label, to).Inc()
+	}
+	return next
+}
