@@ -419,3 +419,15 @@ func (s *Server) upstreamHealth() []metrics.UpstreamHealth {
 	})
 	return out
 }
+
+// forgetHealth drops the breakers and cooldowns of the upstreams and credentials rt no
+// longer has, so a removed upstream's state does not stay in memory, and one that comes
+// back starts closed and cool.
+func (s *Server) forgetHealth(rt *runtime) {
+	ups := make(map[string]bool, len(rt.upstreams))
+	creds := make(map[string]bool, len(rt.upstreams))
+	for _, up := range rt.upstreams {
+		ups[up.name], creds[up.credKey] = true, true
+	}
+	s.health.Forget(func(name string) bool { return ups[name] }, func(c string) bool { return creds[c] })
+}

@@ -195,6 +195,27 @@ var _ = Describe("Failover", func() {
 		Expect(gauge(r, `tokenwarden_upstream_breaker_state{state="closed",upstream="primary"}`)).To(Equal(1.0))
 	})
 
+	It("forgets the health of an upstream a reload removes: brought back, it starts closed", func() {
+		r := newRegistry("")
+		r.primary.Set(fakellm.Behaviour{Status: 500})
+		for range 5 {
+			chat(r)
+		}
+		Expect(r.srv.HealthReport()).To(ContainSubstring(`{"upstream":"primary","breaker":"open"}`))
+		var kept []string
+		for _, line := range strings.Split(r.doc, "\n") {
+			if !strings.Contains(line, "name: primary,") && !strings.Contains(line, "{upstream: primary}") {
+				kept = append(kept, line)
+			}
+		}
+		without := strings.Join(kept, "\n")
+		Expect(strings.Count(r.doc, "\n") - strings.Count(without, "\n")).To(Equal(2))
+		Expect(r.apply(without)).To(Succeed())
+		Expect(r.srv.HealthReport()).NotTo(ContainSubstring("primary"))
+		Expect(r.apply(r.doc)).To(Succeed())
+		Expect(r.srv.HealthReport()).To(ContainSubstring(`{"upstream":"primary","breaker":"closed"}`))
+	})
+
 	It("cools a credential on a 429 for its Retry-After, and answers 503 with the earliest recovery when every upstream is out", func() {
 		r := newRegistry("")
 		r.primary.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After": "20"}})

@@ -214,6 +214,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	s.observeApply(rt)
 	s.metrics.ForgetRules(rt.policy.HasRule)
 	s.forgetTeams(cfg)
+	s.forgetHealth(rt)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
 	s.metrics.ConfigReloadTime.Set(took.Seconds())
 	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
