@@ -105,4 +105,31 @@ var _ = Describe("The access log's settlement", func() {
 		Expect(out.logged(id(r))["settlement"]).To(And(HaveKeyWithValue("overage", 1200-chatEstimate(50)),
 			HaveKeyWithValue("debt", BeNumerically("~", 200, 10))))
 	})
+
+	It("tells a cost budget's debt in dollars", func() {
+		redis := redisserver.Start(GinkgoT())
+		h := newHarness(keysDoc)
+		// $0.001 a day for alice's key. gpt-4o costs $2.50 per million input tokens and
+		// $10 per million output tokens: the request reserves 21 input and 50 output
+		// tokens ($0.0005525) and uses 100 and 100 ($0.00125), $0.00025 more than the
+		// bucket holds.
+		url := loggedRedisProxy(h, redis.URL(), out, fmt.Sprintf(`
+upstreams: [{name: default, url: UPSTREAM}]
+models:
+- {name: gpt-4o, price: {input: 2.5, output: 10}}
+api_keys:
+- {name: alice, key_sha256: HASH(alice), user: alice, team: research}
+rate_limiting:
+  storage: redis
+  redis: {url: "%s"}
+  budget_division: {replicas: 1}
+  rules:
+  - {name: key-cost, dimension: api_key, amount: cost, windows: [{limit: 0.001, rolling: {period: day}}]}
+`, redis.URL()))
+		h.llm.Set(fakellm.Behaviour{InputTokens: 100, OutputTokens: 100})
+		r := h.chatAt(url, "sk-alice", 50)
+		Expect(r.code).To(Equal(200))
+		Expect(out.logged(id(r))["settlement"]).To(And(HaveKeyWithValue("debt_usd", BeNumerically("~", 0.00025, 1e-7)),
+			Not(HaveKey("debt"))), "no token bucket owes")
+	})
 })
