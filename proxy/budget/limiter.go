@@ -706,20 +706,27 @@ func (h *Hold) used(a Amount, u Used) float64 {
 // bucket in each bucket's units: the unused part is refunded; an overage is charged,
 // and a bucket that cannot cover it goes into debt (at most one capacity below zero)
 // or, under overage: forgive, gives nothing.
-func (h *Hold) Settle(u Used) bool {
+func (h *Hold) Settle(u Used) bool { return h.SettleTo(u, nil) }
+
+// SettleTo is Settle, telling to what the settlement did once the store has done it:
+// before SettleTo returns on a store in memory, later and on another goroutine on a
+// store that makes a network call. to may be nil; it is not called when SettleTo
+// returns false.
+func (h *Hold) SettleTo(u Used, to SettleReceiver) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
 	if h.l.async {
-		h.l.pending.Go(func() { h.settle(u) })
+		h.l.pending.Go(func() { h.settle(u, to) })
 	} else {
-		h.settle(u)
+		h.settle(u, to)
 	}
 	return true
 }
 
 // settle does the work of Settle, on the request's goroutine or off it.
-func (h *Hold) settle(u Used) {
+func (h *Hold) settle(u Used, to SettleReceiver) {
+	var done Settlement
 	// The hold is done: its charges become the settlement's, refunds first, each
 	// with its delta (in floats: a usage the backend reported can be anything an
 	// int64 holds).
@@ -742,10 +749,14 @@ func (h *Hold) settle(u Used) {
 		for i := range over {
 			over[i].Amount = -over[i].Amount
 		}
-		taken := h.store.Charge(context.Background(), over, h.overage)
+		taken, debt := h.store.Charge(context.Background(), over, h.overage)
 		h.recordEach(Charged, over, taken)
+		done.add(over, debt)
 	}
 	h.recycle()
+	if to != nil {
+		to.Settled(done)
+	}
 }
 
 // Release returns the whole reservation: the request failed, was cut, or reported no

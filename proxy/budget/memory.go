@@ -277,9 +277,11 @@ func (m *Memory) Refund(_ context.Context, charges []Charge) {
 }
 
 // Charge implements Store.
-func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) []float64 {
+func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) (taken, debt []float64) {
 	now := m.clock.Now()
-	taken := make([]float64, len(charges))
+	n := len(charges)
+	both := make([]float64, 2*n)
+	taken, debt = both[:n:n], both[n:]
 	var l locked
 	m.lockAll(&l, charges)
 	defer m.unlock(&l)
@@ -304,8 +306,9 @@ func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) []
 			b.level = max(level-a, -b.capacity)
 		}
 		taken[i] = unscaled(max(0, level-b.level), c, b)
+		debt[i] = unscaled(max(0, min(level, 0)-b.level), c, b)
 	}
-	return taken
+	return taken, debt
 }
 
 // unscaled converts an amount in the bucket's current parameters back to the ones

@@ -65,8 +65,9 @@ type Store interface {
 	// holds it gives it; one that does not gives what overage says: with Debt it goes
 	// below zero, at most to minus its capacity, and with Forgive it gives nothing. A
 	// calendar counter records the whole overage, whatever overage says. It reports
-	// what each bucket gave, in the charges' units (0 for a bucket that gave nothing).
-	Charge(ctx context.Context, charges []Charge, overage Overage) []float64
+	// what each bucket gave, in the charges' units (0 for a bucket that gave nothing),
+	// and the part of it that went below zero: the debt the bucket took on.
+	Charge(ctx context.Context, charges []Charge, overage Overage) (taken, debt []float64)
 	// Prune drops the buckets that keep reports false (a dimension or key gone).
 	Prune(keep func(Key) bool)
 	// Close releases the store's resources.

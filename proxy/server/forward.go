@@ -255,7 +255,8 @@ func (ex *exchange) settle(u usage.Usage) {
 	// The upstream's capacity is given back with the tokens served.
 	ex.slot.Done(u.Input, u.Output)
 	ex.settleRun(u.Input + u.Output)
-	if ex.hold.Settle(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}) {
+	if ex.hold.SettleTo(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}, ex) {
+		ex.settling = true
 		s.metrics.Settled()
 	}
 	// The model label stays bounded: a model the config names, or "other".

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -81,6 +82,11 @@ type accessRecord struct {
 	settlement settlement
 	end        usage.End
 	used       usage.Usage
+	// debt and debtDollars are what the settlement put into debt (budget.Settlement),
+	// told by the store once it has settled.
+	debt, debtDollars float64
+	// unlogged: sampling or the config leaves the request out of the access log.
+	unlogged bool
 	// upstreamStart and upstreamHeaders time the upstream call: forwarded, answered.
 	upstreamStart    time.Time
 	upstreamHeaders  time.Time
@@ -280,7 +286,7 @@ func refusalValue(rec *accessRecord, sc *scratch) slog.Value {
 }
 
 // settlementValue is how the hold ended, with the tokens refunded or charged over the
-// reservation.
+// reservation, and what of the overage went into debt.
 func settlementValue(rec *accessRecord, sc *scratch) slog.Value {
 	attrs := sc.settlement[:0]
 	attrs = append(attrs, slog.String("outcome", settlementNames[rec.settlement]))
@@ -297,6 +303,12 @@ func settlementValue(rec *accessRecord, sc *scratch) slog.Value {
 		attrs = append(attrs, slog.Bool("cut", true))
 	}
 	attrs = append(attrs, slog.Int64("refund", max(rec.reserved-used, 0)), slog.Int64("overage", max(used-rec.reserved, 0)))
+	if debt := int64(math.Round(rec.debt)); debt > 0 {
+		attrs = append(attrs, slog.Int64("debt", debt))
+	}
+	if rec.debtDollars > 0 {
+		attrs = append(attrs, slog.Float64("debt_usd", rec.debtDollars))
+	}
 	return slog.GroupValue(attrs...)
 }
 
@@ -410,15 +422,46 @@ func (s *Server) observe(ex *exchange, rt *runtime) {
 	if rec.decision == refused && rt != nil {
 		s.audit.add(rt, ex)
 	}
-	if rt == nil || rt.cfg.Observability.AccessLog.Disabled {
-		return
-	}
-	if rec.status < 400 {
+	switch {
+	case rt == nil || rt.cfg.Observability.AccessLog.Disabled:
+		rec.unlogged = true
+	case rec.status < 400:
 		if p := rt.cfg.Observability.AccessLog.Sample(); p < 1 && rand.Float64() >= p {
+			rec.unlogged = true
+		}
+	}
+	if ex.settling {
+		if !rec.unlogged {
+			// The line is pending until the settlement is told: a flush waits for it.
+			s.access.pending.Add(1)
+		}
+		if ex.arrived.Add(1) < 2 {
+			// The store is still settling: Settled writes the line.
 			return
 		}
 	}
-	s.access.send(rec)
+	s.writeLine(ex)
+}
+
+// Settled implements budget.SettleReceiver: the store has settled the request's hold.
+// The line is written by the last of Settled and observe, so it carries the debt
+// without the request waiting for a store that settles off its goroutine.
+func (ex *exchange) Settled(st budget.Settlement) {
+	ex.rec.debt, ex.rec.debtDollars = st.Debt, st.DebtDollars
+	if ex.arrived.Add(1) == 2 {
+		ex.s.writeLine(ex)
+	}
+}
+
+// writeLine puts the request's line in the access log's buffer, unless it is unlogged.
+func (s *Server) writeLine(ex *exchange) {
+	if ex.rec.unlogged {
+		return
+	}
+	s.access.send(&ex.rec)
+	if ex.settling {
+		s.access.pending.Add(-1)
+	}
 }
 
 // observeApply takes a new config's access log fields and refusal audit bounds.

@@ -257,6 +257,11 @@ type exchange struct {
 	cw     counter
 	span   trace.Span
 	upSpan trace.Span
+
+	// settling: the hold was settled, and the store tells the settlement (Settled);
+	// arrived counts Settled and observe, the last of which writes the access log line.
+	settling bool
+	arrived  atomic.Int32
 }
 
 // ServeHTTP implements http.Handler.

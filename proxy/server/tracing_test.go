@@ -6,115 +6,28 @@ package server_test
 import (
 	"context"
 	"encoding/hex"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/telemetry"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/otlpreceiver"
 )
-
-// receiver is an OTLP trace receiver: the gRPC TraceService, or POST /v1/traces.
-type receiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	services []string
-}
-
-func (rc *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		for _, a := range rs.GetResource().GetAttributes() {
-			if a.Key == "service.name" {
-				rc.services = append(rc.services, a.Value.GetStringValue())
-			}
-		}
-		for _, ss := range rs.ScopeSpans {
-			rc.spans = append(rc.spans, ss.Spans...)
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(r.Body)
-	req := &coltracepb.ExportTraceServiceRequest{}
-	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(b, req) != nil {
-		http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
-		return
-	}
-	_, _ = rc.Export(r.Context(), req)
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	_, _ = w.Write(out)
-}
-
-// trace returns the spans received of a trace, by name.
-func (rc *receiver) trace(traceID string) map[string]*tracepb.Span {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	out := map[string]*tracepb.Span{}
-	for _, s := range rc.spans {
-		if hex.EncodeToString(s.TraceId) == traceID {
-			out[s.Name] = s
-		}
-	}
-	return out
-}
 
 // startReceiver starts a receiver for protocol and returns the endpoint to give the
 // proxy.
-func startReceiver(protocol string) (*receiver, string) {
-	rc := &receiver{}
-	if protocol == config.TracingHTTP {
-		srv := httptest.NewServer(rc)
-		DeferCleanup(srv.Close)
-		return rc, srv.URL
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startReceiver(protocol string) (*otlpreceiver.Receiver, string) {
+	GinkgoHelper()
+	rc, endpoint, err := otlpreceiver.Start(GinkgoT(), protocol)
 	Expect(err).NotTo(HaveOccurred())
-	gs := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(gs, rc)
-	go func() { _ = gs.Serve(ln) }()
-	DeferCleanup(gs.Stop)
-	return rc, ln.Addr().String()
+	return rc, endpoint
 }
 
-func attrs(s *tracepb.Span) map[string]any {
-	out := map[string]any{}
-	for _, a := range s.Attributes {
-		out[a.Key] = value(a.Value)
-	}
-	return out
-}
-
-func value(v *commonpb.AnyValue) any {
-	switch x := v.Value.(type) {
-	case *commonpb.AnyValue_StringValue:
-		return x.StringValue
-	case *commonpb.AnyValue_IntValue:
-		return x.IntValue
-	case *commonpb.AnyValue_BoolValue:
-		return x.BoolValue
-	case *commonpb.AnyValue_DoubleValue:
-		return x.DoubleValue
-	}
-	return nil
-}
+var attrs = otlpreceiver.Attrs
 
 const (
 	clientTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -140,9 +53,9 @@ var _ = Describe("Traces", func() {
 			Expect(tp.ForceFlush(context.Background())).To(Succeed())
 
 			var spans map[string]*tracepb.Span
-			Eventually(func() map[string]*tracepb.Span { spans = rc.trace(clientTrace); return spans }).
+			Eventually(func() map[string]*tracepb.Span { spans = rc.Trace(clientTrace); return spans }).
 				Should(HaveLen(3), "the server span, the admission span and the upstream span")
-			Expect(rc.services).To(ContainElement("proxy-under-test"))
+			Expect(rc.Services()).To(ContainElement("proxy-under-test"))
 
 			srv := spans["chat gpt-4o"]
 			Expect(srv).NotTo(BeNil(), "the server span is named for the operation and the model")
@@ -194,9 +107,7 @@ var _ = Describe("Traces", func() {
 		Expect(r.code).To(Equal(200))
 		Expect(tp.ForceFlush(context.Background())).To(Succeed())
 		Expect(out.logged(id(r))).NotTo(HaveKey("trace_id"), "no trace to look for")
-		rc.mu.Lock()
-		Expect(rc.spans).To(BeEmpty())
-		rc.mu.Unlock()
+		Expect(rc.Spans()).To(BeZero())
 		Expect(h.llm.Requests()[0].Header.Get("Traceparent")).To(MatchRegexp(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`))
 	})
 
@@ -213,7 +124,7 @@ var _ = Describe("Traces", func() {
 		Expect(r.code).To(Equal(429))
 		Expect(tp.ForceFlush(context.Background())).To(Succeed())
 		var spans map[string]*tracepb.Span
-		Eventually(func() map[string]*tracepb.Span { spans = rc.trace(clientTrace); return spans }).Should(HaveLen(2))
+		Eventually(func() map[string]*tracepb.Span { spans = rc.Trace(clientTrace); return spans }).Should(HaveLen(2))
 		Expect(spans).To(HaveKey("tokenwarden.admission"))
 		Expect(attrs(spans["chat claude"])).To(And(
 			HaveKeyWithValue("gen_ai.provider.name", "anthropic"),

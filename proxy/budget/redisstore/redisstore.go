@@ -476,10 +476,12 @@ func (s *Store) Releases() int64 { return s.releases.Load() }
 
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
 // On a cluster it is one call per slot group.
-func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage budget.Overage) []float64 {
-	taken := make([]float64, len(charges))
-	if len(charges) == 0 {
-		return taken
+func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage budget.Overage) (taken, debt []float64) {
+	n := len(charges)
+	both := make([]float64, 2*n)
+	taken, debt = both[:n:n], both[n:]
+	if n == 0 {
+		return taken, debt
 	}
 	if s.sharded {
 		if parts := splitCharges(charges); len(parts) > 1 {
@@ -488,11 +490,12 @@ func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage bud
 				for j, i := range ix {
 					part[j] = charges[i]
 				}
-				for j, v := range s.Charge(ctx, part, overage) {
-					taken[ix[j]] = v
+				t, d := s.Charge(ctx, part, overage)
+				for j, i := range ix {
+					taken[i], debt[i] = t[j], d[j]
 				}
 			}
-			return taken
+			return taken, debt
 		}
 	}
 	g := 0
@@ -501,14 +504,14 @@ func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage bud
 	}
 	rep := s.run(call{kind: chargeCall, charges: charges, overage: overage, group: g})
 	out, ok := rep.val.(string)
-	if rep.err != nil || !ok || len(out) != 8*len(charges) {
+	if rep.err != nil || !ok || len(out) != 16*n {
 		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)
-		return taken
+		return taken, debt
 	}
-	for i := range taken {
-		taken[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
+	for i := range both {
+		both[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
 	}
-	return taken
+	return taken, debt
 }
 
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on
