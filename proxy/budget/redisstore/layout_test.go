@@ -49,6 +49,16 @@ var _ = Describe("The stored key layout", func() {
 			"550 tokens at 10 per second, plus a second")
 	})
 
+	It("keeps a rule's counter in the layout earlier versions read, so that none reads it as full", func() {
+		s := newStore(storetest.NewClock(), nil, nil)
+		DeferCleanup(s.Close)
+		rule := budget.Charge{Key: budget.Key{Kind: budget.Rolling, Dim: budget.APIKey, ID: "bob", Rule: "in"}, SharedCapacity: 600, SharedRate: 10}
+		Expect(s.Reserve(ctx, &budget.Reservation{Tokens: budget.WithAmount([]budget.Charge{m, rule}, 100)})).To(HaveField("Admitted", true))
+		Expect(s.Client().StrLen(ctx, s.Key(rule.Key)).Val()).To(Equal(int64(96)))
+		Expect(s.Client().PTTL(ctx, s.Key(rule.Key)).Val()).To(BeNumerically("~", 11*time.Second, time.Second))
+		Expect(s.Client().StrLen(ctx, s.Key(m.Key)).Val()).To(Equal(int64(104)))
+	})
+
 	It("moves a key's expiry with what its buckets need, whether or not a write sets it again", func() {
 		s := newStore(storetest.NewClock(), nil, nil)
 		DeferCleanup(s.Close)

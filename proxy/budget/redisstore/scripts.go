@@ -8,7 +8,8 @@ import "github.com/redis/go-redis/v9"
 // Storage. One key per dimension and id holds that id's three buckets (request count,
 // minute and day) as one 104-byte string, struct.pack("<ddddddddddddd"): four numbers
 // per slot in budget.Kind order, level, last_ms, capacity and rate (units per second),
-// then the expiry the key was given (Unix milliseconds on the Redis clock). A level
+// then the expiry the key was given (Unix milliseconds on the Redis clock; a rule's
+// counter keeps the 96-byte layout without it, which earlier versions read). A level
 // below zero is a debt (an overage the bucket could not cover), at most one capacity.
 // A slot whose capacity is -1 is absent, and an absent slot or key is a full bucket,
 // so every key expires about when its slowest bucket is full again, debt included
@@ -44,7 +45,7 @@ const (
 // applied whole or not at all.
 const bucketLib = `#!lua
 local call, pack, unpackb, ceil = redis.call, struct.pack, struct.unpack, math.ceil
-local FMT = '<ddddddddddddd'
+local FMT, FMT96, find = '<ddddddddddddd', '<dddddddddddd', string.find
 local now
 do
   local t = call('TIME')
@@ -62,7 +63,7 @@ do
     if v and #v == 104 then
       s = {unpackb(FMT, v)}
     elseif v and #v == 96 then
-      s = {unpackb('<dddddddddddd', v)}
+      s = {unpackb(FMT96, v)}
       s[13] = 0
     else
       s = {0, 0, -1, 0, 0, 0, -1, 0, 0, 0, -1, 0, 0}
@@ -88,18 +89,25 @@ local function flush()
       -- A value this script did not write must not make the TTL invalid (not a
       -- number, or too large to print as an integer).
       if not (ttl < 1e13) then ttl = 1e13 end
-      -- The key keeps the expiry it has while that is within half a second of the
-      -- one it needs: a SET that keeps the TTL costs Redis about half a PSETEX.
-      -- Otherwise it expires half a second after it needs, so that the next writes,
-      -- whose need moves with the clock, keep it for a while.
-      local want = now + ttl
-      local e = s[13]
-      if e >= want - 500 and e <= want + 500 then
-        call('SET', KEYS[k], pack(FMT, unpack(s, 1, 13)), 'KEEPTTL')
+      local key = KEYS[k]
+      if find(key, '}:rule:', 1, true) then
+        -- A rule's counter keeps the 96-byte layout, which every version reads: a
+        -- durable counter must never read as full.
+        call('PSETEX', key, ceil(ttl), pack(FMT96, unpack(s, 1, 12)))
       else
-        ttl = ceil(ttl + 500)
-        s[13] = now + ttl
-        call('PSETEX', KEYS[k], ttl, pack(FMT, unpack(s, 1, 13)))
+        -- The key keeps the expiry it has while that is within half a second of the
+        -- one it needs: a SET that keeps the TTL costs Redis about half a PSETEX.
+        -- Otherwise it expires half a second after it needs, so that the next
+        -- writes, whose need moves with the clock, keep it for a while.
+        local want = now + ttl
+        local e = s[13]
+        if e >= want - 500 and e <= want + 500 then
+          call('SET', key, pack(FMT, unpack(s, 1, 13)), 'KEEPTTL')
+        else
+          ttl = ceil(ttl + 500)
+          s[13] = now + ttl
+          call('PSETEX', key, ttl, pack(FMT, unpack(s, 1, 13)))
+        end
       end
     end
   end
