@@ -5,6 +5,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -103,7 +104,7 @@ func benchApply(b *testing.B, requests, subjects int) {
 		for j := i; j < min(b.N, i+perPipeline); j++ {
 			applyScript.EvalSha(ctx, pipe, keys, args...)
 		}
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			b.Fatal(err)
 		}
 	}
