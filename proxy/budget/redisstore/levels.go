@@ -98,7 +98,7 @@ func (s *Store) levels(ctx context.Context, c redis.Cmdable, keys []string, dims
 	nowMs := float64(now.Val().UnixMicro()) / 1000
 	for i, val := range vals {
 		raw, ok := val()
-		if !ok || len(raw) != 96 {
+		if !ok || (len(raw) != 104 && len(raw) != 96) { // 96: the layout before the expiry was stored
 			continue // expired since the scan, or not a bucket
 		}
 		name := keys[i]

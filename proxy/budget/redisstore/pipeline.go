@@ -413,7 +413,8 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	for _, e := range refund {
 		p.add(s, e.key, e.capacity, e.rate, e.amount)
 	}
-	p.buf = slices.Grow(p.buf, (buckets-len(refund))*(decideSpecSize-specSize))
+	// The reservations' buckets after the refunds': room for all of them at once.
+	p.buf = slices.Grow(p.buf, (buckets-len(refund))*decideSpecSize)
 	ends := make([]int, 1, 1+len(reserves))
 	ends[0] = len(p.buf)
 	args := make([]any, 2, 2+2*len(reserves))

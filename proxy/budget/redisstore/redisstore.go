@@ -554,8 +554,8 @@ func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) 
 	if err != nil {
 		return 0, false, err
 	}
-	if len(v) != 96 {
-		return 0, false, fmt.Errorf("key %s: %d bytes, want 96", s.Key(k), len(v))
+	if len(v) != 104 && len(v) != 96 { // 96: the layout before the expiry was stored
+		return 0, false, fmt.Errorf("key %s: %d bytes, want 104", s.Key(k), len(v))
 	}
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[32*int(slot(k))+8*i:])) }
 	level, last, capacity, rate := f(0), f(1), f(2), f(3)
