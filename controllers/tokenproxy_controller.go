@@ -71,6 +71,8 @@ type TokenProxyReconciler struct {
 	keyOrders keyOrders
 	// configs is each fleet's last config outcome and its inputs (config_memo.go).
 	configs configMemos
+	// layouts is each fleet's chunked document, key by key (config_layout.go).
+	layouts docLayouts
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -176,6 +178,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.keyStatuses.Delete(req.NamespacedName)
 			r.keyOrders.forget(req.NamespacedName)
 			r.configs.forget(req.NamespacedName)
+			r.layouts.forget(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
