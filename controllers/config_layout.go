@@ -26,17 +26,17 @@ import (
 // every chunk again (issue 14). A chunked document is now laid out from each key's
 // JSON line, encoded once while the key renders the same (keyFragment), and cut at
 // keys chosen by their name (a chunk ends after a key whose name hashes to a multiple
-// of keyChunkEvery), so a key added, changed or deleted changes only the chunk it is
+// of the number of such keys that make chunkTargetBytes), so a key added, changed or deleted changes only the chunk it is
 // in: the others keep their bytes, their names, and their hashes, which are not
 // computed again. The members after the keys and the generation are a chunk of their
 // own (the tail). The bytes are those of config.Config.Render, whatever the cuts: the
 // proxy puts the chunks back together and parses one document as before.
 
-// keyChunkEvery is the mean number of keys of a chunk (about 140 KiB of short keys):
-// a chunk ends after a key whose name's FNV-1a hash is a multiple of it. A chunk that
-// would exceed config.MaxInline ends before (rare at this mean: about one chunk in
-// 600 holds 6,000 keys).
-const keyChunkEvery = 1024
+// chunkTargetBytes is the mean size of a chunk of keys: a chunk ends after a key whose
+// name's FNV-1a hash is a multiple of the number of keys of its line's length that
+// make this size (about 900 keys of short names). A chunk that would exceed
+// config.MaxInline ends before (rare at this mean: about one chunk in 600).
+const chunkTargetBytes = 128 << 10
 
 // keyFragment is one key's JSON line, as Render writes it, and the key it encodes.
 type keyFragment struct {
@@ -198,7 +198,7 @@ func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
 		}
 		cur.frags = append(cur.frags, f)
 		curSize += len(keySeparator) + len(f.json)
-		if chunkEndsAfter(f.key.Name) {
+		if chunkEndsAfter(f) {
 			closeChunk()
 		}
 	}
@@ -211,11 +211,13 @@ func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
 	return d, nil
 }
 
-// chunkEndsAfter tells whether a chunk ends after the key of this rendered name.
-func chunkEndsAfter(name string) bool {
+// chunkEndsAfter tells whether a chunk ends after this key: by its name, so that a
+// key added or deleted elsewhere moves no chunk's end.
+func chunkEndsAfter(f *keyFragment) bool {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return h.Sum32()%keyChunkEvery == 0
+	_, _ = h.Write([]byte(f.key.Name))
+	every := max(chunkTargetBytes/uint32(len(f.json)+len(keySeparator)), 1)
+	return h.Sum32()%every == 0
 }
 
 // ending is the document's last bytes at generation g, as Render writes them.
