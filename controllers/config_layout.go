@@ -126,6 +126,7 @@ type laidDoc struct {
 // inline (config.MaxInline), or has no keys: such a document is encoded whole.
 func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
 	if len(cfg.APIKeys) == 0 {
+		l.frags, l.chunks = nil, nil
 		return nil, nil
 	}
 	shell := *cfg
@@ -163,6 +164,7 @@ func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
 		}
 	}
 	if size <= config.MaxInline {
+		l.frags, l.chunks = nil, nil
 		return nil, nil
 	}
 

@@ -152,3 +152,38 @@ func slimChunk(t *testing.T, name string, text []byte) *corev1.ConfigMap {
 	}
 	return o.(*corev1.ConfigMap)
 }
+
+// BenchmarkOneKeyAdded is the config step's document work for one key added to a
+// 50,000-key fleet (and removed again, alternately): whole, as before the layout
+// (encode, digest, split by size, hash every chunk to compare it with the cache), and
+// laid out key by key.
+func BenchmarkOneKeyAdded(b *testing.B) {
+	with, without := layoutConfig(50000), layoutConfig(50000, 25000)
+	b.Run("whole", func(b *testing.B) {
+		for i := range b.N {
+			cfg := []*config.Config{with, without}[i%2]
+			enc, err := newEncoder(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			doc, _ := enc.at(int64(i))
+			_ = config.Digest(doc)
+			chunks, _ := config.Split(doc, int64(i), "fleet-proxy", config.MaxInline)
+			for _, c := range chunks {
+				_ = splitChunk(c)
+			}
+		}
+	})
+	b.Run("laid", func(b *testing.B) {
+		var l docLayout
+		for i := range b.N {
+			cfg := []*config.Config{with, without}[i%2]
+			d, err := l.lay(cfg, "fleet-proxy")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = d.digest(int64(i))
+			_ = d.chunks(int64(i))
+		}
+	})
+}
