@@ -57,7 +57,9 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 		nextDoc, err := next.Render()
 		Expect(err).NotTo(HaveOccurred())
 		// The last chunk is the tail: from the end of the keys' list on.
-		tail := nextDoc[bytes.Index(nextDoc, []byte("\n],\n")):]
+		end := bytes.Index(nextDoc, []byte("\n],\n"))
+		Expect(end).To(BeNumerically(">", 0), "the end of the keys' list")
+		tail := nextDoc[end:]
 		taken := config.Chunk{Name: config.ChunkName("fleet-proxy", tail), Data: tail}
 		Expect(m.Chunks).NotTo(ContainElement(taken.Name))
 		forged := `{"api_keys":[{"name":"mallory","key_sha256":"` + sha("sk-mallory") + `"}],`
