@@ -70,3 +70,18 @@ func holdsChunk(cm *corev1.ConfigMap, text []byte) bool {
 	}
 	return have == string(text)
 }
+
+// holdsChunkSum tells whether a chunk ConfigMap, as the cache holds it (slimConfigMap)
+// or as read whole, holds under config.ChunkKey a text of hex SHA-256 sum; a cached
+// chunk is compared without hashing anything.
+func holdsChunkSum(cm *corev1.ConfigMap, sum string) bool {
+	have, ok := cm.Data[config.ChunkKey]
+	if !ok {
+		return false
+	}
+	if cm.Annotations[hashedChunkAnnotation] != "" {
+		return have == sum
+	}
+	h := sha256.Sum256([]byte(have))
+	return hex.EncodeToString(h[:]) == sum
+}

@@ -4,6 +4,7 @@
 package controllers_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // A ConfigMap that takes the name of a config chunk before the operator writes it:
 // the operator must neither hand it to the fleet nor overwrite it.
 var _ = Describe("A ConfigMap in the way of a config chunk", func() {
-	const keys = 1500 // over 1 MiB: two chunks
+	const keys = 1500 // over 1 MiB: chunked
 
 	It("is neither used nor overwritten: Degraded=ConfigChunkTaken names it, the fleet keeps its config, and its removal heals", func() {
 		ns := newNamespace("taken")
@@ -55,8 +56,11 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 		next.APIKeys[len(next.APIKeys)-1].Team = "blue"
 		nextDoc, err := next.Render()
 		Expect(err).NotTo(HaveOccurred())
-		chunks, _ := config.Split(nextDoc, next.Generation, "fleet-proxy", config.MaxInline)
-		taken := chunks[len(chunks)-1]
+		// The last chunk is the tail: from the end of the keys' list on.
+		end := bytes.Index(nextDoc, []byte("\n],\n"))
+		Expect(end).To(BeNumerically(">", 0), "the end of the keys' list")
+		tail := nextDoc[end:]
+		taken := config.Chunk{Name: config.ChunkName("fleet-proxy", tail), Data: tail}
 		Expect(m.Chunks).NotTo(ContainElement(taken.Name))
 		forged := `{"api_keys":[{"name":"mallory","key_sha256":"` + sha("sk-mallory") + `"}],`
 		squatter := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: taken.Name, Namespace: ns},

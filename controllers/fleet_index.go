@@ -31,6 +31,9 @@ import (
 type indexers struct {
 	keys    toolscache.Indexer
 	secrets toolscache.Indexer
+	// keySecrets is true when keys has the index of ApiKeys by their Secret
+	// (secret_keys.go).
+	keySecrets bool
 }
 
 // indexerOf returns the index of the cache's informer for obj, nil when the cache

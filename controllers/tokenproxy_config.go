@@ -5,6 +5,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -63,32 +65,31 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		return configWrite{}, fmt.Errorf("get ConfigMap: %w", err)
 	}
 	prev, _ := strconv.ParseInt(live.Annotations[generationAnnotation], 10, 64)
-	enc, err := newEncoder(cfg)
-	if err != nil {
-		return configWrite{}, err
-	}
-	doc, err := enc.at(prev)
-	if err != nil {
-		return configWrite{}, err
-	}
 	liveDigest, liveChunks := documentOf(&live)
 	previous := splitNames(live.Annotations[previousChunksAnnotation])
-	digest := config.Digest(doc)
-	if liveDigest != digest {
-		if doc, err = enc.at(prev + 1); err != nil {
-			return configWrite{}, err
-		}
-		digest = config.Digest(doc)
-		previous = liveChunks
-	}
-	w := configWrite{generation: cfg.Generation, digest: digest}
-
+	var w configWrite
 	var data map[string]string
 	var current []string
-	if len(doc) <= config.MaxInline {
-		data = map[string]string{configKey: string(doc)}
-	} else {
-		chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
+	laid, err := r.layouts.of(client.ObjectKeyFromObject(tp)).lay(cfg, name)
+	if err != nil {
+		return configWrite{}, err
+	}
+	if laid != nil {
+		// A chunked document, laid out from each key's line (config_layout.go).
+		cfg.Generation = prev
+		digest, err := laid.digest(prev)
+		if err != nil {
+			return configWrite{}, err
+		}
+		if liveDigest != digest {
+			cfg.Generation = prev + 1
+			previous = liveChunks
+		}
+		chunks := laid.chunks(cfg.Generation)
+		m, err := laid.manifest(cfg.Generation, chunks)
+		if err != nil {
+			return configWrite{}, err
+		}
 		for _, c := range chunks {
 			if err := r.createChunk(ctx, tp, c); err != nil {
 				return configWrite{}, err
@@ -98,8 +99,43 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		if err != nil {
 			return configWrite{}, err
 		}
+		w = configWrite{generation: cfg.Generation, digest: m.Digest}
 		data = map[string]string{config.ManifestKey: string(mdoc)}
 		current = m.Chunks
+	} else {
+		enc, err := newEncoder(cfg)
+		if err != nil {
+			return configWrite{}, err
+		}
+		doc, err := enc.at(prev)
+		if err != nil {
+			return configWrite{}, err
+		}
+		digest := config.Digest(doc)
+		if liveDigest != digest {
+			if doc, err = enc.at(prev + 1); err != nil {
+				return configWrite{}, err
+			}
+			digest = config.Digest(doc)
+			previous = liveChunks
+		}
+		w = configWrite{generation: cfg.Generation, digest: digest}
+		if len(doc) <= config.MaxInline {
+			data = map[string]string{configKey: string(doc)}
+		} else {
+			chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
+			for _, c := range chunks {
+				if err := r.createChunk(ctx, tp, splitChunk(c)); err != nil {
+					return configWrite{}, err
+				}
+			}
+			mdoc, err := m.Marshal()
+			if err != nil {
+				return configWrite{}, err
+			}
+			data = map[string]string{config.ManifestKey: string(mdoc)}
+			current = m.Chunks
+		}
 	}
 	previous = slices.DeleteFunc(slices.Clone(previous), func(n string) bool { return slices.Contains(current, n) })
 	w.chunks = append(slices.Clone(current), previous...)
@@ -133,6 +169,12 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		return configWrite{}, err
 	}
 	return w, nil
+}
+
+// splitChunk is a chunk of config.Split as a docChunk.
+func splitChunk(c config.Chunk) docChunk {
+	sum := sha256.Sum256(c.Data)
+	return docChunk{name: c.Name, sum: hex.EncodeToString(sum[:]), text: func() []byte { return c.Data }}
 }
 
 // encode renders the document: as YAML, for people to read, when it fits in the
@@ -220,18 +262,18 @@ func (e *chunkTakenError) Error() string {
 // its content's. A ConfigMap of that name that this fleet's operator did not write is
 // an error (chunkTakenError): neither used, since the pods would be granted reading
 // a ConfigMap that is not the fleet's, nor overwritten.
-func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.TokenProxy, c config.Chunk) error {
+func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.TokenProxy, c docChunk) error {
 	var have corev1.ConfigMap
-	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.Name}, &have)
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.name}, &have)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get ConfigMap %s: %w", c.Name, err)
+		return fmt.Errorf("get ConfigMap %s: %w", c.name, err)
 	}
 	if err == nil {
 		return r.checkChunk(tp, &have, c)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: tp.Namespace, Labels: labels(tp)},
-		Data:       map[string]string{config.ChunkKey: string(c.Data)},
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: tp.Namespace, Labels: labels(tp)},
+		Data:       map[string]string{config.ChunkKey: string(c.text())},
 		Immutable:  ptr.To(true),
 	}
 	cm.Labels[chunkOfLabel] = proxyName(tp)
@@ -242,26 +284,26 @@ func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.T
 	if apierrors.IsAlreadyExists(err) {
 		// The cache holds only the operator's ConfigMaps, and may lag its own creates:
 		// the API server tells whose this one is.
-		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.Name}, &have); err != nil {
-			return fmt.Errorf("get ConfigMap %s: %w", c.Name, err)
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.name}, &have); err != nil {
+			return fmt.Errorf("get ConfigMap %s: %w", c.name, err)
 		}
 		return r.checkChunk(tp, &have, c)
 	}
 	if err != nil {
-		return fmt.Errorf("create config chunk %s: %w", c.Name, err)
+		return fmt.Errorf("create config chunk %s: %w", c.name, err)
 	}
 	return nil
 }
 
 // checkChunk returns nil when have is the chunk c as the operator wrote it for the
 // fleet, and a chunkTakenError otherwise.
-func (r *TokenProxyReconciler) checkChunk(tp *twv1alpha1.TokenProxy, have *corev1.ConfigMap, c config.Chunk) error {
+func (r *TokenProxyReconciler) checkChunk(tp *twv1alpha1.TokenProxy, have *corev1.ConfigMap, c docChunk) error {
 	owned := metav1.IsControlledBy(have, tp) && have.Labels[chunkOfLabel] == proxyName(tp)
-	same := holdsChunk(have, c.Data)
+	same := holdsChunkSum(have, c.sum)
 	if owned && same {
 		return nil
 	}
-	return &chunkTakenError{namespace: tp.Namespace, name: c.Name, fleet: tp.Name, owned: owned, sameContent: same}
+	return &chunkTakenError{namespace: tp.Namespace, name: c.name, fleet: tp.Name, owned: owned, sameContent: same}
 }
 
 // deleteChunks deletes the fleet's chunks that keep does not name.

@@ -71,6 +71,8 @@ type TokenProxyReconciler struct {
 	keyOrders keyOrders
 	// configs is each fleet's last config outcome and its inputs (config_memo.go).
 	configs configMemos
+	// layouts is each fleet's chunked document, key by key (config_layout.go).
+	layouts docLayouts
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -87,6 +89,9 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		return err
 	}
 	r.indexes = indexers{keys: indexerOf(ctx, mgr, &twv1alpha1.ApiKey{}), secrets: indexerOf(ctx, mgr, &corev1.Secret{})}
+	if r.indexes.keys != nil {
+		r.indexes.keySecrets = r.indexes.keys.AddIndexers(keySecretIndexers) == nil
+	}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: proxyOf(o)}}
 	}
@@ -109,7 +114,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&twv1alpha1.ApiKey{}, handler.EnqueueRequestsFromMapFunc(toProxy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfSecret), builder.WithPredicates(secretChanged())).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
@@ -129,12 +134,10 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 }
 
 // proxiesOfSecret maps a Secret to the fleets whose pods read a credential from it
-// and, for a Secret labelled for ApiKeys, to every fleet that may hold an ApiKey of
-// its namespace: the fleets of that namespace and those that accept other
-// namespaces. The ApiKeys are not indexed by their Secret: such an index holds two
-// sets per key (by namespace and cluster-wide), most of the index memory of a
-// 50,000-key fleet, and a Secret that no key of a fleet uses costs that fleet one
-// reconcile that changes nothing.
+// and, for a Secret labelled for ApiKeys, to the fleets of the ApiKeys that reference
+// it (secret_keys.go). Without that index, such a Secret maps to every fleet that may
+// hold an ApiKey of its namespace: the fleets of that namespace and those that accept
+// other namespaces.
 func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	var proxies twv1alpha1.TokenProxyList
 	if err := r.List(ctx, &proxies, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialSecretField: o.GetName()}); err != nil {
@@ -145,6 +148,14 @@ func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Obj
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
 	}
 	if o.GetLabels()[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey {
+		return out
+	}
+	if fleets, ok := r.fleetsOfKeySecret(o.GetNamespace(), o.GetName()); ok {
+		for _, req := range fleets {
+			if !slices.Contains(out, req) {
+				out = append(out, req)
+			}
+		}
 		return out
 	}
 	var all twv1alpha1.TokenProxyList
@@ -176,6 +187,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.keyStatuses.Delete(req.NamespacedName)
 			r.keyOrders.forget(req.NamespacedName)
 			r.configs.forget(req.NamespacedName)
+			r.layouts.forget(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}

@@ -1,0 +1,76 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// A Secret labelled for ApiKeys used to reconcile every fleet that may hold a key of
+// its namespace, each visiting every one of its keys, and so did every update of such
+// a Secret that changed nothing the operator reads (issue 14). Now a Secret is mapped
+// to the ApiKeys that reference it, by an index of the ApiKey informer (one entry a
+// key: its namespace and Secret name), and only then to their fleets; and an update
+// that changes neither the Secret's data, as the cache holds it (the hashes of its
+// values, slimSecret), nor its labels reconciles nothing.
+
+// keySecretIndex indexes ApiKeys by "namespace/name" of the Secret they reference.
+const keySecretIndex = "tokenwarden.io/key-secret"
+
+// keySecretIndexers is the index of ApiKeys by their Secret.
+var keySecretIndexers = toolscache.Indexers{keySecretIndex: func(o any) ([]string, error) {
+	k, ok := o.(*twv1alpha1.ApiKey)
+	if !ok || k.Spec.SecretRef.Name == "" {
+		return nil, nil
+	}
+	return []string{k.Namespace + "/" + k.Spec.SecretRef.Name}, nil
+}}
+
+// fleetsOfKeySecret returns the fleets of the ApiKeys that reference the Secret
+// namespace/name, and ok false when the index is not at hand (the caller then
+// reconciles every fleet that may hold such a key).
+func (r *TokenProxyReconciler) fleetsOfKeySecret(namespace, name string) (out []reconcile.Request, ok bool) {
+	if r.indexes.keys == nil || !r.indexes.keySecrets {
+		return nil, false
+	}
+	objs, err := r.indexes.keys.ByIndex(keySecretIndex, namespace+"/"+name)
+	if err != nil {
+		return nil, false
+	}
+	for _, o := range objs {
+		k, isKey := o.(*twv1alpha1.ApiKey)
+		if !isKey {
+			continue
+		}
+		req := reconcile.Request{NamespacedName: proxyOf(k)}
+		if !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out, true
+}
+
+// secretChanged passes a Secret's create and delete events, and its updates that
+// change its data or its labels: what the operator reads of it.
+func secretChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*corev1.Secret)
+		n, okNew := e.ObjectNew.(*corev1.Secret)
+		if !okOld || !okNew {
+			return true
+		}
+		return !maps.Equal(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Data, n.Data) ||
+			!maps.Equal(o.StringData, n.StringData) || o.Type != n.Type || !n.DeletionTimestamp.IsZero()
+	}}
+}
