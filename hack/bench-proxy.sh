@@ -28,7 +28,7 @@ function median(list,   a, n, i, j, t) {
 END {
 	bare = median(ns["bare-reverseproxy"])
 	printf "%-26s %12s %14s %12s\n", "median of rounds", "ns/op", "p99 µs (64c)", "vs bare"
-	split("direct bare-reverseproxy tokenwarden-memory tokenwarden-memory-rules tokenwarden-redis tokenwarden-redis-typical", order, " ")
-	for (k = 1; k <= 6; k++) { n = order[k]; if (!(n in ns)) continue
+	split("direct bare-reverseproxy tokenwarden-memory tokenwarden-memory-rules tokenwarden-memory-scheduled tokenwarden-memory-registry tokenwarden-redis tokenwarden-redis-typical", order, " ")
+	for (k = 1; k <= 8; k++) { n = order[k]; if (!(n in ns)) continue
 		m = median(ns[n]); printf "%-26s %12.0f %14.0f %11.0f%%\n", n, m, median(p99[n]), 100 * bare / m }
 }' "$out"

@@ -138,6 +138,20 @@ func BenchmarkProxy(b *testing.B) {
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
+	b.Run("tokenwarden-memory-scheduled", func(b *testing.B) {
+		// A capacity it never reaches and every limit for agents: what the scheduler
+		// costs below capacity.
+		front := httptest.NewServer(newBenchServerDoc(b, backend.URL, agentsBenchDoc))
+		defer front.Close()
+		benchHTTP(b, front.URL, 32, "X-Tokenwarden-Run-Id", "run-1")
+	})
+	b.Run("tokenwarden-memory-registry", func(b *testing.B) {
+		// The model registry with two upstreams for the model: the lookup and the
+		// health checks.
+		front := httptest.NewServer(newBenchServerDoc(b, backend.URL, registryDocBench))
+		defer front.Close()
+		benchHTTP(b, front.URL, 32)
+	})
 	b.Run("tokenwarden-redis", func(b *testing.B) {
 		srv := newRedisBenchServer(b, backend.URL, benchDoc)
 		front := httptest.NewServer(srv)
