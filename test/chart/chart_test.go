@@ -267,7 +267,8 @@ func TestMetricNamesExist(t *testing.T) {
 	// A proxy whose Redis is unreachable (so the fallback counter has a series), with a
 	// key whose budget one request exhausts; and one on a running Redis with a priced
 	// model and a monthly dollar budget (so the spend and the rule windows' series
-	// show).
+	// show); and one with a model registry whose requests fail over, overflow a context
+	// window, fall back and find every upstream out (providers_test.go).
 	exported := exportedBy(t, "redis://127.0.0.1:1/0", `
   limits:
     per_api_key: {tokens_per_minute: 200}
@@ -277,6 +278,9 @@ func TestMetricNamesExist(t *testing.T) {
   rules:
   - {name: alice-dollars, dimension: api_key, amount: cost, windows: [{limit: 25, calendar: {every: month}}]}
 `, "models: [{name: m, price: {input: 2.5, output: 10}, upstreams: [{upstream: fake}]}]", "tokenwarden_spend_dollars_total") {
+		exported[name] = true
+	}
+	for name := range providersExported(t) {
 		exported[name] = true
 	}
 	var missing []string
