@@ -61,6 +61,7 @@ var _ = Describe("A TokenBudget's fallback model", func() {
 			g.Expect(rules).To(HaveLen(1))
 			g.Expect(rules[0].Subjects).To(Equal([]string{"gpt-4o"}))
 			g.Expect(rules[0].FallbackModel).To(Equal("gpt-4o-mini"))
+			g.Expect(rendered(g, ns).RateLimiting.Limits.PerModel).To(BeEmpty(), "a budget that falls back is a rule, never limits.per_model")
 		}).Should(Succeed())
 
 		bad := tokenBudget(ns, "tenant", twv1alpha1.DimensionPerAPIKey, "", 1000, 0)
