@@ -501,6 +501,10 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 	if key != nil {
 		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
+	if ex.takeAny(req) {
+		return true
+	}
+	sc = ex.upstream.sched
 	slot, err := sc.Acquire(r.Context(), req)
 	if err == nil {
 		ex.slot = slot
