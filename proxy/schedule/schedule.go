@@ -211,6 +211,9 @@ type waiter struct {
 	arrival *list.Element
 	own     *list.Element
 	done    bool // dispatched
+	// claim, when set, is shared by the copies of one request waiting in several
+	// schedulers' queues (any.go): only the copy that claims it is dispatched.
+	claim *claim
 }
 
 // New returns a Scheduler.
@@ -484,6 +487,7 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	cq := &s.classes[w.req.Class]
 	tq := cq.active[w.t]
 	tq.waiters.Remove(w.own)
+	w.own = nil
 	if tq.waiters.Len() == 0 {
 		delete(cq.active, w.t)
 	}
@@ -553,12 +557,19 @@ func (s *Scheduler) dispatchLocked() {
 			return
 		}
 		s.removeLocked(w)
+		if w.claim != nil && !w.claim.state.CompareAndSwap(open, dispatched) {
+			// Dispatched by another scheduler, or given up: this copy is dropped.
+			continue
+		}
 		w.charged = s.startLocked(w.t, &w.req, w.cost)
 		s.drainedLocked(now)
 		w.at = now
 		w.done = true
 		if s.o.Observer != nil {
 			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))
+		}
+		if w.claim != nil {
+			w.claim.won = w
 		}
 		close(w.ready)
 	}
