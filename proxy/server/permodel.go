@@ -3,23 +3,29 @@
 
 package server
 
-import "github.com/tokenwarden/tokenwarden/proxy/schedule"
+import (
+	"context"
 
-// takeAny gives a request of a registered model with several upstreams the first of
-// them, in registry order, that may take it now (speaks its family, breaker closed or
-// probing, credential not cooling) and has room: no capacity declared, or below it
-// with nothing waiting. It then sets the request's upstream, and slot when that
-// upstream has a scheduler, and reports true. When every one is at capacity it
-// reports false, with the request's upstream set to the first that may take it, in
-// whose queue the request then waits (docs/scheduling.md "Models with several
-// upstreams"). A model with one upstream reports false at once, without work.
-func (ex *exchange) takeAny(req schedule.Request) bool {
+	"github.com/tokenwarden/tokenwarden/proxy/schedule"
+)
+
+// acquireAny takes a place for a request of a registered model with several upstreams
+// (docs/scheduling.md "Models with several upstreams"): the first of them, in
+// registry order, that may take it now (speaks its family, breaker closed or probing,
+// credential not cooling) and has room (no capacity declared, or below it with
+// nothing waiting); when every one is at capacity, the request waits in the queue of
+// each and runs on whichever dispatches it first. It sets the request's upstream, the
+// candidate its first attempt goes to, and its slot. handled is false for a model
+// with one upstream or none that may take it now, without work: the caller then waits
+// at the request's upstream as for any other.
+func (ex *exchange) acquireAny(ctx context.Context, req schedule.Request) (handled bool, err error) {
 	mr := ex.try.model
 	if mr == nil || len(mr.candidates) < 2 {
-		return false
+		return false, nil
 	}
 	now := ex.s.clock.Now()
-	wait := -1
+	var idx []int
+	var ss []*schedule.Scheduler
 	for i := 0; ; i++ {
 		j, _ := ex.next(i, now, false)
 		if j < 0 {
@@ -27,20 +33,25 @@ func (ex *exchange) takeAny(req schedule.Request) bool {
 		}
 		i = j
 		up := mr.candidates[j].up
-		if wait < 0 && up.sched != nil {
-			wait = j
-		}
 		if up.sched == nil {
 			ex.upstream, ex.try.first = up, j
-			return true
+			return true, nil
 		}
 		if slot, ok := up.sched.TryAcquire(req); ok {
 			ex.upstream, ex.try.first, ex.slot = up, j, slot
-			return true
+			return true, nil
 		}
+		idx, ss = append(idx, j), append(ss, up.sched)
 	}
-	if wait >= 0 {
-		ex.upstream, ex.try.first = mr.candidates[wait].up, wait
+	if len(ss) == 0 {
+		return false, nil
 	}
-	return false
+	// Refusals name the first upstream the request waited at.
+	ex.upstream, ex.try.first = mr.candidates[idx[0]].up, idx[0]
+	slot, k, err := schedule.AcquireAny(ctx, ss, req)
+	if err != nil {
+		return true, err
+	}
+	ex.upstream, ex.try.first, ex.slot = mr.candidates[idx[k]].up, idx[k], slot
+	return true, nil
 }

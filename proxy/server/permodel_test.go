@@ -32,7 +32,7 @@ rate_limiting:
 `
 
 var _ = Describe("A model with several upstreams at capacity", func() {
-	It("sends a request to another upstream of its model with room instead of waiting", func() {
+	It("sends a request to another upstream with room, and dispatches a waiter once, from the first to free", func() {
 		one := &gate{next: fakellm.New(), open: make(chan struct{})}
 		two := &gate{next: fakellm.New(), open: make(chan struct{})}
 		s1, s2 := httptest.NewServer(one), httptest.NewServer(two)
@@ -55,16 +55,29 @@ var _ = Describe("A model with several upstreams at capacity", func() {
 		Expect(queued("one")()).To(BeZero())
 		Expect(queued("two")()).To(BeZero())
 
-		// Both full: the next request waits, and runs once capacity frees.
+		// Both full: a client that goes away while it waits leaves both queues.
+		gone, cancel := context.WithCancel(ctx)
+		send(gone, h, out, "gone", "sk-bob")
+		Eventually(queued("one")).Should(Equal(1.0))
+		Eventually(queued("two")).Should(Equal(1.0))
+		cancel()
+		Expect((<-out).code).To(Equal(-1))
+		Eventually(queued("one")).Should(BeZero())
+		Eventually(queued("two")).Should(BeZero())
+
+		// The next request waits in both queues and runs on whichever upstream frees
+		// first, here the second; it leaves the first's queue.
 		send(ctx, h, out, "c", "sk-bob")
 		Eventually(queued("one")).Should(Equal(1.0))
+		Eventually(queued("two")).Should(Equal(1.0))
 		Consistently(func() int { return len(one.order()) + len(two.order()) }, "100ms").Should(Equal(2))
-		one.open <- struct{}{}
+		two.open <- struct{}{}
 		r := <-out
-		Expect(r.code).To(Equal(200), r.body)
-		Expect(r.hdr.Get(server.UpstreamHeader)).To(Equal("one"))
-		Eventually(one.order).Should(Equal([]string{"a", "c"}))
-		Expect(queued("one")()).To(BeZero())
+		Expect(r.name).To(Equal("b"))
+		Expect(r.hdr.Get(server.UpstreamHeader)).To(Equal("two"))
+		Eventually(two.order).Should(Equal([]string{"b", "c"}))
+		Eventually(queued("one")).Should(BeZero())
+		Expect(queued("two")()).To(BeZero())
 
 		one.release()
 		two.release()
@@ -74,7 +87,8 @@ var _ = Describe("A model with several upstreams at capacity", func() {
 			Expect(r.code).To(Equal(200), r.body)
 			got[r.name] = r.hdr.Get(server.UpstreamHeader)
 		}
-		Expect(got).To(Equal(map[string]string{"a": "one", "b": "two", "c": "one"}))
+		Expect(got).To(Equal(map[string]string{"a": "one", "b": "two", "c": "two"}))
+		Expect(one.order()).To(Equal([]string{"a"}), "c ran once, on the upstream that dispatched it")
 
 		// Nothing leaked: both upstreams take a request each again without waiting.
 		send(ctx, h, out, "d", "sk-bob")
@@ -82,7 +96,7 @@ var _ = Describe("A model with several upstreams at capacity", func() {
 		for range 2 {
 			Expect((<-out).code).To(Equal(200))
 		}
-		Expect(counter(h.m.QueueDispatches.WithLabelValues("one", "interactive"))).To(Equal(1.0), "only c waited")
-		Expect(counter(h.m.QueueDispatches.WithLabelValues("two", "interactive"))).To(BeZero())
+		Expect(counter(h.m.QueueDispatches.WithLabelValues("one", "interactive"))).To(BeZero())
+		Expect(counter(h.m.QueueDispatches.WithLabelValues("two", "interactive"))).To(Equal(1.0), "only c was dispatched from a queue")
 	})
 })

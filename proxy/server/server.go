@@ -501,13 +501,11 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 	if key != nil {
 		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
-	if ex.takeAny(req) {
-		return true
+	handled, err := ex.acquireAny(r.Context(), req)
+	if !handled {
+		ex.slot, err = sc.Acquire(r.Context(), req)
 	}
-	sc = ex.upstream.sched
-	slot, err := sc.Acquire(r.Context(), req)
 	if err == nil {
-		ex.slot = slot
 		return true
 	}
 	var we *schedule.WaitError
