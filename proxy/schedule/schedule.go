@@ -211,6 +211,9 @@ type waiter struct {
 	arrival *list.Element
 	own     *list.Element
 	done    bool // dispatched
+	// claim, when set, is shared by the copies of one request waiting in several
+	// schedulers' queues (any.go): only the copy that claims it is dispatched.
+	claim *claim
 }
 
 // New returns a Scheduler.
@@ -296,17 +299,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	s.mu.Lock()
 	t := s.tenant(r.Tenant)
 	if s.waiting == 0 && s.fits(cost) {
-		charged := s.startLocked(t, &r, cost)
-		if s.starter != nil {
-			s.starter.Started(r.Class)
-		}
-		// A learned bound that reads latency needs the start time; nothing else does.
-		var at time.Time
-		if s.o.Learn != nil {
-			at = s.o.Now()
-		}
-		s.mu.Unlock()
-		return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged, at: at}, nil
+		return s.startNowLocked(t, &r, cost), nil
 	}
 	now := s.o.Now()
 	if s.o.MaxQueueLength > 0 && s.waiting >= s.o.MaxQueueLength ||
@@ -361,6 +354,41 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	}
 	s.dispatchLocked()
 	return Slot{}, s.waitError(err, r.Class)
+}
+
+// TryAcquire takes the request's slot when it may start at once: below capacity with
+// nothing waiting. Otherwise it reports false, holds nothing and counts nothing, so
+// that the request may try another upstream of its model first. Like Acquire's
+// path below capacity, it allocates nothing.
+func (s *Scheduler) TryAcquire(r Request) (Slot, bool) {
+	if r.Weight <= 0 {
+		r.Weight = 1
+	}
+	if r.Class >= numClasses {
+		r.Class = Background
+	}
+	cost := r.Input + r.Output
+	s.mu.Lock()
+	if s.waiting != 0 || !s.fits(cost) {
+		s.mu.Unlock()
+		return Slot{}, false
+	}
+	return s.startNowLocked(s.tenant(r.Tenant), &r, cost), true
+}
+
+// startNowLocked starts a request that did not wait and unlocks the scheduler.
+func (s *Scheduler) startNowLocked(t *tenant, r *Request, cost int64) Slot {
+	charged := s.startLocked(t, r, cost)
+	if s.starter != nil {
+		s.starter.Started(r.Class)
+	}
+	// A learned bound that reads latency needs the start time; nothing else does.
+	var at time.Time
+	if s.o.Learn != nil {
+		at = s.o.Now()
+	}
+	s.mu.Unlock()
+	return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged, at: at}
 }
 
 func (s *Scheduler) waitError(err error, c Class) error {
@@ -459,6 +487,7 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	cq := &s.classes[w.req.Class]
 	tq := cq.active[w.t]
 	tq.waiters.Remove(w.own)
+	w.own = nil
 	if tq.waiters.Len() == 0 {
 		delete(cq.active, w.t)
 	}
@@ -528,12 +557,19 @@ func (s *Scheduler) dispatchLocked() {
 			return
 		}
 		s.removeLocked(w)
+		if w.claim != nil && !w.claim.state.CompareAndSwap(open, dispatched) {
+			// Dispatched by another scheduler, or given up: this copy is dropped.
+			continue
+		}
 		w.charged = s.startLocked(w.t, &w.req, w.cost)
 		s.drainedLocked(now)
 		w.at = now
 		w.done = true
 		if s.o.Observer != nil {
 			s.o.Observer.Dispatched(w.req.Class, now.Sub(w.since))
+		}
+		if w.claim != nil {
+			w.claim.won = w
 		}
 		close(w.ready)
 	}

@@ -66,6 +66,9 @@ type attempt struct {
 	more, retry bool
 	// cand is the candidate of this attempt.
 	cand *candidate
+	// first is the candidate the request's slot was taken at (permodel.go): the first
+	// attempt goes there, a failover to the ones after it.
+	first int
 	// rename is the model a budget's fallback serves the request with, and fallback
 	// says so in FallbackHeader (providers_fallback.go).
 	rename, fallback string
@@ -254,7 +257,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	now := ex.s.clock.Now()
 	first := true
-	for i := 0; ; i++ {
+	for i := ex.try.first; ; i++ {
 		j, _ := ex.next(i, now, true)
 		if j < 0 {
 			ex.unavailable(w, now)

@@ -501,9 +501,11 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 	if key != nil {
 		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
-	slot, err := sc.Acquire(r.Context(), req)
+	handled, err := ex.acquireAny(r.Context(), req)
+	if !handled {
+		ex.slot, err = sc.Acquire(r.Context(), req)
+	}
 	if err == nil {
-		ex.slot = slot
 		return true
 	}
 	var we *schedule.WaitError
