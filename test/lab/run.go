@@ -260,7 +260,7 @@ func (w *World) Run(ctx context.Context, p Policy) (*Result, error) {
 	store := budget.NewMemory(clock, 100000)
 	m := metrics.New(prometheus.NewRegistry())
 	srv := server.New(server.Options{Store: store, Memory: store, Clock: clock,
-		Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AccessLog: io.Discard})
 	if _, err := srv.Apply([]byte(w.Document(p, backend.URL)), "lab"); err != nil {
 		return nil, fmt.Errorf("the lab's proxy config: %w", err)
 	}
