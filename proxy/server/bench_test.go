@@ -116,13 +116,7 @@ func BenchmarkProxy(b *testing.B) {
 		benchHTTP(b, backend.URL, 32)
 	})
 	b.Run("bare-reverseproxy", func(b *testing.B) {
-		// The same connection pool as the proxy's upstream transport, so the comparison
-		// measures the proxy's own work and not transport tuning.
-		rp := httputil.NewSingleHostReverseProxy(target)
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
-		rp.Transport = tr
-		front := httptest.NewServer(rp)
+		front := bareReverseProxy(target)
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
@@ -461,4 +455,16 @@ func benchHandlerOn(b *testing.B, srv *server.Server, header ...string) {
 			}
 		}
 	})
+}
+
+// bareReverseProxy is the baseline of the whole-proxy benchmarks: an
+// httputil.ReverseProxy to target with the same connection pool as the proxy's
+// upstream transport, so a comparison measures the proxy's own work and not transport
+// tuning.
+func bareReverseProxy(target *url.URL) *httptest.Server {
+	rp := httputil.NewSingleHostReverseProxy(target)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
+	rp.Transport = tr
+	return httptest.NewServer(rp)
 }

@@ -139,20 +139,11 @@ func BenchmarkProxyHeld(b *testing.B) {
 	round() // load the scripts, create the keys
 	settled(heldTogether)
 	cpu := func() float64 {
-		info, err := rc.Info(ctx, "cpu").Result()
+		sec, err := redisserver.CPUSeconds(ctx, rc)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var sum float64
-		for _, line := range strings.Split(info, "\r\n") {
-			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-				if v, ok := strings.CutPrefix(line, f); ok {
-					x, _ := strconv.ParseFloat(v, 64)
-					sum += x
-				}
-			}
-		}
-		return sum
+		return sec
 	}
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)

@@ -4,9 +4,7 @@
 package server_test
 
 import (
-	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"testing"
@@ -32,11 +30,7 @@ func BenchmarkProxyRegistry(b *testing.B) {
 	defer backend.Close()
 	target, _ := url.Parse(backend.URL)
 	b.Run("bare-reverseproxy", func(b *testing.B) {
-		rp := httputil.NewSingleHostReverseProxy(target)
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 256
-		rp.Transport = tr
-		front := httptest.NewServer(rp)
+		front := bareReverseProxy(target)
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -281,4 +282,27 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return strings.TrimSpace(string(b.buf))
+}
+
+// CPUSeconds is the CPU time, user and system, that the Redis c talks to has spent
+// since it started (INFO cpu): the difference over a run is Redis' own cost, which a
+// loaded machine distorts far less than wall time.
+func CPUSeconds(ctx context.Context, c redis.Cmdable) (float64, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu: %s: %w", line, err)
+				}
+				sum += x
+			}
+		}
+	}
+	return sum, nil
 }

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -81,20 +79,11 @@ func benchApply(b *testing.B, requests, subjects int) {
 		b.Fatal(err)
 	}
 	cpu := func() float64 {
-		info, err := c.Info(ctx, "cpu").Result()
+		sec, err := redisserver.CPUSeconds(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var sum float64
-		for _, line := range strings.Split(info, "\r\n") {
-			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-				if v, ok := strings.CutPrefix(line, f); ok {
-					x, _ := strconv.ParseFloat(v, 64)
-					sum += x
-				}
-			}
-		}
-		return sum
+		return sec
 	}
 	const perPipeline = 16
 	cpu0 := cpu()
