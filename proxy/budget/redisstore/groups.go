@@ -206,7 +206,10 @@ func (s *Store) release(taken []*part, warned [][]bool, requests bool) {
 		return
 	}
 	s.releases.Add(1)
-	s.refundShared(charges)
+	if s.beforeRelease != nil {
+		s.beforeRelease()
+	}
+	s.shared().SlotGroupRelease(s.refundShared(charges) != nil)
 }
 
 // stampGroups writes the fleet's epoch into every slot group that holds none (a
