@@ -112,6 +112,9 @@ type Store struct {
 	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
 	// admission skips Redis after a failure.
 	downUntil atomic.Int64
+	// nodesDown holds, on a cluster, the same time per master that failed, by address;
+	// nodesSaid the masters whose outage the log has told (nodedown.go).
+	nodesDown, nodesSaid sync.Map
 	// offset is the Redis server's clock minus this replica's (nanoseconds), as the
 	// last reservation found it: calendar windows are told on the server's clock.
 	offset atomic.Int64
@@ -277,7 +280,7 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
 		}
-		s.markDown(down.err)
+		s.markDownFor(down.err)
 		return s.unavailable(ctx, r, down.err)
 	}
 	if err != nil || !res.Admitted {
