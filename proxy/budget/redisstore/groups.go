@@ -71,8 +71,6 @@ var groupRank = [budget.NumDimensions]int{
 // part is the share of a reservation that falls in one slot group.
 type part struct {
 	group, rank int
-	// node is the address of the master serving the group (nodedown.go).
-	node string
 	// req and tok index the reservation's Requests and Tokens.
 	req, tok []int
 	r        budget.Reservation
@@ -134,9 +132,6 @@ func (s *Store) reserveGroups(r *budget.Reservation) (budget.Result, error) {
 	for i := range r.Tokens {
 		res.TokenLevels[i] = r.Tokens[i].SharedCapacity
 	}
-	for _, p := range parts {
-		p.node = s.nodeOf(p.group)
-	}
 	if node := s.downNode(parts); node != "" {
 		return budget.Result{}, &downError{&nodeError{node: node, err: errNodeDown}}
 	}
@@ -146,9 +141,8 @@ func (s *Store) reserveGroups(r *budget.Reservation) (budget.Result, error) {
 		rep := s.run(call{kind: reserveCall, reservation: &p.r, group: p.group})
 		if rep.err != nil {
 			s.release(taken, warned, true)
-			return budget.Result{}, &downError{&nodeError{node: p.node, err: rep.err}}
+			return budget.Result{}, &downError{&nodeError{node: s.failedNode(p.group, rep.err), err: rep.err}}
 		}
-		s.nodeAnswered(p.node)
 		pr, err := parseReserve(rep.val, &p.r, s, p.group)
 		if err != nil {
 			s.release(taken, warned, true)

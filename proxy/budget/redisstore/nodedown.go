@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,6 +19,11 @@ import (
 // goes to the fallback for the backoff, and the others stay on Redis, exact. A master
 // is known by the address the client's slot map gives the group; when a replica takes
 // over its slots the map names the replica, and the groups go back to Redis at once.
+// While no master is skipped, a reservation pays one atomic read for this.
+
+// outageGap is how long a master must have gone without failing for its next failure
+// to be a new outage, said again in the log.
+const outageGap = 10 * time.Second
 
 // nodeError is a call to one cluster master that failed.
 type nodeError struct {
@@ -45,15 +52,27 @@ func (s *Store) nodeOf(g int) string {
 	return c.Options().Addr
 }
 
-// downNode is the master of parts that failed within the backoff, or "".
-func (s *Store) downNode(parts []*part) (node string) {
+// failedNode is the master whose call for slot group g failed with err: the address
+// a connection error names, else the one the slot map gives the group now (the map
+// may already name a replica that took over).
+func (s *Store) failedNode(g int, err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	return s.nodeOf(g)
+}
+
+// downNode is a master of parts that failed within the backoff, or "".
+func (s *Store) downNode(parts []*part) string {
 	now := s.clock.Now().UnixNano()
+	if now >= s.nodesDownUntil.Load() {
+		return "" // no master skipped
+	}
 	for _, p := range parts {
-		if p.node == "" {
-			continue
-		}
-		if until, ok := s.nodesDown.Load(p.node); ok && now < until.(int64) {
-			return p.node
+		node := s.nodeOf(p.group)
+		if until, ok := s.nodesDown.Load(node); ok && node != "" && now < until.(int64) {
+			return node
 		}
 	}
 	return ""
@@ -71,16 +90,24 @@ func (s *Store) markDownFor(err error) {
 		return // skipped, not failed: the backoff runs from the failure
 	}
 	now := s.clock.Now()
-	if until, ok := s.nodesDown.Load(ne.node); ok && now.UnixNano() < until.(int64) {
-		return // already down: said once
+	until := now.Add(s.backoff).UnixNano()
+	prev, known := s.nodesDown.Load(ne.node)
+	if known && now.UnixNano() < prev.(int64) {
+		return // already skipped
 	}
-	s.nodesDown.Store(ne.node, now.Add(s.backoff).UnixNano())
+	s.nodesDown.Store(ne.node, until)
+	for {
+		latest := s.nodesDownUntil.Load()
+		if latest >= until || s.nodesDownUntil.CompareAndSwap(latest, until) {
+			break
+		}
+	}
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
 		// The master may be gone and its replica promoted: ask the cluster who serves
 		// which slots before the next try.
 		cc.ReloadState(context.Background())
 	}
-	if _, said := s.nodesSaid.LoadOrStore(ne.node, true); said {
+	if known && now.UnixNano() < prev.(int64)+int64(outageGap) {
 		s.log.Debug("A Redis Cluster master is still unreachable", "node", ne.node, "error", ne.err, "retry_in", s.backoff)
 		return
 	}
@@ -90,13 +117,4 @@ func (s *Store) markDownFor(err error) {
 	}
 	s.log.Warn(fmt.Sprintf("A Redis Cluster master is unreachable; the slot groups it serves are skipped, %s, until it answers", action),
 		"node", ne.node, "error", ne.err, "retry_in", s.backoff)
-}
-
-// nodeAnswered notes that a master answered: the next failure of it is a new outage,
-// said again in the log.
-func (s *Store) nodeAnswered(node string) {
-	if _, said := s.nodesSaid.Load(node); said {
-		s.nodesSaid.Delete(node)
-		s.log.Info("A Redis Cluster master answers again; its slot groups are back on Redis", "node", node)
-	}
 }

@@ -112,9 +112,10 @@ type Store struct {
 	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
 	// admission skips Redis after a failure.
 	downUntil atomic.Int64
-	// nodesDown holds, on a cluster, the same time per master that failed, by address;
-	// nodesSaid the masters whose outage the log has told (nodedown.go).
-	nodesDown, nodesSaid sync.Map
+	// nodesDown holds, on a cluster, the same time per master that failed, by address,
+	// and nodesDownUntil the latest of them (nodedown.go).
+	nodesDown      sync.Map
+	nodesDownUntil atomic.Int64
 	// offset is the Redis server's clock minus this replica's (nanoseconds), as the
 	// last reservation found it: calendar windows are told on the server's clock.
 	offset atomic.Int64
