@@ -11,3 +11,6 @@ var ChargeScript = chargeScript
 // ShiftCalendar moves the present the store tells calendar windows by, so a test can
 // stand in any month (a daylight-saving change, a short February).
 func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }
+
+// BeforeRelease runs f before each release of slot groups is sent.
+func (s *Store) BeforeRelease(f func()) { s.beforeRelease = f }
