@@ -84,11 +84,12 @@ func (e *Encoding) Count(s string) int64 {
 	n, err := e.codec.Count(s)
 	if err != nil {
 		// The codec fails only when its split expression times out, and none is set:
-		// the estimate then stands in, which never counts text below the tokenizer's
-		// bytes per token.
+		// the estimate then stands in.
 		return estimate.Text(s)
 	}
-	return int64(n)
+	// The library's vocabularies lack the byte 0x7F (DEL), which it drops; OpenAI's
+	// encodings have it as a token of its own.
+	return int64(n + strings.Count(s, "\x7f"))
 }
 
 // Result is a request body's count.

@@ -6,9 +6,11 @@ package tokenize
 import (
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 )
 
@@ -27,6 +29,14 @@ func TestGet(t *testing.T) {
 	}
 }
 
+// The configuration accepts exactly the encodings this package builds (it lists them
+// itself, so that the operator does not link the vocabularies).
+func TestConfigNamesEveryEncoding(t *testing.T) {
+	if !slices.Equal(config.Tokenizers, Names) {
+		t.Fatalf("config.Tokenizers %v, tokenize.Names %v", config.Tokenizers, Names)
+	}
+}
+
 func TestCount(t *testing.T) {
 	// Counts as OpenAI's tiktoken gives them.
 	for _, tc := range []struct {
@@ -40,6 +50,8 @@ func TestCount(t *testing.T) {
 		{Cl100kBase, "1 2 3 4 5", 9},
 		{O200kBase, "1234567", 3},
 		{Cl100kBase, "1234567", 3},
+		{O200kBase, "a\x7fb", 3}, // the library drops DEL; OpenAI's encodings count it
+		{Cl100kBase, "\x7f", 1},
 	} {
 		if got := Get(tc.enc).Count(tc.s); got != tc.want {
 			t.Errorf("%s: Count(%q) = %d, want %d", tc.enc, tc.s, got, tc.want)
