@@ -45,7 +45,7 @@ func chatOf(model, content string, maxTokens int) string {
 var _ = Describe("A model with a tokenizer", func() {
 	It("pre-checks the tokenizer's count: it admits what the lower bound over-counts and refuses what it under-counts", func() {
 		r := newTokenizerRegistry(tokenize.O200kBase)
-		// 12,000 spaces: a lower bound of 1,000 tokens, 94 tokens of o200k_base.
+		// 12,000 spaces: a lower bound of 1,000 tokens, 95 tokens of o200k_base.
 		spaces := strings.Repeat(" ", 12000) + "hi"
 		Expect(r.do("POST", "/v1/chat/completions", "sk-alice", chatOf("gpt-4o", spaces, 10)).code).To(Equal(400), "the estimate's lower bound refuses it")
 		rep := r.do("POST", "/v1/chat/completions", "sk-alice", chatOf("gpt-4.1", spaces, 10))

@@ -42,9 +42,9 @@ type ratios struct {
 // against a tokenizer"): how many generous estimates fall below the tokenizer's input
 // and how many lower bounds rise above its text. The generous estimate counts one
 // token per four ASCII bytes and per other character, and the lower bound a third of
-// that; a byte-pair encoding spends a token on every group of up to three digits and
-// on every single-character word (" 1", " a"), up to four on an emoji with its
-// modifiers, and one on a run of up to hundreds of spaces or newlines.
+// that; o200k_base spends a token on every group of up to three digits and on the
+// space before it, up to three on one emoji character and eight on a family joined
+// by zero-width joiners, and one on a run of up to hundreds of spaces or newlines.
 // TestEstimatorBounds fails when any count changes, so that the docs follow the
 // estimator.
 var knownBreaks = map[string]struct{ under, over int }{
