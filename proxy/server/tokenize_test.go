@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
@@ -84,6 +85,41 @@ var _ = Describe("A model with a tokenizer", func() {
 		count := tokenize.Get(tokenize.O200kBase).Count
 		Expect(tok.Input).To(Equal(count(prose)+1+count("user")+count("gpt-4.1")+estimate.MessageFloor),
 			"the prose, 10, user, gpt-4.1, and the message's floor")
+		Expect(byTokenizer-float64(tok.Input)).To(Equal(byEstimate-float64(est.Input)), "the same answer text on both")
+		Expect(byTokenizer).To(BeNumerically("<", byEstimate))
+	})
+
+	It("keeps the tokenizer's count when the agent limits clamp the request's output", func() {
+		doc := `
+upstreams:
+- {name: default, url: UPSTREAM}
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+scheduling:
+  classes:
+    interactive: {max_output_tokens: 50}
+models:
+- {name: gpt-4o, tokenizer: o200k_base}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 100000}
+`
+		h := newHarness(doc)
+		h.llm.Set(fakellm.Behaviour{OutputTokens: 3, OmitUsage: true})
+		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 30)
+		spent := func(model string) (float64, []byte) {
+			GinkgoHelper()
+			before := h.level(budget.TokensMinute, budget.APIKey, "alice", 100000)
+			Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatOf(model, prose, 1000)).code).To(Equal(200))
+			reqs := h.llm.Requests()
+			return before - h.level(budget.TokensMinute, budget.APIKey, "alice", 100000), reqs[len(reqs)-1].Body
+		}
+		byTokenizer, sentTok := spent("gpt-4o")
+		byEstimate, sentEst := spent("llama")
+		Expect(string(sentTok)).To(ContainSubstring(`"max_tokens":50`), "the class's cap")
+		tok, _ := tokenize.Get(tokenize.O200kBase).Body(sentTok)
+		est, _ := estimate.Body(sentEst)
 		Expect(byTokenizer-float64(tok.Input)).To(Equal(byEstimate-float64(est.Input)), "the same answer text on both")
 		Expect(byTokenizer).To(BeNumerically("<", byEstimate))
 	})
