@@ -32,7 +32,8 @@ var benchSizes = []struct {
 	size int
 }{{"1KB", 1 << 10}, {"4KB", 4 << 10}, {"64KB", 64 << 10}}
 
-// BenchmarkCount is o200k_base's cost per byte of prompt text.
+// BenchmarkCount is o200k_base's cost per byte of prompt text it has not counted
+// before (the cache is bypassed).
 func BenchmarkCount(b *testing.B) {
 	enc := Get(O200kBase)
 	for _, kind := range []string{"english", "code", "cjk"} {
@@ -42,21 +43,31 @@ func BenchmarkCount(b *testing.B) {
 				b.SetBytes(int64(len(s)))
 				b.ReportAllocs()
 				for b.Loop() {
-					enc.Count(s)
+					enc.count(s)
 				}
 			})
 		}
 	}
 }
 
-// BenchmarkBody is a whole chat body's count: decoding it and counting its text.
+// BenchmarkBody is a whole chat body's count: decoding it and counting its text,
+// new (the cache emptied before each count) and again (the same body counted before,
+// as a conversation's history is).
 func BenchmarkBody(b *testing.B) {
 	enc := Get(O200kBase)
 	for _, kind := range []string{"english", "code", "cjk"} {
 		for _, sz := range benchSizes {
 			body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "max_tokens": 256,
 				"messages": []map[string]string{{"role": "user", "content": benchText(kind, sz.size)}}})
-			b.Run(kind+"/"+sz.name, func(b *testing.B) {
+			b.Run(kind+"/"+sz.name+"/new", func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					enc.cache = countCache{}
+					enc.Body(body)
+				}
+			})
+			b.Run(kind+"/"+sz.name+"/again", func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -82,7 +93,7 @@ func BenchmarkHostile(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(s)))
 			for b.Loop() {
-				enc.Count(s)
+				enc.count(s)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ package tokenize
 import (
 	"bytes"
 	"encoding/json"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type Encoding struct {
 	once   sync.Once
 	loaded atomic.Bool
 	codec  *codec.Codec
+	cache  countCache
 }
 
 var encodings = map[string]*Encoding{
@@ -79,8 +81,23 @@ func Loaded(name string) bool {
 func (e *Encoding) Name() string { return e.name }
 
 // Count is the number of tokens of s. A string that is not valid UTF-8 is counted as
-// its bytes are (every byte is a token of a byte-level encoding).
+// its bytes are (every byte is a token of a byte-level encoding). The count of a string
+// of CacheMinBytes or more is remembered (cache.go).
 func (e *Encoding) Count(s string) int64 {
+	if len(s) < CacheMinBytes {
+		return e.count(s)
+	}
+	h := maphash.String(cacheSeed, s)
+	if n, ok := e.cache.get(h, len(s)); ok {
+		return n
+	}
+	n := e.count(s)
+	e.cache.put(h, len(s), n)
+	return n
+}
+
+// count tokenizes s.
+func (e *Encoding) count(s string) int64 {
 	n, err := e.codec.Count(s)
 	if err != nil {
 		// The codec fails only when its split expression times out, and none is set:

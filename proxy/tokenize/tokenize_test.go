@@ -6,6 +6,7 @@ package tokenize
 import (
 	"encoding/base64"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"testing"
@@ -155,5 +156,43 @@ func TestBodyTracksTheTokenizer(t *testing.T) {
 	}
 	if est.Input <= r.Input {
 		t.Fatalf("estimate %d, tokenizer %d: want the estimate above on prose", est.Input, r.Input)
+	}
+}
+
+// A long string's count is remembered: the second count is the cache's, and equals
+// the tokenizer's.
+func TestCountCache(t *testing.T) {
+	enc := Get(O200kBase)
+	long := strings.Repeat("A conversation sends its history again. ", 20)
+	want := enc.count(long)
+	if got := enc.Count(long); got != want {
+		t.Fatalf("first count %d, want %d", got, want)
+	}
+	if n, ok := enc.cache.get(maphash.String(cacheSeed, long), len(long)); !ok || n != want {
+		t.Fatalf("not remembered: %d, %v", n, ok)
+	}
+	if got := enc.Count(long); got != want {
+		t.Fatalf("second count %d, want %d", got, want)
+	}
+	short := strings.Repeat("x", CacheMinBytes-1)
+	enc.Count(short)
+	if _, ok := enc.cache.get(maphash.String(cacheSeed, short), len(short)); ok {
+		t.Fatal("a short string was remembered")
+	}
+}
+
+func TestCountCacheBounds(t *testing.T) {
+	var c countCache
+	c.put(7, 300, 42)
+	if _, ok := c.get(7, 301); ok {
+		t.Fatal("a hash of another length matched")
+	}
+	for h := uint64(0); h < 3*cacheShardEntries*cacheShards; h++ {
+		c.put(h, 300, 1)
+	}
+	for i := range c.shards {
+		if n := len(c.shards[i].m); n > cacheShardEntries {
+			t.Fatalf("shard %d holds %d counts, at most %d", i, n, cacheShardEntries)
+		}
 	}
 }
