@@ -196,3 +196,31 @@ func TestCountCacheBounds(t *testing.T) {
 		}
 	}
 }
+
+// Requests count at once: the encoding and its cache are shared (go test -race).
+func TestCountConcurrently(t *testing.T) {
+	enc := Get(O200kBase)
+	texts := []string{strings.Repeat("history ", 100), strings.Repeat("tools ", 100), "short"}
+	want := make([]int64, len(texts))
+	for i, s := range texts {
+		want[i] = enc.count(s)
+	}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for k := range 50 {
+				i := (g + k) % len(texts)
+				if got := enc.Count(texts[i]); got != want[i] {
+					errs <- fmt.Errorf("text %d: %d tokens, want %d", i, got, want[i])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
