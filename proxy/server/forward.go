@@ -76,7 +76,9 @@ func onResponse(resp *http.Response) error {
 	}
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
-	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
+	// The proxy's own headers go straight to the client's answer: the reverse proxy
+	// copies the upstream's with an allocation for each.
+	setLimitHeaders(ex.cw.Header(), resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
 		ex.release()
 		return nil
