@@ -573,8 +573,22 @@ func (m *Metrics) SetAllowances(divisor int64, eff []budget.Effective) {
 	}
 }
 
-// Code turns a status code into its label value.
-func Code(code int) string { return strconv.Itoa(code) }
+// Code turns a status code into its label value; those of HTTP's range are made once,
+// as every request's answer is counted by its code.
+func Code(code int) string {
+	if code >= 100 && code < 100+len(codes) {
+		return codes[code-100]
+	}
+	return strconv.Itoa(code)
+}
+
+// codes are the label values of the status codes 100 to 599.
+var codes = func() (c [500]string) {
+	for i := range c {
+		c[i] = strconv.Itoa(100 + i)
+	}
+	return c
+}()
 
 // QueueObserver returns the observer of one upstream's scheduler: it keeps the queue
 // families of that upstream, its children resolved once.

@@ -379,15 +379,17 @@ func (s *Scheduler) TryAcquire(r Request) (Slot, bool) {
 // startNowLocked starts a request that did not wait and unlocks the scheduler.
 func (s *Scheduler) startNowLocked(t *tenant, r *Request, cost int64) Slot {
 	charged := s.startLocked(t, r, cost)
-	if s.starter != nil {
-		s.starter.Started(r.Class)
-	}
 	// A learned bound that reads latency needs the start time; nothing else does.
 	var at time.Time
 	if s.o.Learn != nil {
 		at = s.o.Now()
 	}
+	starter := s.starter
 	s.mu.Unlock()
+	// The wait histogram is observed outside the lock every request takes.
+	if starter != nil {
+		starter.Started(r.Class)
+	}
 	return Slot{s: s, t: t, cost: cost, weight: r.Weight, charged: charged, at: at}
 }
 

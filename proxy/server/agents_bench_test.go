@@ -26,17 +26,20 @@ func BenchmarkProxyScheduled(b *testing.B) {
 	defer backend.Close()
 	target, _ := url.Parse(backend.URL)
 	b.Run("bare-reverseproxy", func(b *testing.B) {
+		defer closeRow(backend)
 		front := bareReverseProxy(target)
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
 	b.Run("tokenwarden-memory", func(b *testing.B) {
+		defer closeRow(backend)
 		front := httptest.NewServer(newBenchServer(b, backend.URL))
 		defer front.Close()
 		// The same run id header, which this fleet ignores: the comparison is of the work.
 		benchHTTP(b, front.URL, 32, "X-Tokenwarden-Run-Id", "run-1")
 	})
 	b.Run("tokenwarden-memory-scheduled-agents", func(b *testing.B) {
+		defer closeRow(backend)
 		front := httptest.NewServer(newBenchServerDoc(b, backend.URL, agentsBenchDoc))
 		defer front.Close()
 		benchHTTP(b, front.URL, 32, "X-Tokenwarden-Run-Id", "run-1")

@@ -132,7 +132,7 @@ const (
 func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	h := w.Header()
 	now := ex.s.clock.Now()
-	setLimitHeaders(h, &ex.dec, now, ex.route.family)
+	setLimitHeaders(h, nil, &ex.dec, now, ex.route.family)
 	secs := int64(math.Ceil(r.RetryAfter.Seconds()))
 	if secs < 1 {
 		secs = 1
@@ -187,7 +187,7 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 			if ex.route.family == Anthropic {
 				hw.anthropic(&anthropicTokens, r.Bucket)
 			}
-			hw.flush(h)
+			hw.flush(h, nil)
 		}
 		if r.LargerThanBucket {
 			var whole string
@@ -249,7 +249,7 @@ func (ex *exchange) ruleRefusal(h http.Header, r *budget.Refusal, rb *refusalBod
 				hw.family(&outputTokens, r.Bucket)
 			}
 		}
-		hw.flush(h)
+		hw.flush(h, nil)
 	}
 	if r.LargerThanBucket {
 		return fmt.Sprintf("this request reserves %s %s, more than the whole of %s: no wait lets it in, so do not retry it; send a smaller request", asked, unit, what)
@@ -269,8 +269,11 @@ func dollarString(v float64) string {
 // x-ratelimit-tokens-* families and OpenAI's names for the minute budget) and
 // its request-count quota; on an Anthropic route, the same budgets under Anthropic's
 // names too (tokens: the minute budget, or the day budget when the key has no minute
-// one). Shared dimensions are never reported.
-func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Family) {
+// one). Shared dimensions are never reported. On an upstream's answer, h is the
+// client's header and upstream the answer's: a header set on h is removed from
+// upstream, so that the reverse proxy's copy of the upstream's headers neither adds a
+// second value nor allocates for each of these headers.
+func setLimitHeaders(h, upstream http.Header, d *budget.Decision, now time.Time, family Family) {
 	var hw headerWriter
 	if d.KeyMinute.Present {
 		hw.minute(d.KeyMinute)
@@ -314,9 +317,10 @@ func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Fa
 			hw.anthropic(&anthropicOutput, d.KeyOutput)
 		}
 	}
-	hw.flush(h)
+	hw.flush(h, upstream)
 	if len(d.Warnings) > 0 {
 		h.Set(budgetWarningHeader, warningValue(d.Warnings))
+		delete(upstream, budgetWarningHeader)
 	}
 }
 
@@ -447,7 +451,8 @@ func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {
 	w.duration("X-Ratelimit-Reset-Tokens", s.Reset, now)
 }
 
-func (w *headerWriter) flush(h http.Header) {
+// flush sets every header on h, and removes it from replaced (which may be nil).
+func (w *headerWriter) flush(h, replaced http.Header) {
 	if w.n == 0 {
 		return
 	}
@@ -458,6 +463,7 @@ func (w *headerWriter) flush(h http.Header) {
 		vals[i] = all[start:w.ends[i]]
 		start = w.ends[i]
 		h[w.keys[i]] = vals[i : i+1 : i+1]
+		delete(replaced, w.keys[i])
 	}
 }
 

@@ -76,7 +76,9 @@ func onResponse(resp *http.Response) error {
 	}
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	stripUpstreamLimits(resp.Header, success)
-	setLimitHeaders(resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
+	// The proxy's own headers go straight to the client's answer: the reverse proxy
+	// copies the upstream's with an allocation for each.
+	setLimitHeaders(ex.cw.Header(), resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
 		ex.release()
 		return nil
@@ -281,13 +283,29 @@ func (ex *exchange) release() {
 	}
 }
 
-// bufferPool lends the reverse proxy its copy buffers.
-type bufferPool struct{ p sync.Pool }
+// bufferPool lends the reverse proxy its copy buffers. A sync.Pool keeps pointers,
+// and the reverse proxy's interface passes slices: the pointers a Get empties are kept
+// in holders for the next Put, which then allocates nothing.
+type bufferPool struct{ p, holders sync.Pool }
 
 var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
 
-func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
-func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+func (b *bufferPool) Get() []byte {
+	h := b.p.Get().(*[]byte)
+	buf := *h
+	*h = nil
+	b.holders.Put(h)
+	return buf
+}
+
+func (b *bufferPool) Put(p []byte) {
+	h, _ := b.holders.Get().(*[]byte)
+	if h == nil {
+		h = new([]byte)
+	}
+	*h = p
+	b.p.Put(h)
+}
 
 // stripUpstreamLimits removes the upstream's rate limit headers (x-ratelimit-*,
 // anthropic-ratelimit-*, the IETF RateLimit fields): they describe the provider

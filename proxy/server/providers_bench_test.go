@@ -30,16 +30,19 @@ func BenchmarkProxyRegistry(b *testing.B) {
 	defer backend.Close()
 	target, _ := url.Parse(backend.URL)
 	b.Run("bare-reverseproxy", func(b *testing.B) {
+		defer closeRow(backend)
 		front := bareReverseProxy(target)
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
 	b.Run("tokenwarden-memory", func(b *testing.B) {
+		defer closeRow(backend)
 		front := httptest.NewServer(newBenchServer(b, backend.URL))
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)
 	})
 	b.Run("tokenwarden-memory-registry", func(b *testing.B) {
+		defer closeRow(backend)
 		front := httptest.NewServer(newBenchServerDoc(b, backend.URL, registryDocBench))
 		defer front.Close()
 		benchHTTP(b, front.URL, 32)

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -470,12 +471,8 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 		ex.tooLarge(w, maxBytes)
 		return nil, false
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1)
-	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, maxBytes+1))
-	if n > maxBytes {
+	body, err := readAtMost(r.Body, r.ContentLength, maxBytes+1)
+	if int64(len(body)) > maxBytes {
 		ex.tooLarge(w, maxBytes)
 		return nil, false
 	}
@@ -483,11 +480,56 @@ func (ex *exchange) readBody(w http.ResponseWriter, r *http.Request, maxBytes in
 		ex.fail(w, http.StatusBadRequest, "invalid_request", "the request body could not be read", nil)
 		return nil, false
 	}
-	body := buf.Bytes()
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	rb := &replayBody{body: body}
+	rb.Reset(body)
+	r.Body = rb
 	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.GetBody = rb.again
 	return body, true
+}
+
+// readAtMost reads src to its end or to limit bytes, whichever comes first, into one
+// buffer sized by the declared length when there is one (plus a byte, to see the end
+// without growing). It returns what it read and the error that ended the read, nil at
+// the end of src.
+func readAtMost(src io.Reader, declared, limit int64) ([]byte, error) {
+	size := int64(512)
+	if declared > 0 {
+		size = declared + 1
+	}
+	buf := make([]byte, 0, min(size, limit))
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit-int64(len(buf)))))
+		}
+		room := buf[len(buf):min(int64(cap(buf)), limit)]
+		n, err := src.Read(room)
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// replayBody is a request body read once and sent from memory, as often as the
+// transport asks (GetBody).
+type replayBody struct {
+	bytes.Reader
+	body []byte
+}
+
+// Close implements io.Closer; there is nothing to close.
+func (*replayBody) Close() error { return nil }
+
+// again is the body from its start, for the transport's GetBody.
+func (rb *replayBody) again() (io.ReadCloser, error) {
+	next := &replayBody{body: rb.body}
+	next.Reset(rb.body)
+	return next, nil
 }
 
 // wait takes the request's place in its upstream's capacity: at once below it, after a
