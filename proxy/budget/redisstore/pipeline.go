@@ -250,16 +250,17 @@ func (s *Store) send(batch []call) {
 	// calls of their own.
 	refundsOf, reservesOf, order := s.byGroup(mergeRefunds(gathered), batch)
 	decisions := make(map[int]int, len(order))
+	sums := make(map[int]*batchSum, len(order))
 	for _, g := range order {
 		refund := refundsOf[g]
 		for len(refund) > maxApplyRefunds {
-			k, a := s.apply(g, refund[:maxApplyRefunds], nil)
+			k, a, _ := s.apply(g, refund[:maxApplyRefunds], nil)
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 			refund = refund[maxApplyRefunds:]
 		}
 		if len(refund) > 0 || len(reservesOf[g]) > 0 {
-			k, a := s.apply(g, refund, reservesOf[g])
-			decisions[g] = len(calls)
+			k, a, sum := s.apply(g, refund, reservesOf[g])
+			decisions[g], sums[g] = len(calls), sum
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 		}
 	}
@@ -310,22 +311,36 @@ func (s *Store) send(batch []call) {
 		r.finish(refundErr)
 	}
 	// Each group's decisions answer its reservations, in the order they were taken.
+	type groupDecisions struct {
+		decided []any
+		err     error
+	}
+	decidedOf := make(map[int]groupDecisions, len(order))
+	for _, g := range order {
+		if len(reservesOf[g]) == 0 {
+			continue
+		}
+		decided, err := calls[decisions[g]].cmd.Slice()
+		if err == nil {
+			decided, err = sums[g].decisions(decided, reservesOf[g])
+		}
+		if err == nil && len(decided) != len(reservesOf[g]) {
+			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[g]))
+		}
+		decidedOf[g] = groupDecisions{decided, err}
+	}
 	next := make(map[int]int, len(order))
 	for _, c := range batch {
 		switch c.kind {
 		case refundCall:
 			c.done <- reply{err: refundErr}
 		case reserveCall:
-			cmd := calls[decisions[c.group]].cmd
-			decided, err := cmd.Slice()
-			if err == nil && len(decided) != len(reservesOf[c.group]) {
-				err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[c.group]))
-			}
-			if err != nil {
-				c.done <- reply{err: err}
+			d := decidedOf[c.group]
+			if d.err != nil {
+				c.done <- reply{err: d.err}
 				continue
 			}
-			c.done <- reply{val: decided[next[c.group]]}
+			c.done <- reply{val: d.decided[next[c.group]]}
 			next[c.group]++
 		}
 	}
@@ -403,8 +418,9 @@ func mergeRefunds(gathered []*refunds) []refundEntry {
 	return out
 }
 
-// apply lays out one apply script call in slot group g: refunds, then reservations.
-func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservation) ([]string, []any) {
+// apply lays out one apply script call in slot group g: refunds, then reservations,
+// and the reservations' sum by bucket (batch.go).
+func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservation) ([]string, []any, *batchSum) {
 	buckets := len(refund)
 	for _, r := range reserves {
 		buckets += len(r.Requests) + len(r.Tokens)
@@ -417,31 +433,34 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	p.buf = slices.Grow(p.buf, (buckets-len(refund))*decideSpecSize)
 	ends := make([]int, 1, 1+len(reserves))
 	ends[0] = len(p.buf)
-	args := make([]any, 2, 2+2*len(reserves))
+	args := make([]any, 3, 3+2*len(reserves))
 	args[1] = ""
+	sum := newBatchSum(buckets - len(refund))
 	for _, r := range reserves {
 		if args[1] == "" && fenceable(r) {
 			args[1] = s.want()
 		}
+		sum.startReservation()
 		for i := range r.Requests {
-			p.addDecide(s, &r.Requests[i], 1)
+			p.addDecide(s, &r.Requests[i], 1, sum)
 		}
 		for i := range r.Tokens {
-			p.addDecide(s, &r.Tokens[i], r.Tokens[i].Amount)
+			p.addDecide(s, &r.Tokens[i], r.Tokens[i].Amount, sum)
 		}
 		ends = append(ends, len(p.buf))
 		args = append(args, len(r.Requests), nil)
 	}
 	// The spec buffer grew while it was filled: slice it once it is complete.
 	args[0] = p.buf[:ends[0]]
+	args[2] = sum.spec()
 	for i := 1; i < len(ends); i++ {
-		args[2*i+1] = p.buf[ends[i-1]:ends[i]]
+		args[2*i+2] = p.buf[ends[i-1]:ends[i]]
 	}
 	if args[1] != "" {
 		// The epoch key goes last, after every bucket's: the spec never indexes it.
-		return append(p.keys, s.groups[g].key), args
+		return append(p.keys, s.groups[g].key), args, sum
 	}
-	return p.keys, args
+	return p.keys, args, sum
 }
 
 // spec lays out one script call's buckets: the keys, one per dimension and id in the
@@ -482,10 +501,11 @@ const (
 
 // addDecide appends one bucket of a reservation: its flags, shared capacity and rate,
 // the wait of a zero allowance (or a calendar window's end, in Unix milliseconds),
-// and what it takes.
-func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
-	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, ch.Key)))
-	p.buf = append(p.buf, slot(ch.Key))
+// and what it takes; and adds it to the batch's sum.
+func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64, sum *batchSum) {
+	k, sl := uint16(p.index(s, ch.Key)), slot(ch.Key)
+	p.buf = binary.LittleEndian.AppendUint16(p.buf, k)
+	p.buf = append(p.buf, sl)
 	var flags byte
 	wait := float64(ch.WaitPeriod().Milliseconds())
 	if ch.Warn {
@@ -499,9 +519,10 @@ func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
 		flags |= flagDurable
 	}
 	p.buf = append(p.buf, flags)
-	for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {
+	for _, v := range [4]float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {
 		p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(v))
 	}
+	sum.add(k, sl, flags, ch.SharedCapacity, ch.SharedRate, wait, amount)
 }
 
 // slot is the bucket's slot in its key: limits keep an id's request, minute and day
