@@ -11,3 +11,6 @@ var ChargeScript = chargeScript
 // ShiftCalendar moves the present the store tells calendar windows by, so a test can
 // stand in any month (a daylight-saving change, a short February).
 func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }
+
+// Queued is the number of calls waiting for a pipeline worker.
+func (s *Store) Queued() int { return len(s.calls) }
