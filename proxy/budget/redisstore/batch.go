@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
@@ -103,9 +104,16 @@ func (b *batchSum) spec() []byte {
 	return buf
 }
 
-// decisions turns the script's reply to a call into one decision per reservation, in
-// the reply layout of one decided alone. A reply of the sum path is the level before
-// of each distinct bucket and Redis' clock; the decisions of one by one come as they are.
+// sumDecision is a reservation admitted on the sum path: its buckets' levels after it
+// took its amounts (requests first), and Redis' clock in milliseconds.
+type sumDecision struct {
+	levels []float64
+	now    int64
+}
+
+// decisions turns the script's reply to a call into one decision per reservation. A
+// reply of the sum path is the level before of each distinct bucket and Redis' clock:
+// each reservation gets a sumDecision. The decisions of one by one come as they are.
 func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any, error) {
 	if len(reply) != 2 {
 		return reply, nil
@@ -114,6 +122,7 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 	if !ok {
 		return reply, nil // two decisions, one by one
 	}
+	now, _ := reply[1].(int64)
 	if b == nil || b.off || len(packed) != 8*len(b.buckets) {
 		return nil, fmt.Errorf("redis apply script: %d bytes of levels for %d buckets", len(packed), len(b.buckets))
 	}
@@ -121,11 +130,12 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 	for i := range level {
 		level[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(packed[8*i : 8*i+8])))
 	}
+	// Every reservation's levels, one after the other, in one slice.
+	all := make([]float64, len(b.idx))
 	out := make([]any, len(reserves))
 	pos := 0
 	for j, r := range reserves {
 		n := len(r.Requests) + len(r.Tokens)
-		levels := make([]byte, 0, 8*n)
 		for i := range n {
 			amount := 1.0
 			if i >= len(r.Requests) {
@@ -133,10 +143,32 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 			}
 			d := b.idx[pos+i]
 			level[d] -= amount
-			levels = binary.LittleEndian.AppendUint64(levels, math.Float64bits(level[d]))
+			all[pos+i] = level[d]
 		}
+		out[j] = sumDecision{levels: all[pos : pos+n : pos+n], now: now}
 		pos += n
-		out[j] = []any{int64(1), int64(0), int64(0), int64(0), string(levels), "", reply[1]}
 	}
 	return out, nil
+}
+
+// admittedBySum is the result of reservation r admitted on the sum path in slot group
+// g: what parseReserve makes of an admission decided alone.
+func (s *Store) admittedBySum(d sumDecision, r *budget.Reservation, g int) budget.Result {
+	s.offset.Store(d.now*int64(time.Millisecond) - time.Now().UnixNano())
+	if g := s.groups[g]; g.fence.Load() != nil && fenceable(r) {
+		// A durable reservation decided found the epoch again.
+		if g.fence.Swap(nil) != nil {
+			s.epochChanged()
+		}
+	}
+	nreq := len(r.Requests)
+	return budget.Result{
+		Admitted:       true,
+		Backend:        s,
+		Shared:         true,
+		RequestLevels:  d.levels[:nreq:nreq],
+		TokenLevels:    d.levels[nreq:],
+		RequestSkipped: make([]bool, nreq),
+		TokenSkipped:   make([]bool, len(r.Tokens)),
+	}
 }

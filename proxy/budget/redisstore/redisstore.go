@@ -314,6 +314,9 @@ func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budge
 
 // parseReserve reads the decision of reservation r in slot group g.
 func parseReserve(val any, r *budget.Reservation, s *Store, g int) (budget.Result, error) {
+	if d, ok := val.(sumDecision); ok {
+		return s.admittedBySum(d, r, g), nil
+	}
 	n := len(r.Requests) + len(r.Tokens)
 	res := budget.Result{
 		Backend:        s,
