@@ -12,5 +12,6 @@ var ChargeScript = chargeScript
 // stand in any month (a daylight-saving change, a short February).
 func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }
 
-// Queued is the number of calls waiting for a pipeline worker.
-func (s *Store) Queued() int { return len(s.calls) }
+// Waiting is the number of calls waiting for a pipeline worker or for their
+// pipeline's replies.
+func (s *Store) Waiting() int { return len(s.calls) + int(s.sending.Load()) }

@@ -217,7 +217,9 @@ func (s *Store) pipeline() {
 				break drain
 			}
 		}
+		s.sending.Add(int64(len(batch)))
 		s.send(batch)
+		s.sending.Add(-int64(len(batch)))
 	}
 }
 

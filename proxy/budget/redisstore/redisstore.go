@@ -127,6 +127,8 @@ type Store struct {
 	// gathering are the refunds waiting for a pipeline to take them.
 	refundMu  sync.Mutex
 	gathering *refunds
+	// sending counts the calls the workers have taken and not yet answered.
+	sending atomic.Int64
 }
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
