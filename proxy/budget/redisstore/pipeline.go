@@ -69,7 +69,11 @@ const (
 	// spent 10.7 to 14.1 µs of CPU per request with one worker against 17.0 to 18.3
 	// with two (0.12 to 0.16 script calls per request against 0.20 to 0.27), and the
 	// proxy process no more. More workers make smaller pipelines still (four: 5% less
-	// throughput than two).
+	// throughput than two). The price is latency where callers do nothing but wait for
+	// Redis: BenchmarkLayouts/single (64 goroutines reserving and settling) admits 9 to
+	// 12% fewer a second with one worker. A second worker that waits for the first's
+	// pipeline unless it holds 16 calls recovered a third of that and cost the proxy
+	// Redis CPU (15.4 to 15.7 µs a request against 9.7 to 13.9), so it was not kept.
 	pipelineWorkers = 1
 	// maxPipeline bounds the calls one worker takes at once.
 	maxPipeline = 64
