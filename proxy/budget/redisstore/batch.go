@@ -33,8 +33,8 @@ import (
 type batchSum struct {
 	// buckets are the distinct buckets, in the order first seen.
 	buckets []sumBucket
-	// at is a bucket's index in buckets plus one, by key index and slot.
-	at map[uint32]int
+	// at is a bucket's index in buckets plus one, at 4 × its key index + its slot.
+	at []int
 	// idx is, for each bucket of each reservation in order, its index in buckets.
 	idx []int
 	// seen is the reservation that last took each of buckets, plus one.
@@ -53,7 +53,9 @@ type sumBucket struct {
 }
 
 func newBatchSum(buckets int) *batchSum {
-	return &batchSum{at: make(map[uint32]int, min(buckets, 64)), idx: make([]int, 0, buckets)}
+	distinct := min(buckets, 64)
+	return &batchSum{at: make([]int, 4*(distinct+1)), idx: make([]int, 0, buckets),
+		buckets: make([]sumBucket, 0, distinct), seen: make([]int, 0, distinct)}
 }
 
 // startReservation begins the next reservation's buckets.
@@ -68,9 +70,12 @@ func (b *batchSum) add(k uint16, slot, flags byte, capacity, rate, wait, amount 
 		b.off = true
 		return
 	}
-	id := uint32(k)<<8 | uint32(slot)
-	i, ok := b.at[id]
-	if !ok {
+	id := 4*int(k) + int(slot)
+	if id >= len(b.at) {
+		b.at = append(b.at, make([]int, id+1-len(b.at)+4*16)...)
+	}
+	i := b.at[id]
+	if i == 0 {
 		b.buckets = append(b.buckets, sumBucket{k: k, slot: slot, flags: flags, capacity: capacity, rate: rate, wait: wait})
 		b.seen = append(b.seen, 0)
 		i = len(b.buckets)
