@@ -8,6 +8,8 @@ package main
 import (
 	"flag"
 	"os"
+	"runtime/debug"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -46,6 +48,10 @@ func main() {
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	if limit, ok := memoryLimit(os.Getenv); ok {
+		debug.SetMemoryLimit(limit)
+		log.Info("Go memory limit set from the container's", "bytes", limit)
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -99,4 +105,20 @@ func main() {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// memoryLimit is the Go runtime's soft memory limit for a container whose memory limit
+// in bytes is in MEMORY_LIMIT_BYTES (the chart sets it from the downward API): 90% of
+// it, so the collector runs harder as the heap nears the limit instead of the kernel
+// killing the operator while a large fleet's document is rendered. GOMEMLIMIT, when
+// set, wins (the runtime reads it itself).
+func memoryLimit(getenv func(string) string) (int64, bool) {
+	if getenv("GOMEMLIMIT") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(getenv("MEMORY_LIMIT_BYTES"), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n / 10 * 9, true
 }

@@ -21,7 +21,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 		tp := fleetProxy(ns, 1)
 		tp.Spec.Upstreams[0].Provider = twv1alpha1.ProviderAnthropic
 		tp.Spec.Upstreams = append(tp.Spec.Upstreams, twv1alpha1.Upstream{Name: "azure", URL: "https://azure.internal", Provider: twv1alpha1.ProviderOpenAI})
-		tp.Spec.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o", ContextWindow: 128000, MaxOutputTokens: 16384,
+		tp.Spec.Models = []twv1alpha1.ModelSpec{{Name: "gpt-4o", ContextWindow: 128000, MaxOutputTokens: 16384, Tokenizer: "o200k_base",
 			Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "nowhere"}}}}
 		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
 		Eventually(func(g Gomega) {
@@ -39,6 +39,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 			g.Expect(c.Models).To(HaveLen(1))
 			g.Expect(c.Models[0].ContextWindow).To(Equal(int64(128000)))
 			g.Expect(c.Models[0].MaxOutputTokens).To(Equal(int64(16384)))
+			g.Expect(c.Models[0].Tokenizer).To(Equal("o200k_base"))
 			g.Expect(c.Models[0].Upstreams).To(Equal([]config.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "vllm"}}))
 			g.Expect(c.Upstreams[0].Provider).To(Equal(config.ProviderAnthropic))
 			g.Expect(c.Upstreams[2].Provider).To(Equal(config.ProviderOpenAI))

@@ -20,10 +20,11 @@ func renderProvider(p twv1alpha1.Provider) config.Provider {
 }
 
 // renderRegistry copies a model's registry entry (context window, largest output,
-// ordered upstreams) into the proxy's model; the proxy's validation, which the
-// operator runs before it writes, checks that each upstream exists.
+// ordered upstreams, tokenizer) into the proxy's model; the proxy's validation, which
+// the operator runs before it writes, checks that each upstream exists.
 func renderRegistry(cm *config.Model, m *twv1alpha1.ModelSpec) {
 	cm.ContextWindow, cm.MaxOutputTokens = m.ContextWindow, m.MaxOutputTokens
+	cm.Tokenizer = m.Tokenizer
 	for _, u := range m.Upstreams {
 		cm.Upstreams = append(cm.Upstreams, config.ModelUpstream{Upstream: u.Upstream, ProviderModel: u.ProviderModel})
 	}

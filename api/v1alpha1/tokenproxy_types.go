@@ -141,6 +141,13 @@ type ModelSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	Upstreams []ModelUpstream `json:"upstreams,omitempty"`
+	// Tokenizer is the byte-pair encoding that counts the model's input in place of
+	// the estimate, for its budgets and its context-window pre-check: o200k_base
+	// (GPT-4o, GPT-4.1, GPT-5, the o-series) or cl100k_base (GPT-4, GPT-3.5).
+	// Default: the estimate.
+	// +optional
+	// +kubebuilder:validation:Enum=o200k_base;cl100k_base
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // ModelPrice is a model's price in US dollars per million tokens: quantities such as

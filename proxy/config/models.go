@@ -85,6 +85,9 @@ func (c *Config) validateRegistry(errs *fieldErrors) {
 	}
 	for i, m := range c.Models {
 		f := fmt.Sprintf("models[%d]", i)
+		if m.Tokenizer != "" {
+			oneOf(errs, f+".tokenizer", m.Tokenizer, Tokenizers)
+		}
 		nonNegative(errs, f+".context_window", m.ContextWindow)
 		nonNegative(errs, f+".max_output_tokens", m.MaxOutputTokens)
 		if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {

@@ -39,6 +39,17 @@ var _ = Describe("The model registry", func() {
 			"the first upstream with no models that no registry entry names serves every other model")
 	})
 
+	It("reads a model's tokenizer", func() {
+		c, err := config.Parse([]byte(registryDoc + `
+- {name: gpt-4.1, tokenizer: o200k_base}
+- {name: gpt-4, tokenizer: cl100k_base}
+`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Models[0].Tokenizer).To(BeEmpty())
+		Expect(c.Models[1].Tokenizer).To(Equal("o200k_base"))
+		Expect(c.Models[2].Tokenizer).To(Equal("cl100k_base"))
+	})
+
 	DescribeTable("refuses a bad registry, naming the field",
 		func(extra, want string) {
 			_, err := config.Parse([]byte(registryDoc + extra))
@@ -54,6 +65,8 @@ var _ = Describe("The model registry", func() {
 		Entry("an output cap beyond the window", `- {name: m, context_window: 1000, max_output_tokens: 2000}`,
 			`models[1].max_output_tokens: 2000 is larger than the context_window 1000`),
 		Entry("a negative window", `- {name: m, context_window: -1}`, `models[1].context_window: must not be negative`),
+		Entry("a tokenizer the proxy does not have", `- {name: m, tokenizer: p50k_base}`,
+			`models[1].tokenizer: unknown word "p50k_base": must be one of o200k_base, cl100k_base`),
 		Entry("an unknown provider", `- {name: m}
 upstreams_extra: 1`, `upstreams_extra: unknown field`),
 	)

@@ -32,6 +32,9 @@ type Model struct {
 	// error before the answer began moves it to the next. Absent: the upstream that
 	// lists the model in its models, else the catch-all.
 	Upstreams []ModelUpstream `json:"upstreams,omitempty"`
+	// Tokenizer is the byte-pair encoding that counts the model's input in place of the
+	// estimate: o200k_base or cl100k_base (Tokenizers). Absent: the estimate.
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // Price is a model's price in US dollars per million tokens.

@@ -44,6 +44,8 @@ type Metrics struct {
 	Settlements      *prometheus.CounterVec   // tokenwarden_settlements_total{result}
 	// Observability counts the access log's lines.
 	Observability *Observability
+	// RedisShared watches the slot groups' releases and the leased slices (redisshared.go).
+	RedisShared *RedisShared
 
 	KeyTokensVec *prometheus.CounterVec // tokenwarden_api_key_tokens_total{api_key,outcome}
 	KeyUsage     *prometheus.CounterVec // tokenwarden_api_key_usage_tokens_total{api_key,type}
@@ -284,6 +286,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 	m.Agents.register(reg)
 	m.Observability = newObservability(reg)
+	m.RedisShared = newRedisShared(reg)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {
 		ds := d.String()

@@ -120,6 +120,7 @@ func AcquireAny(ctx context.Context, ss []*Scheduler, r Request) (Slot, int, err
 		s.inReq--
 		s.inTok -= sl.cost
 		sl.t.service = math.Max(0, sl.t.service-sl.charged)
+		s.serviceChangedLocked(sl.t)
 		s.dispatchLocked()
 		e := s.waitError(err, r.Class)
 		s.mu.Unlock()

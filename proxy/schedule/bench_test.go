@@ -27,19 +27,20 @@ func BenchmarkAcquireBelowCapacity(b *testing.B) {
 	}
 }
 
-// BenchmarkQueue measures one dispatch and one enqueue with n requests waiting (100
-// keys, three classes): each op ends one running request, which dispatches the next
+// BenchmarkQueue measures one dispatch and one enqueue with n requests of k keys
+// waiting (three classes): each op ends one running request, which dispatches the next
 // waiter, and that waiter's goroutine queues again, keeping the queue at n.
 func BenchmarkQueue(b *testing.B) {
-	for _, n := range []int{100, 10000} {
-		b.Run(fmt.Sprint("waiting=", n), func(b *testing.B) {
+	for _, c := range []struct{ n, keys int }{{100, 100}, {10000, 100}, {10000, 10000}} {
+		n := c.n
+		b.Run(fmt.Sprintf("waiting=%d/keys=%d", c.n, c.keys), func(b *testing.B) {
 			s := schedule.New(schedule.Options{MaxInFlightRequests: 1, MaxQueueLength: n + 1, OutputWeight: 2})
 			ctx, cancel := context.WithCancel(context.Background())
 			running, _ := s.Acquire(ctx, schedule.Request{Tenant: "first"})
 			slots := make(chan schedule.Slot)
 			for i := range n {
 				go func() {
-					r := schedule.Request{Tenant: fmt.Sprint("key", i%100), Class: schedule.Class(i % 3), Input: int64(100 + i%4000), Output: 200}
+					r := schedule.Request{Tenant: fmt.Sprint("key", i%c.keys), Class: schedule.Class(i % 3), Input: int64(100 + i%4000), Output: 200}
 					for {
 						sl, err := s.Acquire(ctx, r)
 						if err != nil {

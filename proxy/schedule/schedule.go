@@ -16,6 +16,7 @@
 package schedule
 
 import (
+	"container/heap"
 	"container/list"
 	"context"
 	"errors"
@@ -186,17 +187,17 @@ type Scheduler struct {
 type classQueue struct {
 	// arrivals holds the class's waiters oldest first, for aging.
 	arrivals list.List
-	// active are the tenants with a waiter in this class.
-	active map[*tenant]*tenantQueue
-}
-
-type tenantQueue struct {
-	waiters list.List // of *waiter, oldest first
+	// tenants are the tenants with a waiter in this class, least service first
+	// (fair.go).
+	tenants tenantHeap
 }
 
 type tenant struct {
 	// service is the weighted tokens served so far (the Virtual Token Counter).
+	// Whoever changes it calls serviceChangedLocked.
 	service float64
+	// queues are the tenant's waiters in each class, nil where it has none.
+	queues [numClasses]*tenantQueue
 }
 
 type waiter struct {
@@ -226,9 +227,6 @@ func New(o Options) *Scheduler {
 	}
 	s := &Scheduler{o: o, tenants: make(map[string]*tenant)}
 	s.starter, _ = o.Observer.(Starter)
-	for i := range s.classes {
-		s.classes[i].active = make(map[*tenant]*tenantQueue)
-	}
 	s.clampLearned()
 	return s
 }
@@ -280,6 +278,7 @@ func (sl *Slot) Done(input, output int64) {
 	s.inTok -= sl.cost
 	used := (float64(input) + s.o.OutputWeight*float64(output)) / sl.weight
 	sl.t.service = math.Max(0, sl.t.service-sl.charged+used)
+	s.serviceChangedLocked(sl.t)
 	s.dispatchLocked()
 	s.mu.Unlock()
 }
@@ -341,6 +340,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 		s.inReq--
 		s.inTok -= cost
 		t.service = math.Max(0, t.service-w.charged)
+		s.serviceChangedLocked(t)
 		s.dispatchLocked()
 		return Slot{}, s.waitError(err, r.Class)
 	}
@@ -440,6 +440,7 @@ func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) float64 {
 	s.inTok += cost
 	charged := (float64(r.Input) + s.o.OutputWeight*float64(r.Output)) / r.Weight
 	t.service += charged
+	s.serviceChangedLocked(t)
 	return charged
 }
 
@@ -461,17 +462,21 @@ func (s *Scheduler) drainedLocked(now time.Time) {
 
 func (s *Scheduler) pushLocked(w *waiter) {
 	cq := &s.classes[w.req.Class]
-	tq := cq.active[w.t]
-	if tq == nil {
+	if tq := w.t.queues[w.req.Class]; tq != nil {
+		// Behind the tenant's older waiters: its place in the class is unchanged.
+		w.own = tq.waiters.PushBack(w)
+	} else {
 		// A tenant that starts waiting is lifted to the least service among the
 		// tenants already waiting in its class: idle time earns no credit (VTC).
-		if lo, ok := cq.minService(); ok && w.t.service < lo {
-			w.t.service = lo
+		if len(cq.tenants) > 0 && w.t.service < cq.tenants[0].t.service {
+			w.t.service = cq.tenants[0].t.service
+			s.serviceChangedLocked(w.t)
 		}
-		tq = &tenantQueue{}
-		cq.active[w.t] = tq
+		tq = &tenantQueue{t: w.t}
+		w.own = tq.waiters.PushBack(w)
+		w.t.queues[w.req.Class] = tq
+		heap.Push(&cq.tenants, tq)
 	}
-	w.own = tq.waiters.PushBack(w)
 	w.arrival = cq.arrivals.PushBack(w)
 	if s.waiting == 0 {
 		s.busySince = w.since
@@ -485,11 +490,17 @@ func (s *Scheduler) pushLocked(w *waiter) {
 
 func (s *Scheduler) removeLocked(w *waiter) {
 	cq := &s.classes[w.req.Class]
-	tq := cq.active[w.t]
+	tq := w.t.queues[w.req.Class]
+	first := tq.waiters.Front() == w.own
 	tq.waiters.Remove(w.own)
 	w.own = nil
-	if tq.waiters.Len() == 0 {
-		delete(cq.active, w.t)
+	switch {
+	case tq.waiters.Len() == 0:
+		heap.Remove(&cq.tenants, tq.idx)
+		w.t.queues[w.req.Class] = nil
+	case first:
+		// The tenant's oldest waiter changed, and with it its place on a tie.
+		heap.Fix(&cq.tenants, tq.idx)
 	}
 	cq.arrivals.Remove(w.arrival)
 	s.waiting--
@@ -497,16 +508,6 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	if s.o.Observer != nil {
 		s.o.Observer.Queued(w.req.Class, cq.arrivals.Len())
 	}
-}
-
-func (cq *classQueue) minService() (float64, bool) {
-	lo, ok := 0.0, false
-	for t := range cq.active {
-		if !ok || t.service < lo {
-			lo, ok = t.service, true
-		}
-	}
-	return lo, ok
 }
 
 // next returns the waiter to serve next, or nil when none waits: the class whose
@@ -534,15 +535,7 @@ func (s *Scheduler) next(now time.Time) *waiter {
 	if best < 0 {
 		return nil
 	}
-	var pick *waiter
-	for t, tq := range s.classes[best].active {
-		w := tq.waiters.Front().Value.(*waiter)
-		if pick == nil || t.service < pick.t.service ||
-			t.service == pick.t.service && w.seq < pick.seq {
-			pick = w
-		}
-	}
-	return pick
+	return s.classes[best].tenants[0].front()
 }
 
 // dispatchLocked starts waiters while the next one fits.

@@ -221,6 +221,7 @@ func (ex *exchange) capOutput(w http.ResponseWriter, r *http.Request, body []byt
 	if err != nil {
 		return true
 	}
+	ex.keepTokenized(&est)
 	ex.est = est
 	r.Body = io.NopCloser(bytes.NewReader(out))
 	r.ContentLength = int64(len(out))

@@ -19,6 +19,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
 )
 
 // UpstreamHeader names, on every answer of a registered model, the upstream that
@@ -33,6 +34,8 @@ type modelRoute struct {
 	// candidates are the upstreams that serve the model, in order; empty when the
 	// model names none in the registry (then it is routed by upstreams[].models).
 	candidates []candidate
+	// tok counts the model's input when the model names a tokenizer (tokenize.go).
+	tok *tokenize.Encoding
 }
 
 // candidate is one upstream of a registered model.
@@ -99,7 +102,8 @@ func (rt *runtime) compileModels(cfg *config.Config) {
 				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel, header: []string{up.name}})
 			}
 		}
-		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" {
+		mr.tok = tokenize.Get(m.Tokenizer) // nil without one; built on the first config naming it
+		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" || mr.tok != nil {
 			rt.models[m.Name] = mr
 			rt.knownModels[m.Name] = true
 		}
@@ -127,6 +131,9 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 	mr := ex.rt.models[ex.est.Model]
 	if mr == nil || !ex.route.charged || !ex.est.Parsed {
 		return true
+	}
+	if mr.tok != nil {
+		ex.tokenize(mr.tok)
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
 	if mr.maxOut > 0 && out > mr.maxOut {

@@ -21,11 +21,14 @@ import (
 // EffectiveModel is one model of the registry in /admin/effective: each value with
 // where it came from (a field of the document, or a default).
 type EffectiveModel struct {
-	Name            string            `json:"name"`
-	ContextWindow   EffectiveValue    `json:"context_window"`
-	MaxOutputTokens EffectiveValue    `json:"max_output_tokens"`
-	Price           EffectiveValue    `json:"price"`
-	Upstreams       []EffectiveServer `json:"upstreams"`
+	Name            string         `json:"name"`
+	ContextWindow   EffectiveValue `json:"context_window"`
+	MaxOutputTokens EffectiveValue `json:"max_output_tokens"`
+	Price           EffectiveValue `json:"price"`
+	// Tokenizer is the encoding that counts the model's input; absent when the
+	// estimate does.
+	Tokenizer *EffectiveValue   `json:"tokenizer,omitempty"`
+	Upstreams []EffectiveServer `json:"upstreams"`
 }
 
 // EffectiveValue is a value in force and the field or default it came from.
@@ -100,6 +103,9 @@ func (s *Server) effectiveModels(rt *runtime) []EffectiveModel {
 		}
 		if m.Price != nil {
 			e.Price = EffectiveValue{Value: m.Price, From: f + ".price"}
+		}
+		if m.Tokenizer != "" {
+			e.Tokenizer = &EffectiveValue{Value: m.Tokenizer, From: f + ".tokenizer"}
 		}
 		if m.Registered() {
 			for k, mu := range m.Upstreams {

@@ -15,3 +15,6 @@ func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }
 // Waiting is the number of calls waiting for a pipeline worker or for their
 // pipeline's replies.
 func (s *Store) Waiting() int { return len(s.calls) + int(s.sending.Load()) }
+
+// BeforeRelease runs f before each release of slot groups is sent.
+func (s *Store) BeforeRelease(f func()) { s.beforeRelease = f }

@@ -132,13 +132,16 @@ func (s *Store) reserveGroups(r *budget.Reservation) (budget.Result, error) {
 	for i := range r.Tokens {
 		res.TokenLevels[i] = r.Tokens[i].SharedCapacity
 	}
+	if node := s.downNode(parts); node != "" {
+		return budget.Result{}, &downError{&nodeError{node: node, err: errNodeDown}}
+	}
 	var taken []*part
 	var warned [][]bool // per taken part: its token buckets that warned
 	for _, p := range parts {
 		rep := s.run(call{kind: reserveCall, reservation: &p.r, group: p.group})
 		if rep.err != nil {
 			s.release(taken, warned, true)
-			return budget.Result{}, &downError{rep.err}
+			return budget.Result{}, &downError{&nodeError{node: s.failedNode(p.group, rep.err), err: rep.err}}
 		}
 		pr, err := parseReserve(rep.val, &p.r, s, p.group)
 		if err != nil {
@@ -206,7 +209,10 @@ func (s *Store) release(taken []*part, warned [][]bool, requests bool) {
 		return
 	}
 	s.releases.Add(1)
-	s.refundShared(charges)
+	if s.beforeRelease != nil {
+		s.beforeRelease()
+	}
+	s.shared().SlotGroupRelease(s.refundShared(charges) != nil)
 }
 
 // stampGroups writes the fleet's epoch into every slot group that holds none (a

@@ -39,6 +39,9 @@ type lease struct {
 	// level is the shared bucket's level after the last slice was taken.
 	level float64
 	used  time.Time
+	// key is the bucket's; rec is told what the lease holds (observe.go).
+	key budget.Key
+	rec budget.SharedRecorder
 }
 
 // leasable tells whether a charge may be served from a slice: a token bucket of the
@@ -95,7 +98,7 @@ func (s *Store) leaseOf(k budget.Key) *lease {
 	if l, ok := s.leases.Load(k); ok {
 		return l.(*lease)
 	}
-	l, _ := s.leases.LoadOrStore(k, &lease{})
+	l, _ := s.leases.LoadOrStore(k, &lease{key: k, rec: s.shared()})
 	return l.(*lease)
 }
 
@@ -116,14 +119,18 @@ func (s *Store) takeFrom(ctx context.Context, l *lease, ch *budget.Charge) bool 
 		take.Amount = slice
 		res, err := s.reserveShared(ctx, &budget.Reservation{Tokens: []budget.Charge{take}})
 		if err != nil || !res.Admitted {
+			if err == nil {
+				l.rec.SliceRefused(ch.Key.Dim, ch.Key.Kind)
+			}
 			return false
 		}
-		l.have += slice
+		l.add(slice)
 		l.ch = *ch
 		l.level = res.TokenLevels[0]
 		s.leaseTakes.Add(1)
+		l.rec.SliceLeased(ch.Key.Dim, ch.Key.Kind)
 	}
-	l.have -= ch.Amount
+	l.add(-ch.Amount)
 	l.used = time.Now()
 	return true
 }
@@ -135,7 +142,7 @@ func (lc *leasedCharges) giveBack() {
 	}
 	for n, l := range lc.from {
 		l.mu.Lock()
-		l.have += lc.amt[n]
+		l.add(lc.amt[n])
 		l.mu.Unlock()
 	}
 }
@@ -191,7 +198,7 @@ func (s *Store) refundLeased(charges []budget.Charge) []budget.Charge {
 		if l.ch.SharedCapacity == ch.SharedCapacity && l.ch.SharedRate == ch.SharedRate {
 			room := 2*s.leaseFraction*ch.SharedCapacity - l.have
 			keep := min(max(room, 0), ch.Amount)
-			l.have += keep
+			l.add(keep)
 			ch.Amount -= keep
 		}
 		l.mu.Unlock()
@@ -207,9 +214,10 @@ func (s *Store) returnLocked(l *lease) {
 	if l.have > 0 && l.ch.SharedCapacity > 0 {
 		ch := l.ch
 		ch.Amount = l.have
-		go s.refundShared([]budget.Charge{ch})
+		go func() { _ = s.refundShared([]budget.Charge{ch}) }()
+		l.rec.SliceReturned(ch.Key.Dim, ch.Key.Kind)
 	}
-	l.have = 0
+	l.add(-l.have)
 }
 
 // returnIdle returns the slices idle for leaseIdle, every leaseIdle, until the store
@@ -227,7 +235,8 @@ func (s *Store) returnIdle() {
 				if l.have > 0 {
 					ch := l.ch
 					ch.Amount = l.have
-					l.have = 0
+					l.add(-l.have)
+					l.rec.SliceReturned(ch.Key.Dim, ch.Key.Kind)
 					s.send([]call{{kind: refundCall, refunds: s.refundsOf([]budget.Charge{ch}), done: make(chan reply, 1)}})
 				}
 				l.mu.Unlock()

@@ -91,6 +91,9 @@ type Store struct {
 	epochMu sync.Mutex
 	// releases counts the reservations released because a later slot group refused.
 	releases atomic.Int64
+	// beforeRelease, when set, runs before a release is sent (tests: a master dies
+	// between a reservation and its release).
+	beforeRelease func()
 	// leaseFraction is Options.LeaseFraction; leases the slices held, by bucket key;
 	// leaseTakes counts the slices taken.
 	leaseFraction float64
@@ -109,6 +112,10 @@ type Store struct {
 	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
 	// admission skips Redis after a failure.
 	downUntil atomic.Int64
+	// nodesDown holds, on a cluster, the same time per master that failed, by address,
+	// and nodesDownUntil the latest of them (nodedown.go).
+	nodesDown      sync.Map
+	nodesDownUntil atomic.Int64
 	// offset is the Redis server's clock minus this replica's (nanoseconds), as the
 	// last reservation found it: calendar windows are told on the server's clock.
 	offset atomic.Int64
@@ -276,7 +283,7 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
 		}
-		s.markDown(down.err)
+		s.markDownFor(down.err)
 		return s.unavailable(ctx, r, down.err)
 	}
 	if err != nil || !res.Admitted {
@@ -442,13 +449,14 @@ func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
 	if s.leaseFraction > 0 {
 		charges = s.refundLeased(charges)
 	}
-	s.refundShared(charges)
+	_ = s.refundShared(charges)
 }
 
-// refundShared returns charges to the shared buckets in Redis.
-func (s *Store) refundShared(charges []budget.Charge) {
+// refundShared returns charges to the shared buckets in Redis; an error when the
+// refund could not reach Redis (it is dropped).
+func (s *Store) refundShared(charges []budget.Charge) error {
 	if len(charges) == 0 {
-		return
+		return nil
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
 	// a request.
@@ -458,7 +466,9 @@ func (s *Store) refundShared(charges []budget.Charge) {
 		if r.err != nil {
 			s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", r.err)
 		}
+		return r.err
 	case <-s.stopped:
+		return errClosed
 	}
 }
 
