@@ -73,7 +73,7 @@ func benchHTTP(b *testing.B, target string, perCore int, header ...string) {
 	b.SetParallelism(perCore)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := processCPU()
+	cost := startCost(b)
 	b.RunParallel(func(pb *testing.PB) {
 		local := make([]time.Duration, 0, 1024)
 		for pb.Next() {
@@ -100,11 +100,7 @@ func benchHTTP(b *testing.B, target string, perCore int, header ...string) {
 		mu.Unlock()
 	})
 	b.StopTimer()
-	if cpu := processCPU() - cpu; cpu > 0 && b.N > 0 {
-		// The process's CPU time a request, client, proxy and backend together: it
-		// moves less than ns/op with what else the host runs.
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1000, "cpu-µs/op")
-	}
+	cost.report()
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
@@ -209,6 +205,8 @@ rate_limiting:
 // newRedisBenchServer is the benchmark proxy on a real redis-server started for it.
 func newRedisBenchServer(b *testing.B, upstream, benchDoc string) *server.Server {
 	rs := redisserver.Start(b)
+	benchRedis.Store(b, rs)
+	b.Cleanup(func() { benchRedis.Delete(b) })
 	mem := budget.NewMemory(budget.SystemClock{}, 1000000)
 	store, err := redisstore.New(redisstore.Options{URL: rs.URL(), DialTimeout: 100 * time.Millisecond,
 		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, Fallback: mem})

@@ -72,7 +72,7 @@ func benchApply(b *testing.B, requests, subjects int) {
 		}
 		return r
 	}()})
-	keys, args := s.apply(0, refund, reserves)
+	keys, args, _ := s.apply(0, refund, reserves)
 	ctx := context.Background()
 	c := s.Client()
 	if err := applyScript.Run(ctx, c, keys, args...).Err(); err != nil {

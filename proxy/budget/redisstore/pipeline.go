@@ -17,7 +17,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
-// Calls wait in a queue for two workers. A worker takes everything waiting and sends
+// Calls wait in a queue for a worker. The worker takes everything waiting and sends
 // it in one pipeline: one apply script that returns the refunds waiting and then
 // decides the reservations waiting, in arrival order, each all or nothing; and one
 // charge script per overage. A reservation is still decided by one script in one
@@ -62,12 +62,19 @@ const (
 	// answered as unavailable and a settlement is dropped (its budget returns at the
 	// refill rate) rather than blocking anything.
 	callQueue = 4096
-	// pipelineWorkers send the queued calls; each waits for its pipeline's replies. Two
-	// keep one pipeline filling while another is answered, which hides the network
-	// round trip; more make smaller pipelines, which cost Redis more per request
-	// (measured on loopback at 64 concurrent requests: 1 worker 5% more throughput
-	// than 2, and 4 workers 5% less).
-	pipelineWorkers = 2
+	// pipelineWorkers send the queued calls; each waits for its pipeline's replies.
+	// While one pipeline is answered the next fills, so one worker still overlaps the
+	// round trip with the requests arriving, and sends pipelines twice as large as two
+	// workers do: in BenchmarkProxy (loopback, 64 connections, fifteen buckets) Redis
+	// spent 10.7 to 14.1 µs of CPU per request with one worker against 17.0 to 18.3
+	// with two (0.12 to 0.16 script calls per request against 0.20 to 0.27), and the
+	// proxy process no more. More workers make smaller pipelines still (four: 5% less
+	// throughput than two). The price is latency where callers do nothing but wait for
+	// Redis: BenchmarkLayouts/single (64 goroutines reserving and settling) admits 9 to
+	// 12% fewer a second with one worker. A second worker that waits for the first's
+	// pipeline unless it holds 16 calls recovered a third of that and cost the proxy
+	// Redis CPU (15.4 to 15.7 µs a request against 9.7 to 13.9), so it was not kept.
+	pipelineWorkers = 1
 	// maxPipeline bounds the calls one worker takes at once.
 	maxPipeline = 64
 )
@@ -214,7 +221,9 @@ func (s *Store) pipeline() {
 				break drain
 			}
 		}
+		s.sending.Add(int64(len(batch)))
 		s.send(batch)
+		s.sending.Add(-int64(len(batch)))
 	}
 }
 
@@ -250,16 +259,17 @@ func (s *Store) send(batch []call) {
 	// calls of their own.
 	refundsOf, reservesOf, order := s.byGroup(mergeRefunds(gathered), batch)
 	decisions := make(map[int]int, len(order))
+	sums := make(map[int]*batchSum, len(order))
 	for _, g := range order {
 		refund := refundsOf[g]
 		for len(refund) > maxApplyRefunds {
-			k, a := s.apply(g, refund[:maxApplyRefunds], nil)
+			k, a, _ := s.apply(g, refund[:maxApplyRefunds], nil)
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 			refund = refund[maxApplyRefunds:]
 		}
 		if len(refund) > 0 || len(reservesOf[g]) > 0 {
-			k, a := s.apply(g, refund, reservesOf[g])
-			decisions[g] = len(calls)
+			k, a, sum := s.apply(g, refund, reservesOf[g])
+			decisions[g], sums[g] = len(calls), sum
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 		}
 	}
@@ -310,22 +320,36 @@ func (s *Store) send(batch []call) {
 		r.finish(refundErr)
 	}
 	// Each group's decisions answer its reservations, in the order they were taken.
+	type groupDecisions struct {
+		decided []any
+		err     error
+	}
+	decidedOf := make(map[int]groupDecisions, len(order))
+	for _, g := range order {
+		if len(reservesOf[g]) == 0 {
+			continue
+		}
+		decided, err := calls[decisions[g]].cmd.Slice()
+		if err == nil {
+			decided, err = sums[g].decisions(decided, reservesOf[g])
+		}
+		if err == nil && len(decided) != len(reservesOf[g]) {
+			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[g]))
+		}
+		decidedOf[g] = groupDecisions{decided, err}
+	}
 	next := make(map[int]int, len(order))
 	for _, c := range batch {
 		switch c.kind {
 		case refundCall:
 			c.done <- reply{err: refundErr}
 		case reserveCall:
-			cmd := calls[decisions[c.group]].cmd
-			decided, err := cmd.Slice()
-			if err == nil && len(decided) != len(reservesOf[c.group]) {
-				err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[c.group]))
-			}
-			if err != nil {
-				c.done <- reply{err: err}
+			d := decidedOf[c.group]
+			if d.err != nil {
+				c.done <- reply{err: d.err}
 				continue
 			}
-			c.done <- reply{val: decided[next[c.group]]}
+			c.done <- reply{val: d.decided[next[c.group]]}
 			next[c.group]++
 		}
 	}
@@ -403,8 +427,9 @@ func mergeRefunds(gathered []*refunds) []refundEntry {
 	return out
 }
 
-// apply lays out one apply script call in slot group g: refunds, then reservations.
-func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservation) ([]string, []any) {
+// apply lays out one apply script call in slot group g: refunds, then reservations,
+// and the reservations' sum by bucket (batch.go).
+func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservation) ([]string, []any, *batchSum) {
 	buckets := len(refund)
 	for _, r := range reserves {
 		buckets += len(r.Requests) + len(r.Tokens)
@@ -417,31 +442,34 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	p.buf = slices.Grow(p.buf, (buckets-len(refund))*decideSpecSize)
 	ends := make([]int, 1, 1+len(reserves))
 	ends[0] = len(p.buf)
-	args := make([]any, 2, 2+2*len(reserves))
+	args := make([]any, 3, 3+2*len(reserves))
 	args[1] = ""
+	sum := newBatchSum(buckets - len(refund))
 	for _, r := range reserves {
 		if args[1] == "" && fenceable(r) {
 			args[1] = s.want()
 		}
+		sum.startReservation()
 		for i := range r.Requests {
-			p.addDecide(s, &r.Requests[i], 1)
+			p.addDecide(s, &r.Requests[i], 1, sum)
 		}
 		for i := range r.Tokens {
-			p.addDecide(s, &r.Tokens[i], r.Tokens[i].Amount)
+			p.addDecide(s, &r.Tokens[i], r.Tokens[i].Amount, sum)
 		}
 		ends = append(ends, len(p.buf))
 		args = append(args, len(r.Requests), nil)
 	}
 	// The spec buffer grew while it was filled: slice it once it is complete.
 	args[0] = p.buf[:ends[0]]
+	args[2] = sum.spec()
 	for i := 1; i < len(ends); i++ {
-		args[2*i+1] = p.buf[ends[i-1]:ends[i]]
+		args[2*i+2] = p.buf[ends[i-1]:ends[i]]
 	}
 	if args[1] != "" {
 		// The epoch key goes last, after every bucket's: the spec never indexes it.
-		return append(p.keys, s.groups[g].key), args
+		return append(p.keys, s.groups[g].key), args, sum
 	}
-	return p.keys, args
+	return p.keys, args, sum
 }
 
 // spec lays out one script call's buckets: the keys, one per dimension and id in the
@@ -482,10 +510,11 @@ const (
 
 // addDecide appends one bucket of a reservation: its flags, shared capacity and rate,
 // the wait of a zero allowance (or a calendar window's end, in Unix milliseconds),
-// and what it takes.
-func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
-	p.buf = binary.LittleEndian.AppendUint16(p.buf, uint16(p.index(s, ch.Key)))
-	p.buf = append(p.buf, slot(ch.Key))
+// and what it takes; and adds it to the batch's sum.
+func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64, sum *batchSum) {
+	k, sl := uint16(p.index(s, ch.Key)), slot(ch.Key)
+	p.buf = binary.LittleEndian.AppendUint16(p.buf, k)
+	p.buf = append(p.buf, sl)
 	var flags byte
 	wait := float64(ch.WaitPeriod().Milliseconds())
 	if ch.Warn {
@@ -499,9 +528,10 @@ func (p *spec) addDecide(s *Store, ch *budget.Charge, amount float64) {
 		flags |= flagDurable
 	}
 	p.buf = append(p.buf, flags)
-	for _, v := range []float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {
+	for _, v := range [4]float64{ch.SharedCapacity, ch.SharedRate, wait, amount} {
 		p.buf = binary.LittleEndian.AppendUint64(p.buf, math.Float64bits(v))
 	}
+	sum.add(k, sl, flags, ch.SharedCapacity, ch.SharedRate, wait, amount)
 }
 
 // slot is the bucket's slot in its key: limits keep an id's request, minute and day

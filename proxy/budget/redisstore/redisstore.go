@@ -134,6 +134,8 @@ type Store struct {
 	// gathering are the refunds waiting for a pipeline to take them.
 	refundMu  sync.Mutex
 	gathering *refunds
+	// sending counts the calls the workers have taken and not yet answered.
+	sending atomic.Int64
 }
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
@@ -321,6 +323,9 @@ func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budge
 
 // parseReserve reads the decision of reservation r in slot group g.
 func parseReserve(val any, r *budget.Reservation, s *Store, g int) (budget.Result, error) {
+	if d, ok := val.(sumDecision); ok {
+		return s.admittedBySum(d, r, g), nil
+	}
 	n := len(r.Requests) + len(r.Tokens)
 	res := budget.Result{
 		Backend:        s,

@@ -137,7 +137,9 @@ end
 //
 // ARGV: the refunds' spec, with the capacity and rate recorded on the hold and the
 // amount for every bucket (empty when there are none); the epoch expected ("" when no
-// reservation of the call has a durable bucket); then two values per
+// reservation of the call has a durable bucket); the reservations' sum by bucket, in
+// the decide spec's layout with the sum as the amount (empty when the call offers
+// none; see batch.go); then two values per
 // reservation: nreq (its first nreq buckets are request-count buckets) and its
 // decide spec, 36 bytes per bucket, struct.pack("<HBBdddd"): key index, slot, flags
 // (1 warn, 2 calendar, 4 durable), capacity, rate, period_ms (the wait reported for a zero
@@ -150,7 +152,9 @@ end
 // per bucket ("1" for a warn bucket the request did not fit) or empty when none, and
 // now_ms is the Redis server's clock. A bucket in debt repays it before it holds
 // anything: its wait includes the debt. A calendar window's wait is the time to its
-// end.
+// end. When every bucket of the sum held it, the reply is instead {levels before,
+// now_ms}: each distinct bucket's level before the reservations took from it, packed
+// as little-endian doubles in the sum's order, every reservation admitted.
 var applyScript = redis.NewScript(bucketLib + `
 do
   local spec = ARGV[1]
@@ -297,8 +301,55 @@ local function decide(nreq, spec)
   return {admitted, refused, kind, ceil(retry), pack('<' .. string.rep('d', n), unpack(level, 1, n)), w, now - now % 1}
 end
 
+-- The sum by bucket (ARGV[3], see batch.go): when every bucket holds what all the
+-- reservations take from it, take it at once and return each bucket's level before.
+-- Nothing is written unless every bucket holds its sum.
+if trusted and ARGV[3] ~= '' then
+  local sum = ARGV[3]
+  local m = #sum / 36
+  local lv, ks, bs, fs, cs, rs, ps, as = {}, {}, {}, {}, {}, {}, {}, {}
+  local pos, all = 1, true
+  for i = 1, m do
+    local k, slot, f, c, r, p, a
+    k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', sum, pos)
+    local b = 4 * slot
+    local s = stored[k]
+    local oc, l = s[b + 3], c
+    if oc >= 0 then
+      local orate = s[b + 4]
+      l = s[b + 1]
+      local dt = (now - s[b + 2]) / 1000
+      if dt > 0 then
+        l = l + dt * orate
+        if l > oc then l = oc end
+      end
+      if oc ~= c or orate ~= r then
+        if f % 4 >= 2 then l = l + c - oc
+        elseif oc > 0 then l = l / oc * c
+        else l = c end
+      end
+    end
+    -- The margin covers the rounding of taking the amounts one by one.
+    if not (l - a >= 1e-12 * (math.abs(l) + a)) then
+      all = false
+      break
+    end
+    lv[i], ks[i], bs[i], fs[i], cs[i], rs[i], ps[i], as[i] = l, k, b, f, c, r, p, a
+  end
+  if all then
+    for i = 1, m do
+      local s, b, t = stored[ks[i]], bs[i], now
+      if fs[i] % 4 >= 2 then t = ps[i] end
+      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = lv[i] - as[i], t, cs[i], rs[i]
+      dirty[ks[i]] = true
+    end
+    flush()
+    return {pack('<' .. string.rep('d', m), unpack(lv, 1, m)), now - now % 1}
+  end
+end
+
 local out = {}
-for a = 3, #ARGV, 2 do
+for a = 4, #ARGV, 2 do
   out[#out + 1] = decide(tonumber(ARGV[a]), ARGV[a + 1])
 end
 flush()
