@@ -14,7 +14,7 @@ func (s *Store) ShiftCalendar(d time.Duration) { s.shift.Store(int64(d)) }
 
 // Waiting is the number of calls waiting for a pipeline worker or for their
 // pipeline's replies.
-func (s *Store) Waiting() int { return len(s.calls) + int(s.sending.Load()) }
+func (s *Store) Waiting() int { return s.waiting() }
 
 // BeforeRelease runs f before each release of slot groups is sent.
 func (s *Store) BeforeRelease(f func()) { s.beforeRelease = f }

@@ -87,7 +87,11 @@ var (
 // run queues a call for the pipeline workers and waits for its reply.
 func (s *Store) run(c call) reply {
 	c.done = make(chan reply, 1)
-	if err := s.enqueue(c); err != nil {
+	q := s.queueOf(c.group)
+	if q == nil {
+		return reply{err: errClosed}
+	}
+	if err := s.enqueue(q, c); err != nil {
 		return reply{err: err}
 	}
 	// Always wait for the reply, even for a caller that went away: a reservation the
@@ -105,14 +109,14 @@ func (s *Store) run(c call) reply {
 	}
 }
 
-func (s *Store) enqueue(c call) error {
+func (s *Store) enqueue(q *queue, c call) error {
 	select {
 	case <-s.done:
 		return errClosed
 	default:
 	}
 	select {
-	case s.calls <- c:
+	case q.calls <- c:
 		return nil
 	default:
 		return errQueueFull
@@ -142,16 +146,16 @@ func (r *refunds) finish(err error) {
 	close(r.done)
 }
 
-// gather adds a refund to the refunds gathering, starting them if none are, and
-// returns them.
-func (s *Store) gather(charges []budget.Charge) *refunds {
-	s.refundMu.Lock()
-	defer s.refundMu.Unlock()
-	r := s.gathering
+// gather adds a refund to the refunds gathering for queue q, starting them if none
+// are, and returns them.
+func (s *Store) gather(q *queue, charges []budget.Charge) *refunds {
+	q.refundMu.Lock()
+	defer q.refundMu.Unlock()
+	r := q.gathering
 	if r == nil {
 		r = &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
-		s.gathering = r
-		time.AfterFunc(s.linger, func() { s.sendRefunds(r) })
+		q.gathering = r
+		time.AfterFunc(s.linger, func() { s.sendRefunds(q, r) })
 	}
 	r.add(charges)
 	return r
@@ -176,62 +180,63 @@ func (s *Store) refundsOf(charges []budget.Charge) *refunds {
 	return r
 }
 
-// takeRefunds ends the gathering and returns what gathered, or nil.
-func (s *Store) takeRefunds() *refunds {
-	s.refundMu.Lock()
-	defer s.refundMu.Unlock()
-	r := s.gathering
-	s.gathering = nil
+// takeRefunds ends the gathering for queue q and returns what gathered, or nil.
+func (q *queue) takeRefunds() *refunds {
+	q.refundMu.Lock()
+	defer q.refundMu.Unlock()
+	r := q.gathering
+	q.gathering = nil
 	return r
 }
 
 // sendRefunds queues refunds that no pipeline took within the linger.
-func (s *Store) sendRefunds(r *refunds) {
-	s.refundMu.Lock()
-	mine := s.gathering == r
+func (s *Store) sendRefunds(q *queue, r *refunds) {
+	q.refundMu.Lock()
+	mine := q.gathering == r
 	if mine {
-		s.gathering = nil
+		q.gathering = nil
 	}
-	s.refundMu.Unlock()
+	q.refundMu.Unlock()
 	if !mine {
 		return // a pipeline took them
 	}
-	if err := s.enqueue(call{kind: refundCall, refunds: r, done: make(chan reply, 1)}); err != nil {
+	if err := s.enqueue(q, call{kind: refundCall, refunds: r, done: make(chan reply, 1)}); err != nil {
 		r.finish(err)
 	}
 }
 
-// pipeline sends queued calls, as many as are waiting, in one pipeline.
-func (s *Store) pipeline() {
+// pipeline sends the calls queued in q, as many as are waiting, in one pipeline.
+func (s *Store) pipeline(q *queue) {
 	defer s.workers.Done()
 	batch := make([]call, 0, maxPipeline)
 	for {
 		select {
 		case <-s.done:
 			return
-		case c := <-s.calls:
+		case c := <-q.calls:
 			batch = append(batch[:0], c)
 		}
 	drain:
 		for len(batch) < maxPipeline {
 			select {
-			case c := <-s.calls:
+			case c := <-q.calls:
 				batch = append(batch, c)
 			default:
 				break drain
 			}
 		}
-		s.sending.Add(int64(len(batch)))
-		s.send(batch)
-		s.sending.Add(-int64(len(batch)))
+		q.sending.Add(int64(len(batch)))
+		s.send(q, batch)
+		q.sending.Add(-int64(len(batch)))
 	}
 }
 
-// send sends one batch, with the refunds gathering, and answers each of its calls.
-func (s *Store) send(batch []call) {
+// send sends one batch of queue q, with the refunds gathering for q, and answers each
+// of its calls.
+func (s *Store) send(q *queue, batch []call) {
 	ctx := context.Background()
 	var gathered []*refunds
-	if r := s.takeRefunds(); r != nil {
+	if r := q.takeRefunds(); r != nil {
 		gathered = append(gathered, r)
 	}
 	var charges []call

@@ -122,20 +122,16 @@ type Store struct {
 	// shift moves the calendar windows' present, in nanoseconds (tests: a
 	// daylight-saving month).
 	shift atomic.Int64
-	// calls queue script calls for the workers that send them in pipelines: under
-	// load many reservations and settlements share one round trip and one syscall.
-	calls chan call
+	// q queues script calls for the workers that send them in pipelines: under load
+	// many reservations and settlements share one round trip and one syscall
+	// (queues.go).
+	q queues
 	// done closes to stop the workers; stopped closes when they have, after answering
 	// the calls they had taken.
 	done      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
 	workers   sync.WaitGroup
-	// gathering are the refunds waiting for a pipeline to take them.
-	refundMu  sync.Mutex
-	gathering *refunds
-	// sending counts the calls the workers have taken and not yet answered.
-	sending atomic.Int64
 }
 
 // New connects lazily: a Redis that is down at start is only unavailable, not fatal.
@@ -165,7 +161,7 @@ func New(o Options) (*Store, error) {
 	s := &Store{
 		c: c, prefix: "{" + o.Prefix + "}:", name: o.Prefix, sharded: sharded, backoff: o.Backoff, linger: o.RefundLinger,
 		clock: o.Clock, rec: o.Recorder, log: o.Logger,
-		calls: make(chan call, callQueue), done: make(chan struct{}), stopped: make(chan struct{}),
+		done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	s.groups = s.newGroups()
 	s.epochChanged = o.EpochChanged
@@ -176,10 +172,7 @@ func New(o Options) (*Store, error) {
 		s.epoch.Store(&o.Epoch)
 	}
 	s.fallback.Store(o.Fallback)
-	s.workers.Add(pipelineWorkers)
-	for range pipelineWorkers {
-		go s.pipeline()
-	}
+	s.q.def = s.startQueue("")
 	if o.LeaseFraction > 0 {
 		s.leaseFraction = min(o.LeaseFraction, 1)
 		s.workers.Add(1)
@@ -459,17 +452,27 @@ func (s *Store) refundShared(charges []budget.Charge) error {
 		return nil
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
-	// a request.
-	r := s.gather(charges)
-	select {
-	case <-r.done:
-		if r.err != nil {
-			s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", r.err)
-		}
-		return r.err
-	case <-s.stopped:
-		return errClosed
+	// a request. On a cluster each master's share gathers for its own queue.
+	qs, parts := s.refundQueues(charges)
+	gathered := make([]*refunds, len(qs))
+	for i, q := range qs {
+		gathered[i] = s.gather(q, parts[i])
 	}
+	var err error
+	for _, r := range gathered {
+		select {
+		case <-r.done:
+			if r.err != nil && err == nil {
+				err = r.err
+			}
+		case <-s.stopped:
+			return errClosed
+		}
+	}
+	if err != nil {
+		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", err)
+	}
+	return err
 }
 
 // millis converts the scripts' milliseconds to a Duration, saturating rather than
@@ -542,10 +545,13 @@ func (s *Store) Prune(keep func(budget.Key) bool) {
 func (s *Store) Close() error {
 	err := errClosed
 	s.closeOnce.Do(func() {
+		qs := s.closeQueues()
 		close(s.done)
 		s.workers.Wait()
-		if r := s.takeRefunds(); r != nil {
-			r.finish(errClosed)
+		for _, q := range qs {
+			if r := q.takeRefunds(); r != nil {
+				r.finish(errClosed)
+			}
 		}
 		close(s.stopped)
 		err = s.c.Close()
