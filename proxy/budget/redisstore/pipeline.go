@@ -74,6 +74,15 @@ const (
 	// 12% fewer a second with one worker. A second worker that waits for the first's
 	// pipeline unless it holds 16 calls recovered a third of that and cost the proxy
 	// Redis CPU (15.4 to 15.7 µs a request against 9.7 to 13.9), so it was not kept.
+	// This is per queue: on a cluster each master has its own queue and worker
+	// (queues.go), so a master that fails or stalls delays only its own calls. In
+	// BenchmarkLayouts/cluster (shared host, six runs each, alternated) the queue per
+	// master made 7.8 to 7.9 script calls per request (8.4 in the most loaded run)
+	// against 7.1 to 7.6 with one queue (each master's worker sends as soon as it is
+	// free, so its pipelines are a little smaller), at the same throughput (3,911 to
+	// 6,292 admissions a second against 3,846 to 4,351 in the three quieter pairs) and
+	// Redis time per request (109 to 126 µs against 110 to 125); one server was
+	// unchanged (10,131 to 16,488 against 10,578 to 15,908 outside the most loaded runs).
 	pipelineWorkers = 1
 	// maxPipeline bounds the calls one worker takes at once.
 	maxPipeline = 64
