@@ -121,6 +121,12 @@ func (s *Store) markDownFor(err error) {
 	if s.fallback.Load() == nil {
 		action = "refusing their requests with 503"
 	}
-	s.log.Warn(fmt.Sprintf("A Redis Cluster master is unreachable; the slot groups it serves are skipped, %s, until it answers", action),
-		"node", ne.node, "error", ne.err, "retry_in", s.backoff)
+	msg := fmt.Sprintf("A Redis Cluster master is unreachable; the slot groups it serves are skipped, %s, until it answers", action)
+	var refused redis.Error
+	if errors.As(ne.err, &refused) {
+		// The master answered, with an error (a user without the scripts' commands, a
+		// Redis older than 7.0): it needs its operator, not patience.
+		msg = fmt.Sprintf("A Redis Cluster master refused the budget scripts; the slot groups it serves are skipped, %s, until it runs them", action)
+	}
+	s.log.Warn(msg, "node", ne.node, "error", ne.err, "retry_in", s.backoff)
 }
