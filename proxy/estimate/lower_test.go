@@ -12,18 +12,32 @@ import (
 )
 
 var _ = Describe("The lower bound and the output cap", func() {
-	It("counts a prompt's text at a token per twelve ASCII bytes, below the generous estimate", func() {
-		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45,000 bytes
+	// The lower bound is a count of tokens the text cannot do without under
+	// o200k_base and cl100k_base (text.go); proxy/tokenize checks it against both.
+	It("counts each word of prose a token: the encodings never merge two words", func() {
+		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 9,000 words
 		e := body(`{"model":"m","messages":[{"role":"user","content":"` + prose + `"}],"max_tokens":100}`)
 		Expect(e.Input).To(BeNumerically(">=", 45000/4))
-		Expect(e.InputLower).To(BeNumerically("~", 45000/12, 10))
+		Expect(e.InputLower).To(Equal(int64(9000 + 1))) // and "user"
 		Expect(e.InputLower).To(BeNumerically("<", e.Input))
 		Expect(e.OutputCap).To(Equal(int64(100)))
 	})
 
-	It("counts other scripts at a token per three characters", func() {
+	It("counts a CJK ideograph a tenth of a token: a token holds up to ten", func() {
 		e := body(`{"messages":[{"role":"user","content":"` + strings.Repeat("漢", 3000) + `"}]}`)
-		Expect(e.InputLower).To(BeNumerically("~", 1000, 5))
+		Expect(e.InputLower).To(Equal(int64(300 + 1)))
+	})
+
+	It("counts digits in threes, and runs of spaces, newlines or dashes not at all", func() {
+		e := body(`{"messages":[{"role":"user","content":"` + strings.Repeat(" ", 4000) + strings.Repeat(`\n`, 500) +
+			strings.Repeat("-", 300) + "1234567" + `"}]}`)
+		Expect(e.InputLower).To(Equal(int64(3 + 1)))
+		Expect(e.Input).To(BeNumerically(">", 1000))
+	})
+
+	It("leaves keys, and fields that are not the prompt, out", func() {
+		e := body(`{"model":"gpt-4o","user":"someone","metadata":{"a":"b c d"},"messages":[{"role":"user","content":"hi"}]}`)
+		Expect(e.InputLower).To(Equal(int64(2)))
 	})
 
 	It("leaves media and message framing out: an image is not text", func() {

@@ -55,6 +55,9 @@ type walked struct {
 	prompts int64
 	// media is the part of tokens that is media cost, not text.
 	media int64
+	// lower is the lower bound of the text of every string (keys are structure, not
+	// text) and number, media payloads not counted.
+	lower int64
 }
 
 func (s *scanner) ws() {
@@ -86,55 +89,85 @@ func (s *scanner) expect(c byte) error {
 
 // str scans a string and returns its raw contents (escapes left in place).
 func (s *scanner) str() ([]byte, error) {
-	raw, _, err := s.strText()
+	raw, _, _, err := s.strText()
 	return raw, err
 }
 
-// strText scans a string and returns its raw contents (escapes left in place) and
-// textRaw of them, counted in the same pass.
-func (s *scanner) strText() ([]byte, int64, error) {
+// strText scans a string and returns its raw contents (escapes left in place), its
+// generous count and its lower bound (text.go), counted in the same pass.
+func (s *scanner) strText() (raw []byte, gen, lower int64, err error) {
 	if s.peek() != '"' {
-		return nil, 0, errSyntax
+		return nil, 0, 0, errSyntax
 	}
 	s.i++
 	start := s.i
-	var ascii, other int64
+	var units, digits, words, wide int64
+	brk, inNum := true, false // see textCounts
 	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
+		c := s.b[s.i]
+		if c >= utf8.RuneSelf {
+			// One token per character; a byte that is not valid UTF-8 is one too.
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				units += genInvalid
+			} else {
+				units += genWide[size]
+				wide += lowerWide[c]
+			}
+			s.i += size
+			brk, inNum = false, false
+			continue
+		}
+		cl := asciiClass[c]
+		switch cl {
+		case cLetter:
+			if brk {
+				words++
+			}
+			brk, inNum = false, false
+		case cDigit:
+			digits++
+			if !inNum {
+				units += digitRunUnits
+			}
+			brk, inNum = true, true
+		case cApostrophe:
+			brk, inNum = false, false
+		case cQuote:
 			raw := s.b[start:s.i]
 			s.i++
-			return raw, (ascii+3)/4 + other, nil
-		case c == '\\':
+			gen, lower := textTotals(units, digits, words, wide)
+			return raw, gen, lower, nil
+		case cBackslash:
 			if s.i+1 >= len(s.b) {
-				return nil, 0, errSyntax
+				return nil, 0, 0, errSyntax
 			}
 			switch s.b[s.i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				s.i += 2
-				ascii += 2
+				units += 2 * genASCII[cPunct]
+				brk, inNum = true, false
 			case 'u':
 				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
-					return nil, 0, errSyntax
+					return nil, 0, 0, errSyntax
 				}
 				s.i += 6
-				ascii += 6
+				units += 6 * genASCII[cPunct]
+				// It may decode to a letter or an apostrophe: no word starts after it.
+				brk, inNum = false, false
 			default:
-				return nil, 0, errSyntax
+				return nil, 0, 0, errSyntax
 			}
-		case c < 0x20:
-			return nil, 0, errSyntax
-		case c < utf8.RuneSelf:
-			s.i++
-			ascii++
+			continue
+		case cControl:
+			return nil, 0, 0, errSyntax
 		default:
-			// One token per character; a byte that is not valid UTF-8 is one too.
-			_, size := utf8.DecodeRune(s.b[s.i:])
-			s.i += size
-			other++
+			brk, inNum = true, false
 		}
+		units += genASCII[cl]
+		s.i++
 	}
-	return nil, 0, errSyntax
+	return nil, 0, 0, errSyntax
 }
 
 func isHex4(b []byte) bool {
@@ -245,7 +278,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			continue
 		case '"':
-			raw, text, err := s.strText()
+			raw, text, lower, err := s.strText()
 			if err != nil {
 				return w, err
 			}
@@ -262,6 +295,9 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			w.tokens = satAdd(w.tokens, t)
 			if media {
 				w.media = satAdd(w.media, t)
+			} else if t == text {
+				// Counted as text (a payload waiting for its media type is not).
+				w.lower = satAdd(w.lower, lower)
 			}
 			kind = '"'
 		default:
@@ -271,6 +307,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			if lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9') {
 				w.tokens++ // a token id, or a number in a part
+				w.lower++
 			}
 		}
 		// A value is complete: close every container it completes.
@@ -325,7 +362,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 // key reads an object's next key and the colon after it: the key counts as text, and
 // it says what the value after it is for media (the last occurrence of a key counts).
 func (s *scanner) key(obj *frame, w *walked) error {
-	raw, text, err := s.strText()
+	raw, text, _, err := s.strText()
 	if err != nil {
 		return err
 	}
@@ -406,22 +443,9 @@ func needsDecoding(raw []byte) bool {
 	return !utf8.Valid(raw)
 }
 
-// textRaw counts a raw (escaped) string as Text counts its decoded form, from above:
-// an escape counts as its ASCII bytes, so it over-counts slightly and never
-// under-counts. A byte that is not part of valid UTF-8 is a token of its own (it
-// decodes to U+FFFD, three bytes).
+// textRaw is the generous count of a string's text as written (Text's count of its
+// decoded form or more: an escape counts as the bytes it is written with).
 func textRaw(raw []byte) int64 {
-	var ascii, other int64
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c < utf8.RuneSelf {
-			ascii++
-			i++
-			continue
-		}
-		_, size := utf8.DecodeRune(raw[i:])
-		other++
-		i += size
-	}
-	return (ascii+3)/4 + other
+	gen, _ := textCounts(raw)
+	return gen
 }
