@@ -10,7 +10,7 @@ import "unicode/utf8"
 // cl100k_base.
 //
 // The generous count (T) charges, in twelfths of a token (genUnit):
-//   - an ASCII letter, space or control a quarter token, punctuation a third: JSON and
+//   - an ASCII letter, space, tab or newline a quarter token, punctuation a third: JSON and
 //     code pack their quotes, braces and colons into short tokens;
 //   - a digit a third of a token, and every run of digits two tokens more: the
 //     encodings split numbers into groups of at most three digits, and the space or
@@ -74,7 +74,7 @@ var asciiClass = func() (t [utf8.RuneSelf]uint8) {
 			t[c] = cLetter
 		case c >= '0' && c <= '9':
 			t[c] = cDigit
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case c == ' ':
 			t[c] = cSpace
 		case c == '\'':
 			t[c] = cApostrophe
@@ -82,7 +82,7 @@ var asciiClass = func() (t [utf8.RuneSelf]uint8) {
 			t[c] = cQuote
 		case c == '\\':
 			t[c] = cBackslash
-		case c < 0x20:
+		case c < 0x20: // tabs and newlines too: a JSON string cannot hold them raw
 			t[c] = cControl
 		default:
 			t[c] = cPunct
