@@ -102,73 +102,89 @@ func (s *scanner) strText() (raw []byte, gen, lower int64, err error) {
 	s.i++
 	start := s.i
 	var units, digits, words, wide int64
-	brk, inNum := true, false // see textCounts
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c >= utf8.RuneSelf {
-			// One token per character; a byte that is not valid UTF-8 is one too.
-			r, size := utf8.DecodeRune(s.b[s.i:])
-			if r == utf8.RuneError && size == 1 {
-				units += genInvalid
-			} else {
-				units += genWide[size]
-				wide += lowerWide[c]
-			}
-			s.i += size
-			brk, inNum = false, false
-			continue
-		}
-		cl := asciiClass[c]
-		switch cl {
-		case cLetter:
-			if brk {
-				words++
-			}
-			brk, inNum = false, false
-		case cDigit:
-			digits++
-			if !inNum {
-				units += digitRunUnits
-			}
-			brk, inNum = true, true
-		case cApostrophe:
-			brk, inNum = false, false
-		case cQuote:
-			raw := s.b[start:s.i]
-			s.i++
-			gen, lower := textTotals(units, digits, words, wide)
-			return raw, gen, lower, nil
-		case cBackslash:
-			if s.i+1 >= len(s.b) {
+	var acc uint64 // the packed count of the current block (text.go)
+	pc := uint(catBreak)
+	b, i := s.b, s.i
+	blockEnd := min(len(b), i+blockBytes)
+	for {
+		if i >= blockEnd {
+			if i >= len(b) {
 				return nil, 0, 0, errSyntax
 			}
-			switch s.b[s.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
+			unpack(acc, &units, &digits, &words)
+			acc, blockEnd = 0, min(len(b), i+blockBytes)
+		}
+		c := b[i]
+		if e := pairTable[(pc+uint(c))&pairMask]; e&special == 0 {
+			acc += e
+			pc = nextCat[c]
+			i++
+			continue
+		}
+		switch {
+		case c == '\\':
+			if i+1 >= len(b) {
+				return nil, 0, 0, errSyntax
+			}
+			if simpleEscape[b[i+1]] {
+				// A run of them (newlines, tabs) at once.
+				for i += 2; i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]]; i += 2 {
+					units += 2 * genASCII[cPunct]
+				}
 				units += 2 * genASCII[cPunct]
-				brk, inNum = true, false
+				pc = catBreak
+				continue
+			}
+			switch b[i+1] {
 			case 'u':
-				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
 					return nil, 0, 0, errSyntax
 				}
-				s.i += 6
+				i += 6
 				units += 6 * genASCII[cPunct]
 				// It may decode to a letter or an apostrophe: no word starts after it.
-				brk, inNum = false, false
+				pc = catWord
 			default:
 				return nil, 0, 0, errSyntax
 			}
-			continue
-		case cControl:
-			return nil, 0, 0, errSyntax
+		case c == '"':
+			s.i = i + 1
+			unpack(acc, &units, &digits, &words)
+			gen, lower := totals(units, digits, words, wide)
+			return b[start:i], gen, lower, nil
+		case c < utf8.RuneSelf:
+			return nil, 0, 0, errSyntax // a control
 		default:
-			brk, inNum = true, false
+			// A character of another script; a byte that is not valid UTF-8 too.
+			// A run of them at once; the usual three-byte characters (CJK) decoded in
+			// place.
+			for {
+				if c >= 0xE1 && c != 0xED && i+2 < len(b) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80 && c <= 0xEF {
+					units += genWide[3]
+					wide += lowerWide[c]
+					i += 3
+				} else {
+					r, size := utf8.DecodeRune(b[i:])
+					if r == utf8.RuneError && size == 1 {
+						units += genInvalid
+					} else {
+						units += genWide[size&7]
+						wide += lowerWide[c]
+					}
+					i += size
+				}
+				if i >= len(b) || b[i] < utf8.RuneSelf {
+					break
+				}
+				c = b[i]
+			}
+			pc = catWord
 		}
-		units += genASCII[cl]
-		s.i++
 	}
-	return nil, 0, 0, errSyntax
 }
+
+// simpleEscape marks the characters after a backslash that make a two-byte escape.
+var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
 
 func isHex4(b []byte) bool {
 	for _, c := range b {

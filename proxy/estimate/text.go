@@ -92,7 +92,7 @@ var asciiClass = func() (t [utf8.RuneSelf]uint8) {
 }()
 
 // genWide is the generous count of a valid character of each UTF-8 length, in genUnit.
-var genWide = [...]int64{0, 0, genUnit, genUnit + genUnit/4, 3 * genUnit}
+var genWide = [8]int64{2: genUnit, 3: genUnit + genUnit/4, 4: 3 * genUnit}
 
 // genInvalid is the generous count of a byte that is not valid UTF-8 (it decodes to
 // U+FFFD), in genUnit.
@@ -126,52 +126,122 @@ var lowerWide = func() (t [256]int64) {
 	return t
 }()
 
+// The walk of a string reads each ASCII byte with one lookup in pairTable, by the
+// byte and the category of the character before it, and adds the entry to a packed
+// count: the generous units, the digit and the word start it adds. Other bytes (the
+// quote, a backslash, controls, bytes of other scripts) leave the fast loop.
+const (
+	// Categories of the character before, as offsets into pairTable.
+	catWord  = 0   // a letter, an apostrophe, a character of another script: no word starts after it
+	catBreak = 256 // any other ASCII character
+	catDigit = 512 // a digit (a break too)
+	pairMask = 1023
+
+	// The packed count: units in bits 0-22, digits in 23-41, word starts in 42-60;
+	// a block of at most blockBytes bytes cannot overflow a field.
+	digitShift = 23
+	wordShift  = 42
+	fieldMask  = 1<<19 - 1
+	blockBytes = 1 << 18
+	// special marks a byte the fast loop does not count.
+	special = 1 << 63
+)
+
+// pairTable is the packed count of an ASCII byte after a character of each category;
+// special for the bytes the fast loop leaves.
+var pairTable = func() (t [pairMask + 1]uint64) {
+	for i := range t {
+		t[i] = special
+	}
+	for _, prev := range []int{catWord, catBreak, catDigit} {
+		for c := range utf8.RuneSelf {
+			cl := asciiClass[c]
+			switch cl {
+			case cQuote, cBackslash, cControl:
+				continue
+			}
+			e := uint64(genASCII[cl])
+			switch {
+			case cl == cDigit:
+				e |= 1 << digitShift
+				if prev != catDigit {
+					e += digitRunUnits
+				}
+			case cl == cLetter && prev != catWord:
+				e |= 1 << wordShift
+			}
+			t[prev+c] = e
+		}
+	}
+	return t
+}()
+
+// nextCat is the category of each ASCII byte as the character before the next.
+var nextCat = func() (t [256]uint) {
+	for c := range utf8.RuneSelf {
+		switch asciiClass[c] {
+		case cLetter, cApostrophe:
+			t[c] = catWord
+		case cDigit:
+			t[c] = catDigit
+		default:
+			t[c] = catBreak
+		}
+	}
+	return t
+}()
+
+// unpack adds a block's packed count to units, digits and words.
+func unpack(acc uint64, units, digits, words *int64) {
+	*units += int64(acc & (1<<digitShift - 1))
+	*digits += int64(acc >> digitShift & fieldMask)
+	*words += int64(acc >> wordShift & fieldMask)
+}
+
+// totals is a string's generous count and lower bound; the generous count is never
+// below the lower bound.
+func totals(units, digits, words, wide int64) (gen, lower int64) {
+	lower = (digits+2)/3 + max(words, wide/lowerUnit)
+	return max((units+genUnit-1)/genUnit, lower), lower
+}
+
 // textCounts is the generous count and the lower bound of a string's text taken as
 // written (no escapes: the JSON text of tools, an object key).
 func textCounts(b []byte) (gen, lower int64) {
 	var units, digits, words, wide int64
-	brk, inNum := true, false // brk: the last character ends a word (see word starts)
-	for i := 0; i < len(b); {
-		c := b[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && size == 1 {
-				units += genInvalid
-			} else {
-				units += genWide[size]
-				wide += lowerWide[c]
+	var acc uint64
+	pc := uint(catBreak)
+	blockEnd := min(len(b), blockBytes)
+	for i := 0; ; {
+		if i >= blockEnd {
+			unpack(acc, &units, &digits, &words)
+			if i >= len(b) {
+				return totals(units, digits, words, wide)
 			}
-			i += size
-			brk, inNum = false, false
+			acc, blockEnd = 0, min(len(b), i+blockBytes)
+		}
+		c := b[i]
+		if e := pairTable[(pc+uint(c))&pairMask]; e&special == 0 {
+			acc += e
+			pc = nextCat[c]
+			i++
 			continue
 		}
-		i++
-		cl := asciiClass[c]
-		units += genASCII[cl]
-		switch cl {
-		case cLetter:
-			if brk {
-				words++
-			}
-			brk, inNum = false, false
-		case cDigit:
-			digits++
-			if !inNum {
-				units += digitRunUnits
-			}
-			brk, inNum = true, true
-		case cApostrophe:
-			brk, inNum = false, false
-		default:
-			brk, inNum = true, false
+		if c < utf8.RuneSelf {
+			// A quote, a backslash or a control, taken as written: a break.
+			units += genASCII[asciiClass[c]]
+			pc = catBreak
+			i++
+			continue
 		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			units += genInvalid
+		} else {
+			units += genWide[size&7]
+			wide += lowerWide[c]
+		}
+		i += size
+		pc = catWord
 	}
-	return textTotals(units, digits, words, wide)
-}
-
-// textTotals turns a string's counts into its generous count and lower bound; the
-// generous count is never below the lower bound.
-func textTotals(units, digits, words, wide int64) (gen, lower int64) {
-	lower = (digits+2)/3 + max(words, wide/lowerUnit)
-	return max((units+genUnit-1)/genUnit, lower), lower
 }
