@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 )
 
 var _ = Describe("The lower bound and the output cap", func() {
@@ -54,4 +56,13 @@ var _ = Describe("The lower bound and the output cap", func() {
 		Entry("max_output_tokens (Responses)", `{"max_output_tokens":2000.0}`, int64(2000)),
 		Entry("none", `{"messages":[]}`, int64(0)),
 	)
+})
+
+var _ = Describe("A string longer than the counting block", func() {
+	It("counts every byte of a megabyte string", func() {
+		s := strings.Repeat("1a ", 400000) // 1.2 MB: each "1a " is 34/12 of a token, a digit and a word
+		Expect(estimate.Text(s)).To(Equal(int64((400000*34 + 11) / 12)))
+		e := body(`{"messages":[{"role":"user","content":"` + s + `"}]}`)
+		Expect(e.InputLower).To(Equal(int64((400000+2)/3 + 400000 + 1)))
+	})
 })
