@@ -128,10 +128,12 @@ func (s *scanner) strText() (raw []byte, gen, lower int64, err error) {
 			}
 			if simpleEscape[b[i+1]] {
 				// A run of them (newlines, tabs) at once.
-				for i += 2; i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]]; i += 2 {
-					units += 2 * genASCII[cPunct]
+				run := i
+				i += 2
+				for i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]] {
+					i += 2
 				}
-				units += 2 * genASCII[cPunct]
+				units += int64(i-run) * genASCII[cPunct]
 				pc = catBreak
 				continue
 			}
