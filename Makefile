@@ -110,12 +110,13 @@ test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis 
 	$(MAKE) fuzz
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target on $(FUZZ_EXECS) inputs (the estimator on any bytes and on generated hostile bodies, the SSE usage parser, and the tokenizer on any string and any body).
+fuzz: ## Run each fuzz target on $(FUZZ_EXECS) inputs (the estimator on any bytes and on generated hostile bodies, the SSE usage parser, and the tokenizer on any string and any body, and the lower bound against it on any string).
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZ_EXECS)x ./proxy/estimate/
 	$(GO) test -run '^$$' -fuzz '^FuzzGenerated$$' -fuzztime $(FUZZ_EXECS)x ./proxy/estimate/
 	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZ_EXECS)x ./proxy/usage/
 	$(GO) test -run '^$$' -fuzz '^FuzzCount$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
+	$(GO) test -run '^$$' -fuzz '^FuzzLowerBound$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 
 SOAK_DURATION ?= 10m
 .PHONY: soak

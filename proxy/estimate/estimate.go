@@ -15,7 +15,6 @@ import (
 	"errors"
 	"math"
 	"strconv"
-	"unicode/utf8"
 )
 
 const (
@@ -29,17 +28,9 @@ const (
 	// MaxTokens is where every token count saturates: far beyond any budget, and
 	// exact in a float64 bucket, so no arithmetic on an estimate can wrap.
 	MaxTokens int64 = 1 << 50
-	// BytesPerToken is the least number of decoded text bytes the estimate charges a
-	// token for: one token per four ASCII bytes, one per other character.
+	// BytesPerToken is the least the estimate charges for text: a token per four
+	// decoded bytes (text.go charges more for digits, punctuation and emoji).
 	BytesPerToken = 4
-	// LowerBytesPerToken is the lower bound's rate for ASCII text: a tokenizer's token
-	// rarely spans more than twelve ASCII bytes of prose or code (InputLower).
-	LowerBytesPerToken = 12
-	// LowerCharsPerToken is the lower bound's rate for other characters: a token
-	// rarely spans more than three characters of other scripts.
-	LowerCharsPerToken = 3
-	// lowerDivisor turns the estimate's text count into the lower bound's.
-	lowerDivisor = LowerBytesPerToken / BytesPerToken
 )
 
 // Estimate is a request's reservation and the facts admission needs from its body.
@@ -49,10 +40,11 @@ type Estimate struct {
 	// Output is the output ceiling: the largest stated limit times the number of
 	// completions asked for (prompts × the largest of n and best_of), or DefaultOutput.
 	Output int64
-	// InputLower is a lower bound of the input tokens, from the same walk: the text at
-	// one token per LowerBytesPerToken ASCII bytes and per LowerCharsPerToken other
-	// characters, media and message framing not counted. The context-window pre-check
-	// reads it; budgets reserve Input. 0 when the body is not a JSON object.
+	// InputLower is a lower bound of the input tokens, from the same walk: the tokens
+	// that the text of the prompt's fields cannot do without under o200k_base or
+	// cl100k_base (text.go), media, keys and message framing not counted. The
+	// context-window pre-check reads it, so it must never exceed the real count;
+	// budgets reserve Input. 0 when the body is not a JSON object.
 	InputLower int64
 	// OutputCap is the largest output the request states for one completion
 	// (max_tokens, max_completion_tokens or max_output_tokens); 0 when it states none.
@@ -130,7 +122,7 @@ func scanBody(body []byte) (Estimate, error) {
 	// Each field's last occurrence: its input tokens, and the numbers read from it;
 	// lower is the part of those tokens that is text (InputLower).
 	var fields, lower [numTextFields]int64
-	var other, otherLower int64 // every other field's text, all occurrences
+	var other int64 // every other field's text, all occurrences
 	var maxTok, maxCompl, maxOut, n, bestOf int64
 	prompts := int64(1)
 	err := s.object(func(rawKey []byte) error {
@@ -145,7 +137,7 @@ func scanBody(body []byte) (Estimate, error) {
 				return err
 			}
 			v := satAdd(textRaw(rawKey), w.tokens)
-			lower[f] = v - w.media
+			lower[f] = w.lower
 			switch f {
 			case fMessages, fInput:
 				// Every message or item with its floor.
@@ -155,8 +147,9 @@ func scanBody(body []byte) (Estimate, error) {
 			case fTools, fFunctions, fResponseFormat, fText:
 				// Sent to the model as text: the whole JSON counts (text.format is
 				// Responses' response_format).
-				v = max(v, textRaw(rawKey)+textRaw(raw))
-				lower[f] = v
+				gen, low := textCounts(raw)
+				v = max(v, satAdd(textRaw(rawKey), gen))
+				lower[f] = low
 			}
 			fields[f] = v
 			return nil
@@ -184,7 +177,6 @@ func scanBody(body []byte) (Estimate, error) {
 				e.Model = decodeString(raw[1 : len(raw)-1])
 			}
 			other = satAdd(other, satAdd(keyTokens, w.tokens))
-			otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 			return nil
 		case "stream":
 			raw, w, err := s.span(1)
@@ -193,7 +185,6 @@ func scanBody(body []byte) (Estimate, error) {
 			}
 			e.Stream = string(raw) == "true"
 			other = satAdd(other, satAdd(keyTokens, w.tokens))
-			otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 			return nil
 		}
 		raw, w, err := s.span(1)
@@ -204,7 +195,6 @@ func scanBody(body []byte) (Estimate, error) {
 			*target = Ceiling(raw)
 		}
 		other = satAdd(other, satAdd(keyTokens, w.tokens))
-		otherLower = satAdd(otherLower, satAdd(keyTokens, w.tokens-w.media))
 		return nil
 	})
 	if err != nil {
@@ -213,7 +203,9 @@ func scanBody(body []byte) (Estimate, error) {
 	if s.ws(); s.i != len(s.b) {
 		return e, errSyntax
 	}
-	in, low := other, otherLower
+	// The lower bound counts only the fields that are the prompt, each once: another
+	// field given twice is read once by the upstream, and is not prompt text.
+	in, low := other, int64(0)
 	for f, v := range fields {
 		in = satAdd(in, v)
 		low = satAdd(low, lower[f])
@@ -224,26 +216,17 @@ func scanBody(body []byte) (Estimate, error) {
 		out = DefaultOutput
 	}
 	out = satMul(satMul(out, prompts), max(n, bestOf, 1))
-	e.Input, e.Output, e.InputLower = in, out, low/lowerDivisor
+	e.Input, e.Output, e.InputLower = in, out, low
 	return e, nil
 }
 
-// Text estimates a string: one token per four ASCII bytes (rounded up) and one token
-// per non-ASCII character, which covers scripts whose characters are a token or more.
-// A byte that is not valid UTF-8 counts as a character.
+// Text is the generous count of a string's text (text.go): a quarter token per ASCII
+// letter or space, a third per punctuation mark or digit and two more per run of
+// digits, a token per other character of up to three bytes and three per character
+// of four. A byte that is not valid UTF-8 counts as a character.
 func Text(s string) int64 {
-	var ascii, other int64
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			ascii++
-			i++
-			continue
-		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		other++
-		i += size
-	}
-	return (ascii+3)/4 + other
+	gen, _ := textCounts([]byte(s))
+	return gen
 }
 
 // TextBytes is Text of a byte slice, without copying it.

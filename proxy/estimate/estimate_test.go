@@ -37,14 +37,21 @@ func body(s string) estimate.Estimate {
 }
 
 var _ = Describe("Text", func() {
-	DescribeTable("counts a quarter token per ASCII byte and a token per other character",
+	DescribeTable("counts a quarter token per ASCII letter, more for digits, punctuation and emoji",
 		func(s string, want int64) { Expect(estimate.Text(s)).To(Equal(want)) },
 		Entry("empty", "", int64(0)),
 		Entry("one byte rounds up", "a", int64(1)),
-		Entry("four bytes", "abcd", int64(1)),
-		Entry("five bytes", "abcde", int64(2)),
-		Entry("CJK characters are a token each", "日本語", int64(3)),
-		Entry("mixed", "hi 日本", int64(1+2)),
+		Entry("four letters", "abcd", int64(1)),
+		Entry("five letters", "abcde", int64(2)),
+		Entry("every word is a token at least", "a b c d e", int64(5)),
+		Entry("punctuation is a third", `{"":[]}`, int64(3)),
+		// o200k_base: "1", " ", "2", ... is 9 tokens; each run of digits costs two
+		// tokens beyond its digits.
+		Entry("a digit alone is its own token, and so is the space before it", "1 2 3 4 5", int64(13)),
+		Entry("long numbers are groups of three digits", "123456789012", int64(6)),
+		Entry("CJK characters are a token and a quarter each", "日本語", int64(4)),
+		Entry("mixed", "hi 日本", int64(4)),
+		Entry("a character of four bytes is three tokens", "🦜🔥", int64(6)),
 		Entry("bytes that are not UTF-8 are a token each", "\x80\x80\x80\x80", int64(4)),
 	)
 })

@@ -9,21 +9,37 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 )
 
 var _ = Describe("The lower bound and the output cap", func() {
-	It("counts a prompt's text at a token per twelve ASCII bytes, below the generous estimate", func() {
-		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 45,000 bytes
+	// The lower bound is a count of tokens the text cannot do without under
+	// o200k_base and cl100k_base (text.go); proxy/tokenize checks it against both.
+	It("counts each word of prose a token: the encodings never merge two words", func() {
+		prose := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 1000) // 9,000 words
 		e := body(`{"model":"m","messages":[{"role":"user","content":"` + prose + `"}],"max_tokens":100}`)
 		Expect(e.Input).To(BeNumerically(">=", 45000/4))
-		Expect(e.InputLower).To(BeNumerically("~", 45000/12, 10))
+		Expect(e.InputLower).To(Equal(int64(9000 + 1))) // and "user"
 		Expect(e.InputLower).To(BeNumerically("<", e.Input))
 		Expect(e.OutputCap).To(Equal(int64(100)))
 	})
 
-	It("counts other scripts at a token per three characters", func() {
+	It("counts a CJK ideograph a tenth of a token: a token holds up to ten", func() {
 		e := body(`{"messages":[{"role":"user","content":"` + strings.Repeat("漢", 3000) + `"}]}`)
-		Expect(e.InputLower).To(BeNumerically("~", 1000, 5))
+		Expect(e.InputLower).To(Equal(int64(300 + 1)))
+	})
+
+	It("counts digits in threes, and runs of spaces, newlines or dashes not at all", func() {
+		e := body(`{"messages":[{"role":"user","content":"` + strings.Repeat(" ", 4000) + strings.Repeat(`\n`, 500) +
+			strings.Repeat("-", 300) + "1234567" + `"}]}`)
+		Expect(e.InputLower).To(Equal(int64(3 + 1)))
+		Expect(e.Input).To(BeNumerically(">", 1000))
+	})
+
+	It("leaves keys, and fields that are not the prompt, out", func() {
+		e := body(`{"model":"gpt-4o","user":"someone","metadata":{"a":"b c d"},"messages":[{"role":"user","content":"hi"}]}`)
+		Expect(e.InputLower).To(Equal(int64(2)))
 	})
 
 	It("leaves media and message framing out: an image is not text", func() {
@@ -40,4 +56,13 @@ var _ = Describe("The lower bound and the output cap", func() {
 		Entry("max_output_tokens (Responses)", `{"max_output_tokens":2000.0}`, int64(2000)),
 		Entry("none", `{"messages":[]}`, int64(0)),
 	)
+})
+
+var _ = Describe("A string longer than the counting block", func() {
+	It("counts every byte of a megabyte string", func() {
+		s := strings.Repeat("1a ", 400000) // 1.2 MB: each "1a " is 34/12 of a token, a digit and a word
+		Expect(estimate.Text(s)).To(Equal(int64((400000*34 + 11) / 12)))
+		e := body(`{"messages":[{"role":"user","content":"` + s + `"}]}`)
+		Expect(e.InputLower).To(Equal(int64((400000+2)/3 + 400000 + 1)))
+	})
 })

@@ -55,6 +55,9 @@ type walked struct {
 	prompts int64
 	// media is the part of tokens that is media cost, not text.
 	media int64
+	// lower is the lower bound of the text of every string (keys are structure, not
+	// text) and number, media payloads not counted.
+	lower int64
 }
 
 func (s *scanner) ws() {
@@ -86,56 +89,104 @@ func (s *scanner) expect(c byte) error {
 
 // str scans a string and returns its raw contents (escapes left in place).
 func (s *scanner) str() ([]byte, error) {
-	raw, _, err := s.strText()
+	raw, _, _, err := s.strText()
 	return raw, err
 }
 
-// strText scans a string and returns its raw contents (escapes left in place) and
-// textRaw of them, counted in the same pass.
-func (s *scanner) strText() ([]byte, int64, error) {
+// strText scans a string and returns its raw contents (escapes left in place), its
+// generous count and its lower bound (text.go), counted in the same pass.
+func (s *scanner) strText() (raw []byte, gen, lower int64, err error) {
 	if s.peek() != '"' {
-		return nil, 0, errSyntax
+		return nil, 0, 0, errSyntax
 	}
 	s.i++
 	start := s.i
-	var ascii, other int64
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			raw := s.b[start:s.i]
-			s.i++
-			return raw, (ascii+3)/4 + other, nil
+	var units, digits, words, wide int64
+	var acc uint64 // the packed count of the current block (text.go)
+	pc := uint(catBreak)
+	b, i := s.b, s.i
+	blockEnd := min(len(b), i+blockBytes)
+	for {
+		if i >= blockEnd {
+			if i >= len(b) {
+				return nil, 0, 0, errSyntax
+			}
+			unpack(acc, &units, &digits, &words)
+			acc, blockEnd = 0, min(len(b), i+blockBytes)
+		}
+		c := b[i]
+		if e := pairTable[(pc+uint(c))&pairMask]; e&special == 0 {
+			acc += e
+			pc = nextCat[c]
+			i++
+			continue
+		}
+		switch {
 		case c == '\\':
-			if s.i+1 >= len(s.b) {
-				return nil, 0, errSyntax
+			if i+1 >= len(b) {
+				return nil, 0, 0, errSyntax
 			}
-			switch s.b[s.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i += 2
-				ascii += 2
-			case 'u':
-				if s.i+6 > len(s.b) || !isHex4(s.b[s.i+2:s.i+6]) {
-					return nil, 0, errSyntax
+			if simpleEscape[b[i+1]] {
+				// A run of them (newlines, tabs) at once.
+				run := i
+				i += 2
+				for i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]] {
+					i += 2
 				}
-				s.i += 6
-				ascii += 6
-			default:
-				return nil, 0, errSyntax
+				units += int64(i-run) * genASCII[cPunct]
+				pc = catBreak
+				continue
 			}
-		case c < 0x20:
-			return nil, 0, errSyntax
+			switch b[i+1] {
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					return nil, 0, 0, errSyntax
+				}
+				i += 6
+				units += 6 * genASCII[cPunct]
+				// It may decode to a letter or an apostrophe: no word starts after it.
+				pc = catWord
+			default:
+				return nil, 0, 0, errSyntax
+			}
+		case c == '"':
+			s.i = i + 1
+			unpack(acc, &units, &digits, &words)
+			gen, lower := totals(units, digits, words, wide)
+			return b[start:i], gen, lower, nil
 		case c < utf8.RuneSelf:
-			s.i++
-			ascii++
+			return nil, 0, 0, errSyntax // a control
 		default:
-			// One token per character; a byte that is not valid UTF-8 is one too.
-			_, size := utf8.DecodeRune(s.b[s.i:])
-			s.i += size
-			other++
+			// A character of another script; a byte that is not valid UTF-8 too.
+			// A run of them at once; the usual three-byte characters (CJK) decoded in
+			// place.
+			for {
+				if c >= 0xE1 && c != 0xED && i+2 < len(b) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80 && c <= 0xEF {
+					units += genWide[3]
+					wide += lowerWide[c]
+					i += 3
+				} else {
+					r, size := utf8.DecodeRune(b[i:])
+					if r == utf8.RuneError && size == 1 {
+						units += genInvalid
+					} else {
+						units += genWide[size&7]
+						wide += lowerWide[c]
+					}
+					i += size
+				}
+				if i >= len(b) || b[i] < utf8.RuneSelf {
+					break
+				}
+				c = b[i]
+			}
+			pc = catWord
 		}
 	}
-	return nil, 0, errSyntax
 }
+
+// simpleEscape marks the characters after a backslash that make a two-byte escape.
+var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
 
 func isHex4(b []byte) bool {
 	for _, c := range b {
@@ -245,7 +296,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			continue
 		case '"':
-			raw, text, err := s.strText()
+			raw, text, lower, err := s.strText()
 			if err != nil {
 				return w, err
 			}
@@ -262,6 +313,9 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			w.tokens = satAdd(w.tokens, t)
 			if media {
 				w.media = satAdd(w.media, t)
+			} else if t == text {
+				// Counted as text (a payload waiting for its media type is not).
+				w.lower = satAdd(w.lower, lower)
 			}
 			kind = '"'
 		default:
@@ -271,6 +325,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			if lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9') {
 				w.tokens++ // a token id, or a number in a part
+				w.lower++
 			}
 		}
 		// A value is complete: close every container it completes.
@@ -325,7 +380,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 // key reads an object's next key and the colon after it: the key counts as text, and
 // it says what the value after it is for media (the last occurrence of a key counts).
 func (s *scanner) key(obj *frame, w *walked) error {
-	raw, text, err := s.strText()
+	raw, text, _, err := s.strText()
 	if err != nil {
 		return err
 	}
@@ -406,22 +461,9 @@ func needsDecoding(raw []byte) bool {
 	return !utf8.Valid(raw)
 }
 
-// textRaw counts a raw (escaped) string as Text counts its decoded form, from above:
-// an escape counts as its ASCII bytes, so it over-counts slightly and never
-// under-counts. A byte that is not part of valid UTF-8 is a token of its own (it
-// decodes to U+FFFD, three bytes).
+// textRaw is the generous count of a string's text as written (Text's count of its
+// decoded form or more: an escape counts as the bytes it is written with).
 func textRaw(raw []byte) int64 {
-	var ascii, other int64
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c < utf8.RuneSelf {
-			ascii++
-			i++
-			continue
-		}
-		_, size := utf8.DecodeRune(raw[i:])
-		other++
-		i += size
-	}
-	return (ascii+3)/4 + other
+	gen, _ := textCounts(raw)
+	return gen
 }

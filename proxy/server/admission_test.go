@@ -89,19 +89,19 @@ var _ = Describe("Admission and settlement", func() {
     per_api_key: {tokens_per_minute: 600}
 `)
 			h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 200})
-			Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // reserves 31, uses 210
+			Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // reserves 33, uses 210
 			Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 600) }).Should(BeNumerically("~", 390, 0.01))
 			h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 500})
-			Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // uses 510: the hold of 31 stays charged; 479 more, with 359 left
+			Expect(h.chat("sk-alice", 10).code).To(Equal(200)) // uses 510: the hold of 33 stays charged; 477 more, with 357 left
 			Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "alice", 600) }).Should(BeNumerically("~", after, 0.01))
 			Expect(counter(h.m.TokenBudgetTokens.WithLabelValues("api_key", "charged"))).To(Equal(charged))
-			r := h.chat("sk-alice", 400) // reserves 421
+			r := h.chat("sk-alice", 400) // reserves 423
 			Expect(r.code).To(Equal(429))
 			Expect(r.header.Get("Retry-After")).To(Equal(retryAfter))
 			Expect(r.errorField("error", "details", "remaining")).To(BeNumerically("==", remaining))
 		},
-		Entry("debt (the default): the bucket owes 120, repaid by waiting", "debt", -120.0, 179.0+479, "55", 0), // 120 + 421 at 10 a second
-		Entry("forgive (seed 000): the 479 that do not fit consume nothing", "forgive", 359.0, 179.0, "7", 359), // 62 missing
+		Entry("debt (the default): the bucket owes 120, repaid by waiting", "debt", -120.0, 177.0+477, "55", 0), // 120 + 423 at 10 a second
+		Entry("forgive (seed 000): the 477 that do not fit consume nothing", "forgive", 357.0, 177.0, "7", 357), // 66 missing
 	)
 
 	It("refuses what does not fit with a 429 the caller can act on", func() {

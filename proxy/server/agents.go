@@ -223,6 +223,10 @@ func (ex *exchange) capOutput(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	ex.keepTokenized(&est)
 	ex.est = est
+	if ex.try.body != nil {
+		// An attempt under a provider's model name is rewritten from this body.
+		ex.try.body = out
+	}
 	r.Body = io.NopCloser(bytes.NewReader(out))
 	r.ContentLength = int64(len(out))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }

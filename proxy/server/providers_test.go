@@ -68,7 +68,7 @@ func (r *registry) keyLevel() float64 {
 }
 
 var _ = Describe("The context-window pre-check", func() {
-	long := strings.Repeat("word ", 2400) // 12,000 bytes: at least 1,000 tokens by the lower bound
+	long := strings.Repeat("word ", 2400) // 2,400 words: at least 2,400 tokens by the lower bound
 
 	DescribeTable("refuses, in the route's shape and before any budget or upstream, a request that cannot fit",
 		func(path, body string, anthropic bool, want string) {
@@ -89,7 +89,7 @@ var _ = Describe("The context-window pre-check", func() {
 		},
 		Entry("OpenAI chat: input plus the output asked for",
 			"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 2000)+`"}]}`, false,
-			"input of at least 838 tokens plus the 200 output tokens it asks for is 1038, over the context window of 1000 tokens of model \"gpt-4o\""),
+			"input of at least 2001 tokens plus the 200 output tokens it asks for is 2201, over the context window of 1000 tokens of model \"gpt-4o\""),
 		Entry("OpenAI chat without an output cap: input alone",
 			"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"`+long+`"}]}`, false,
 			"over the context window of 1000 tokens"),
@@ -106,7 +106,7 @@ var _ = Describe("The context-window pre-check", func() {
 
 	It("lets through what fits, and does not check a model without a window; refusals are counted per model", func() {
 		r := newRegistry("")
-		rep := r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 1000)+`"}]}`)
+		rep := r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"`+strings.Repeat("word ", 700)+`"}]}`)
 		Expect(rep.code).To(Equal(200), string(rep.body))
 		rep = r.do("POST", "/v1/chat/completions", "sk-alice", `{"model":"llama","messages":[{"role":"user","content":"`+long+long+`"}]}`)
 		Expect(rep.code).To(Equal(200), "a model with no declared window is not pre-checked")

@@ -173,9 +173,10 @@ func (h *harness) level(kind budget.Kind, dim budget.Dimension, id string, capac
 func counter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 // chatInput is the input estimate of h.chat's body: its keys (model 2, messages 2,
-// role 1, content 2, max_tokens 3), its strings ("gpt-4o" 2, "user" 1, "hello there"
-// 3), the ceiling's number (1) and the message's floor (4).
-const chatInput = 2 + 2 + 1 + 2 + 3 + 2 + 1 + 3 + 1 + 4
+// role 1, content 2, max_tokens 3), its strings ("gpt-4o" 4: its digit is a run of
+// its own; "user" 1, "hello there" 3), the ceiling's number (1) and the message's
+// floor (4).
+const chatInput = 2 + 2 + 1 + 2 + 3 + 4 + 1 + 3 + 1 + 4
 
 // chatEstimate is the reservation of h.chat's body with the given ceiling.
 func chatEstimate(maxTokens int) float64 { return float64(chatInput + maxTokens) }

@@ -37,27 +37,10 @@ type ratios struct {
 	under, over int
 }
 
-// knownBreaks are, per category of the corpus, the prompts where the estimator's
-// promise does not hold against o200k_base (docs/estimation.md, "The estimator
-// against a tokenizer"): how many generous estimates fall below the tokenizer's input
-// and how many lower bounds rise above its text. The generous estimate counts one
-// token per four ASCII bytes and per other character, and the lower bound a third of
-// that; o200k_base spends a token on every group of up to three digits and on the
-// space before it, up to three on one emoji character and eight on a family joined
-// by zero-width joiners, and one on a run of up to hundreds of spaces or newlines.
-// TestEstimatorBounds fails when any count changes, so that the docs follow the
-// estimator.
-var knownBreaks = map[string]struct{ under, over int }{
-	"code":       {under: 1},
-	"json":       {under: 7},
-	"cjk":        {under: 1},
-	"numbers":    {under: 50},
-	"whitespace": {over: 14},
-	"emoji":      {under: 35},
-}
-
-func measureCorpus(t testing.TB) map[string]*ratios {
-	enc := Get(O200kBase)
+// measureCorpus measures the estimator against the named encoding on every prompt of
+// the corpus, sent as a chat request's one user message.
+func measureCorpus(t testing.TB, name string) map[string]*ratios {
+	enc := Get(name)
 	out := map[string]*ratios{}
 	for _, s := range readCorpus(t) {
 		body := chatBody(t, s.Prompt)
@@ -86,27 +69,29 @@ func measureCorpus(t testing.TB) map[string]*ratios {
 	return out
 }
 
-// TestEstimatorBounds holds the estimator to its promise on the corpus: its generous
-// estimate of a chat request is never below the input counted with o200k_base (text,
-// media and framing), and its lower bound never above the tokenizer's count of the
-// text, except on the prompts knownBreaks counts.
+// TestEstimatorBounds holds the estimator to its promise on every prompt of the
+// corpus, for both encodings: its generous estimate of a chat request is never below
+// the input counted with the tokenizer (text, media and framing), and its lower bound
+// never above the tokenizer's count of the text. -corpus-table prints the ratios as
+// docs/estimation.md's tables.
 func TestEstimatorBounds(t *testing.T) {
-	m := measureCorpus(t)
-	for _, c := range categories {
-		r := m[c]
-		if len(r.generous) != perCategory {
-			t.Fatalf("%s: %d prompts, want %d", c, len(r.generous), perCategory)
+	for _, name := range Names {
+		m := measureCorpus(t, name)
+		for _, c := range categories {
+			r := m[c]
+			if len(r.generous) != perCategory {
+				t.Fatalf("%s: %d prompts, want %d", c, len(r.generous), perCategory)
+			}
+			if r.under != 0 {
+				t.Errorf("%s, %s: the generous estimate is below the tokenizer's count on %d of %d prompts (lowest ratio %.2f)", name, c, r.under, perCategory, slices.Min(r.generous))
+			}
+			if r.over != 0 {
+				t.Errorf("%s, %s: the lower bound is above the tokenizer's count on %d of %d prompts (highest ratio %.2f)", name, c, r.over, perCategory, slices.Max(r.lower))
+			}
 		}
-		known := knownBreaks[c]
-		if r.under != known.under {
-			t.Errorf("%s: the generous estimate is below the tokenizer's count on %d of %d prompts, docs/estimation.md says %d", c, r.under, perCategory, known.under)
+		if *printTable {
+			fmt.Printf("%s:\n\n%s\n", name, corpusTable(m))
 		}
-		if r.over != known.over {
-			t.Errorf("%s: the lower bound is above the tokenizer's count on %d of %d prompts, docs/estimation.md says %d", c, r.over, perCategory, known.over)
-		}
-	}
-	if *printTable {
-		fmt.Println(corpusTable(m))
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 )
 
 // FuzzCount: any string, valid UTF-8 or not, is counted without a panic, at no more
@@ -51,6 +53,44 @@ func FuzzBody(f *testing.F) {
 		r, ok := Get(O200kBase).Body(body)
 		if ok && (r.Text < 0 || r.Input < r.Text) {
 			t.Fatalf("text %d, input %d", r.Text, r.Input)
+		}
+	})
+}
+
+// FuzzLowerBound: the estimator's lower bound of a chat request whose one message is
+// any string never exceeds the tokenizer's count of its text, for either encoding: the
+// context-window pre-check reads the lower bound, and refusing a request that fits is
+// a bug. Its seeds, the kinds of text that a token packs most densely, run with every
+// go test.
+func FuzzLowerBound(f *testing.F) {
+	for _, s := range []string{
+		"", "hello world", "The quick brown fox. It's a dog's life, isn't it?", "a b c d e f g",
+		"helloWorld HTTPServer __init__ x1y2z3 a.b.c", "don't 'll 's't 're've", "abcdefghijklmnopqrstuvwxyz",
+		".translatesAutoresizingMaskIntoConstraints verantwoordelijkheid",
+		"1 2 3 4 5", "123456789012", "3.14159, -2e10", "1²3 ١٢٣ ①②③", "0x7fffffff",
+		strings.Repeat(" ", 5000) + "x", strings.Repeat("\n\r\t ", 300), strings.Repeat("-", 500),
+		strings.Repeat("=", 200) + strings.Repeat("/", 200), "\u3000\u3000\u3000\u3000\u3000\u3000\u3000\u3000\u3000",
+		" 微信公众号天天中彩票", "ありがとうございます", "습니다 가나다라마바사", " สำนักเลขานุการองค์กร",
+		" государственного пользователя", " მნიშვნელოვანია", "————————————————", "café naïve a\u0301b",
+		"👨‍👩‍👧🏳️‍🌈🇫🇷👍🏽", "𠀀𠀁𠀂", "\xff\xfe\xfd", "a\xc3b", "\xed\xa0\x80x", "<|endoftext|>x<|endofprompt|>",
+		"\x7f\x7f\x00\x01", `{"a":[1,2,{"b":"c"}]}`, "\\n\\t\\u00e9",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		body := chatBody(t, s)
+		e, err := estimate.Body(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range Names {
+			r, ok := Get(name).Body(body)
+			if !ok {
+				t.Fatalf("%s did not count %q", name, body)
+			}
+			if e.InputLower > r.Text {
+				t.Fatalf("%s: lower bound %d above the count %d of %q", name, e.InputLower, r.Text, s)
+			}
 		}
 	})
 }

@@ -129,7 +129,8 @@ var jsonTextFields = map[string]bool{"tools": true, "functions": true, "response
 // as an object (the estimate then stands: the caller keeps it).
 func (e *Encoding) Body(body []byte) (r Result, ok bool) {
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		// null decodes into a nil map without an error: it is not an object either.
 		return Result{}, false
 	}
 	var floors, media int64

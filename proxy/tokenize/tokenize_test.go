@@ -137,7 +137,7 @@ func TestBody(t *testing.T) {
 
 func TestBodyNotAnObject(t *testing.T) {
 	enc := Get(O200kBase)
-	for _, body := range []string{``, `[]`, `"text"`, `{"messages":[}`, `{"a":1} x`, `{"a":NaN}`} {
+	for _, body := range []string{``, `null`, `[]`, `"text"`, `{"messages":[}`, `{"a":1} x`, `{"a":NaN}`} {
 		if r, ok := enc.Body([]byte(body)); ok {
 			t.Errorf("%q counted as %+v: the estimate must stand", body, r)
 		}

@@ -100,7 +100,7 @@ var _ = Describe("Stream", func() {
 		s := &usage.Stream{}
 		feed(s, "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"日本\"}}]}\n\ndata: [DONE]\n\n", 5)
 		Expect(s.Ended()).To(BeTrue())
-		Expect(s.Final(40)).To(Equal(usage.Usage{Input: 40, Output: 2 + 2, Found: true}))
+		Expect(s.Final(40)).To(Equal(usage.Usage{Input: 40, Output: 2 + 3, Found: true}))
 	})
 
 	It("has not ended before its end marker, or after an error event", func() {
@@ -197,7 +197,7 @@ var _ = Describe("Body", func() {
 			usage.Complete, usage.Usage{Input: 12, Output: 30, Found: true}, usage.Settle),
 		Entry("without usage, on the input estimate plus the chat text it carries",
 			`{"choices":[{"message":{"content":"Hello world","reasoning_content":"hmm","tool_calls":[{"function":{"arguments":"{\"q\":1}"}}]}}]}`,
-			usage.Complete, usage.Usage{Input: 40, Output: 6}, usage.Settle),
+			usage.Complete, usage.Usage{Input: 40, Output: 8}, usage.Settle),
 		Entry("without usage, counting a completion's text", `{"choices":[{"text":"abcdefgh"}]}`,
 			usage.Complete, usage.Usage{Input: 40, Output: 2}, usage.Settle),
 		Entry("without usage, counting Anthropic's text, thinking and tool input",

@@ -54,13 +54,19 @@ func (s *Store) nodeOf(g int) string {
 
 // failedNode is the master whose call for slot group g failed with err: the address
 // a connection error names, else the one the slot map gives the group now (the map
-// may already name a replica that took over).
+// may already name a replica that took over). A slot map that names its masters by
+// hostname (cluster-preferred-endpoint-type hostname) is never matched by the IP
+// address a connection error names: then the map's name stands.
 func (s *Store) failedNode(g int, err error) string {
+	mapped := s.nodeOf(g)
 	var op *net.OpError
 	if errors.As(err, &op) && op.Addr != nil {
+		if host, _, e := net.SplitHostPort(mapped); e == nil && net.ParseIP(host) == nil {
+			return mapped
+		}
 		return op.Addr.String()
 	}
-	return s.nodeOf(g)
+	return mapped
 }
 
 // downNode is a master of parts that failed within the backoff, or "".
@@ -115,6 +121,12 @@ func (s *Store) markDownFor(err error) {
 	if s.fallback.Load() == nil {
 		action = "refusing their requests with 503"
 	}
-	s.log.Warn(fmt.Sprintf("A Redis Cluster master is unreachable; the slot groups it serves are skipped, %s, until it answers", action),
-		"node", ne.node, "error", ne.err, "retry_in", s.backoff)
+	msg := fmt.Sprintf("A Redis Cluster master is unreachable; the slot groups it serves are skipped, %s, until it answers", action)
+	var refused redis.Error
+	if errors.As(ne.err, &refused) {
+		// The master answered, with an error (a user without the scripts' commands, a
+		// Redis older than 7.0): it needs its operator, not patience.
+		msg = fmt.Sprintf("A Redis Cluster master refused the budget scripts; the slot groups it serves are skipped, %s, until it runs them", action)
+	}
+	s.log.Warn(msg, "node", ne.node, "error", ne.err, "retry_in", s.backoff)
 }
