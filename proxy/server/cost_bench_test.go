@@ -56,7 +56,6 @@ func (c *benchCost) report() {
 	}
 }
 
-
 // redisCost reads Redis' CPU seconds and its evalsha calls and microseconds.
 func redisCost(b *testing.B, rs *redisserver.Server) (cpu, calls, usec float64) {
 	ctx := context.Background()
