@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -131,17 +132,17 @@ func TestTenantHeapKeepsOrder(t *testing.T) {
 }
 
 // countStarts counts the requests that started without waiting.
-type countStarts struct{ started uint64 }
+type countStarts struct{ started atomic.Uint64 }
 
 func (o *countStarts) Queued(Class, int)                 {}
 func (o *countStarts) Dispatched(Class, time.Duration)   {}
 func (o *countStarts) Left(Class, string, time.Duration) {}
-func (o *countStarts) Started(Class)                     { o.started++ }
+func (o *countStarts) Started(Class)                     { o.started.Add(1) }
 
-// accepted reports whether n requests have started at once or queued (the observer is
-// called, and seq counted, under the scheduler's lock).
+// accepted reports whether n requests have started at once or queued (seq is counted
+// under the scheduler's lock; a start is observed just after it).
 func (o *countStarts) accepted(s *Scheduler, n int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return o.started+s.seq >= uint64(n)
+	return o.started.Load()+s.seq >= uint64(n)
 }
