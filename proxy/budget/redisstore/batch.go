@@ -118,7 +118,7 @@ type sumDecision struct {
 
 // decisions turns the script's reply to a call into one decision per reservation. A
 // reply of the sum path is the level before of each distinct bucket and Redis' clock:
-// each reservation gets a sumDecision. The decisions of one by one come as they are.
+// each reservation gets a *sumDecision. The decisions of one by one come as they are.
 func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any, error) {
 	if len(reply) != 2 {
 		return reply, nil
@@ -138,6 +138,8 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 	// Every reservation's levels, one after the other, in one slice.
 	all := make([]float64, len(b.idx))
 	out := make([]any, len(reserves))
+	// One slice of decisions: each reply points into it, boxing no value.
+	decided := make([]sumDecision, len(reserves))
 	pos := 0
 	for j, r := range reserves {
 		n := len(r.Requests) + len(r.Tokens)
@@ -150,7 +152,8 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 			level[d] -= amount
 			all[pos+i] = level[d]
 		}
-		out[j] = sumDecision{levels: all[pos : pos+n : pos+n], now: now}
+		decided[j] = sumDecision{levels: all[pos : pos+n : pos+n], now: now}
+		out[j] = &decided[j]
 		pos += n
 	}
 	return out, nil
@@ -158,7 +161,7 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 
 // admittedBySum is the result of reservation r admitted on the sum path in slot group
 // g: what parseReserve makes of an admission decided alone.
-func (s *Store) admittedBySum(d sumDecision, r *budget.Reservation, g int) budget.Result {
+func (s *Store) admittedBySum(d *sumDecision, r *budget.Reservation, g int) budget.Result {
 	s.offset.Store(d.now*int64(time.Millisecond) - time.Now().UnixNano())
 	if g := s.groups[g]; g.fence.Load() != nil && fenceable(r) {
 		// A durable reservation decided found the epoch again.

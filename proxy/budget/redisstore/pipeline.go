@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -93,26 +94,36 @@ var (
 	errClosed    = errors.New("redis: the store is closed")
 )
 
+// replyChans recycles the reply channels of run: a worker sends exactly one reply on
+// a call's channel, so once run has received it the channel is empty and unused.
+var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
+
 // run queues a call for the pipeline workers and waits for its reply.
 func (s *Store) run(c call) reply {
-	c.done = make(chan reply, 1)
+	done := replyChans.Get().(chan reply)
+	c.done = done
 	q := s.queueOf(c.group)
 	if q == nil {
+		replyChans.Put(done)
 		return reply{err: errClosed}
 	}
 	if err := s.enqueue(q, c); err != nil {
+		replyChans.Put(done)
 		return reply{err: err}
 	}
 	// Always wait for the reply, even for a caller that went away: a reservation the
 	// worker made must reach the caller, whose hold then releases it.
 	select {
-	case r := <-c.done:
+	case r := <-done:
+		replyChans.Put(done)
 		return r
 	case <-s.stopped:
 		select {
-		case r := <-c.done:
+		case r := <-done:
+			replyChans.Put(done)
 			return r
 		default:
+			// A worker may still answer: the channel is not reused.
 			return reply{err: errClosed}
 		}
 	}
@@ -473,11 +484,15 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 		ends = append(ends, len(p.buf))
 		args = append(args, len(r.Requests), nil)
 	}
-	// The spec buffer grew while it was filled: slice it once it is complete.
-	args[0] = p.buf[:ends[0]]
+	// The spec buffer grew while it was filled: slice it once it is complete. The
+	// slices live in one array and go to go-redis by pointer, so that none is boxed.
+	segs := make([]specArg, 1+len(reserves))
+	segs[0] = p.buf[:ends[0]]
+	args[0] = &segs[0]
 	args[2] = sum.spec()
 	for i := 1; i < len(ends); i++ {
-		args[2*i+2] = p.buf[ends[i-1]:ends[i]]
+		segs[i] = p.buf[ends[i-1]:ends[i]]
+		args[2*i+2] = &segs[i]
 	}
 	if args[1] != "" {
 		// The epoch key goes last, after every bucket's: the spec never indexes it.
@@ -485,6 +500,13 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	}
 	return p.keys, args, sum
 }
+
+// specArg is one spec argument of a script call. go-redis writes it as the bytes it
+// holds; a pointer to one in an array is an argument that costs no allocation.
+type specArg []byte
+
+// MarshalBinary implements encoding.BinaryMarshaler for go-redis.
+func (a *specArg) MarshalBinary() ([]byte, error) { return *a, nil }
 
 // spec lays out one script call's buckets: the keys, one per dimension and id in the
 // order first seen, and the binary bucket spec (see scripts.go).

@@ -270,8 +270,7 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 		rr, leased = s.takeLeases(ctx, r)
 	}
 	res, err := s.reserveShared(ctx, rr)
-	var down *downError
-	if errors.As(err, &down) {
+	if down := asDown(err); down != nil {
 		leased.giveBack()
 		if ctx.Err() != nil {
 			return budget.Result{}, ctx.Err()
@@ -290,6 +289,19 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 
 // downError is a call that could not reach Redis.
 type downError struct{ err error }
+
+// asDown is err's *downError, or nil. It looks only when there is an error: the
+// target errors.As fills escapes, and an admission should not pay for it.
+func asDown(err error) *downError {
+	if err == nil {
+		return nil
+	}
+	var down *downError
+	if errors.As(err, &down) {
+		return down
+	}
+	return nil
+}
 
 func (e *downError) Error() string { return e.err.Error() }
 
@@ -316,7 +328,7 @@ func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budge
 
 // parseReserve reads the decision of reservation r in slot group g.
 func parseReserve(val any, r *budget.Reservation, s *Store, g int) (budget.Result, error) {
-	if d, ok := val.(sumDecision); ok {
+	if d, ok := val.(*sumDecision); ok {
 		return s.admittedBySum(d, r, g), nil
 	}
 	n := len(r.Requests) + len(r.Tokens)
@@ -453,10 +465,15 @@ func (s *Store) refundShared(charges []budget.Charge) error {
 	}
 	// The caller is the hold's detached settlement goroutine: waiting here never blocks
 	// a request. On a cluster each master's share gathers for its own queue.
-	qs, parts := s.refundQueues(charges)
-	gathered := make([]*refunds, len(qs))
-	for i, q := range qs {
-		gathered[i] = s.gather(q, parts[i])
+	var one [1]*refunds
+	gathered := one[:0]
+	if !s.sharded {
+		gathered = append(gathered, s.gather(s.q.def, charges))
+	} else {
+		qs, parts := s.refundQueues(charges)
+		for i, q := range qs {
+			gathered = append(gathered, s.gather(q, parts[i]))
+		}
 	}
 	var err error
 	for _, r := range gathered {
