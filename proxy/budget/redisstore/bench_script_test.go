@@ -63,12 +63,9 @@ func benchApply(b *testing.B, requests, subjects int) {
 		reserves = append(reserves, r)
 	}
 	refund = mergeRefunds([]*refunds{func() *refunds {
-		r := &refunds{amounts: map[refundBucket]float64{}}
+		r := newRefunds(len(refund))
 		for _, e := range refund {
-			if _, ok := r.amounts[e.refundBucket]; !ok {
-				r.order = append(r.order, e.refundBucket)
-			}
-			r.amounts[e.refundBucket] += e.amount
+			r.add([]budget.Charge{{Key: e.key, SharedCapacity: e.capacity, SharedRate: e.rate, Amount: e.amount}})
 		}
 		return r
 	}()})

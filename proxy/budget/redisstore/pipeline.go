@@ -146,9 +146,11 @@ func (s *Store) enqueue(q *queue, c call) error {
 // refunds are gathered refunds, one amount per bucket and recorded parameters.
 type refunds struct {
 	// n is the number of refunds gathered.
-	n       int
-	order   []refundBucket
-	amounts map[refundBucket]float64
+	n int
+	// entries are the buckets refunded, in the order first seen, with their amounts;
+	// at indexes them.
+	entries []refundEntry
+	at      map[refundBucket]int
 	// done closes when the refunds were applied, or could not be (err).
 	done chan struct{}
 	err  error
@@ -173,7 +175,7 @@ func (s *Store) gather(q *queue, charges []budget.Charge) *refunds {
 	defer q.refundMu.Unlock()
 	r := q.gathering
 	if r == nil {
-		r = &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
+		r = newRefunds(len(charges))
 		q.gathering = r
 		time.AfterFunc(s.linger, func() { s.sendRefunds(q, r) })
 	}
@@ -186,16 +188,22 @@ func (r *refunds) add(charges []budget.Charge) {
 	r.n++
 	for _, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
-		if _, ok := r.amounts[b]; !ok {
-			r.order = append(r.order, b)
+		if i, ok := r.at[b]; ok {
+			r.entries[i].amount += ch.Amount
+			continue
 		}
-		r.amounts[b] += ch.Amount
+		r.at[b] = len(r.entries)
+		r.entries = append(r.entries, refundEntry{refundBucket: b, amount: ch.Amount})
 	}
+}
+
+func newRefunds(buckets int) *refunds {
+	return &refunds{entries: make([]refundEntry, 0, buckets), at: make(map[refundBucket]int, buckets), done: make(chan struct{})}
 }
 
 // refundsOf is one refund on its own, for a pipeline to send.
 func (s *Store) refundsOf(charges []budget.Charge) *refunds {
-	r := &refunds{amounts: make(map[refundBucket]float64, len(charges)), done: make(chan struct{})}
+	r := newRefunds(len(charges))
 	r.add(charges)
 	return r
 }
@@ -397,6 +405,22 @@ func anyNoScript[T any](calls []T, err func(T) error) bool {
 // byGroup sorts a pipeline's refunds and reservations by slot group: everything is
 // group 0 on one server. order lists the groups in the order first seen.
 func (s *Store) byGroup(refund []refundEntry, batch []call) (refunds map[int][]refundEntry, reserves map[int][]*budget.Reservation, order []int) {
+	if !s.sharded {
+		// One server: everything is group 0, and the refunds go as merged.
+		var rs []*budget.Reservation
+		for _, c := range batch {
+			if c.kind == reserveCall {
+				if rs == nil {
+					rs = make([]*budget.Reservation, 0, len(batch))
+				}
+				rs = append(rs, c.reservation)
+			}
+		}
+		if len(refund) == 0 && len(rs) == 0 {
+			return nil, nil, nil
+		}
+		return map[int][]refundEntry{0: refund}, map[int][]*budget.Reservation{0: rs}, []int{0}
+	}
 	refunds, reserves = map[int][]refundEntry{}, map[int][]*budget.Reservation{}
 	see := func(g int) {
 		if _, ok := refunds[g]; ok {
@@ -436,17 +460,24 @@ type refundEntry struct {
 }
 
 // mergeRefunds merges gathered refunds bucket by bucket, in the order first seen.
+// Refunds taken are no longer gathering, so one alone is returned as it is.
 func mergeRefunds(gathered []*refunds) []refundEntry {
+	switch len(gathered) {
+	case 0:
+		return nil
+	case 1:
+		return gathered[0].entries
+	}
 	var out []refundEntry
 	index := make(map[refundBucket]int)
 	for _, r := range gathered {
-		for _, b := range r.order {
-			if i, ok := index[b]; ok {
-				out[i].amount += r.amounts[b]
+		for _, e := range r.entries {
+			if i, ok := index[e.refundBucket]; ok {
+				out[i].amount += e.amount
 				continue
 			}
-			index[b] = len(out)
-			out = append(out, refundEntry{refundBucket: b, amount: r.amounts[b]})
+			index[e.refundBucket] = len(out)
+			out = append(out, e)
 		}
 	}
 	return out
