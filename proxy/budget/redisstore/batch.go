@@ -113,7 +113,9 @@ func (b *batchSum) spec() []byte {
 // took its amounts (requests first), and Redis' clock in milliseconds.
 type sumDecision struct {
 	levels []float64
-	now    int64
+	// skipped is all false (Redis skips no bucket), as long as levels.
+	skipped []bool
+	now     int64
 }
 
 // decisions turns the script's reply to a call into one decision per reservation. A
@@ -137,6 +139,7 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 	}
 	// Every reservation's levels, one after the other, in one slice.
 	all := make([]float64, len(b.idx))
+	none := make([]bool, len(b.idx))
 	out := make([]any, len(reserves))
 	// One slice of decisions: each reply points into it, boxing no value.
 	decided := make([]sumDecision, len(reserves))
@@ -152,7 +155,7 @@ func (b *batchSum) decisions(reply []any, reserves []*budget.Reservation) ([]any
 			level[d] -= amount
 			all[pos+i] = level[d]
 		}
-		decided[j] = sumDecision{levels: all[pos : pos+n : pos+n], now: now}
+		decided[j] = sumDecision{levels: all[pos : pos+n : pos+n], skipped: none[pos : pos+n : pos+n], now: now}
 		out[j] = &decided[j]
 		pos += n
 	}
@@ -176,7 +179,7 @@ func (s *Store) admittedBySum(d *sumDecision, r *budget.Reservation, g int) budg
 		Shared:         true,
 		RequestLevels:  d.levels[:nreq:nreq],
 		TokenLevels:    d.levels[nreq:],
-		RequestSkipped: make([]bool, nreq),
-		TokenSkipped:   make([]bool, len(r.Tokens)),
+		RequestSkipped: d.skipped[:nreq:nreq],
+		TokenSkipped:   d.skipped[nreq:],
 	}
 }
