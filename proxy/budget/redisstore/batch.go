@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
@@ -43,6 +44,8 @@ type batchSum struct {
 	off bool
 	// reservations counts the reservations added.
 	reservations int
+	// layout is the reused layout b belongs to, if any (reuse.go).
+	layout *applyLayout
 }
 
 // sumBucket is one bucket of a batch: its decide-spec fields, and the sum taken.
@@ -50,12 +53,6 @@ type sumBucket struct {
 	k                       uint16
 	slot, flags             byte
 	capacity, rate, wait, a float64
-}
-
-func newBatchSum(buckets int) *batchSum {
-	distinct := min(buckets, 64)
-	return &batchSum{at: make([]int, 4*(distinct+1)), idx: make([]int, 0, buckets),
-		buckets: make([]sumBucket, 0, distinct), seen: make([]int, 0, distinct)}
 }
 
 // startReservation begins the next reservation's buckets.
@@ -92,13 +89,14 @@ func (b *batchSum) add(k uint16, slot, flags byte, capacity, rate, wait, amount 
 	b.idx = append(b.idx, i)
 }
 
-// spec is the sum's argument: one bucket of the decide spec layout per distinct bucket,
-// with the sum as its amount; empty when the sum cannot stand for the reservations.
-func (b *batchSum) spec() []byte {
+// spec is the sum's argument, appended to buf: one bucket of the decide spec layout
+// per distinct bucket, with the sum as its amount; empty when the sum cannot stand
+// for the reservations.
+func (b *batchSum) spec(buf []byte) []byte {
 	if b.off || len(b.buckets) == 0 {
-		return nil
+		return buf
 	}
-	buf := make([]byte, 0, len(b.buckets)*decideSpecSize)
+	buf = slices.Grow(buf, len(b.buckets)*decideSpecSize)
 	for _, sb := range b.buckets {
 		buf = binary.LittleEndian.AppendUint16(buf, sb.k)
 		buf = append(buf, sb.slot, sb.flags)

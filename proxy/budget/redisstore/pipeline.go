@@ -390,6 +390,10 @@ func (s *Store) send(q *queue, batch []call) {
 		val, err := calls[len(calls)-len(charges)+i].cmd.Result()
 		c.done <- reply{val: val, err: err}
 	}
+	// Every call is answered: the next pipeline lays out its calls in their memory.
+	for _, sum := range sums {
+		sum.release()
+	}
 }
 
 // anyNoScript tells whether a call found no script.
@@ -490,7 +494,8 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	for _, r := range reserves {
 		buckets += len(r.Requests) + len(r.Tokens)
 	}
-	p := newSpec(buckets)
+	l := getLayout(buckets, buckets-len(refund))
+	p := &l.spec
 	for _, e := range refund {
 		p.add(s, e.key, e.capacity, e.rate, e.amount)
 	}
@@ -500,7 +505,7 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	ends[0] = len(p.buf)
 	args := make([]any, 3, 3+2*len(reserves))
 	args[1] = ""
-	sum := newBatchSum(buckets - len(refund))
+	sum := &l.sum
 	for _, r := range reserves {
 		if args[1] == "" && fenceable(r) {
 			args[1] = s.want()
@@ -520,7 +525,9 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	segs := make([]specArg, 1+len(reserves))
 	segs[0] = p.buf[:ends[0]]
 	args[0] = &segs[0]
-	args[2] = sum.spec()
+	l.sumBuf = sum.spec(l.sumBuf[:0])
+	l.sumArg = l.sumBuf
+	args[2] = &l.sumArg
 	for i := 1; i < len(ends); i++ {
 		segs[i] = p.buf[ends[i-1]:ends[i]]
 		args[2*i+2] = &segs[i]
