@@ -290,19 +290,18 @@ func (s *Store) send(q *queue, batch []call) {
 	// One apply call per slot group (one on a single server) carries the group's
 	// refunds and reservations; refunds beyond what one call should carry go first, in
 	// calls of their own.
-	refundsOf, reservesOf, order := s.byGroup(mergeRefunds(gathered), batch)
-	decisions := make(map[int]int, len(order))
-	sums := make(map[int]*batchSum, len(order))
-	for _, g := range order {
-		refund := refundsOf[g]
+	groups, groupAt := s.byGroup(mergeRefunds(gathered), batch)
+	for i := range groups {
+		gc := &groups[i]
+		refund := gc.refund
 		for len(refund) > maxApplyRefunds {
-			k, a, _ := s.apply(g, refund[:maxApplyRefunds], nil)
+			k, a, _ := s.apply(gc.g, refund[:maxApplyRefunds], nil)
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 			refund = refund[maxApplyRefunds:]
 		}
-		if len(refund) > 0 || len(reservesOf[g]) > 0 {
-			k, a, sum := s.apply(g, refund, reservesOf[g])
-			decisions[g], sums[g] = len(calls), sum
+		if len(refund) > 0 || len(gc.reserves) > 0 {
+			k, a, sum := s.apply(gc.g, refund, gc.reserves)
+			gc.call, gc.sum = len(calls), sum
 			calls = append(calls, sent{script: applyScript, keys: k, args: a})
 		}
 	}
@@ -353,37 +352,35 @@ func (s *Store) send(q *queue, batch []call) {
 		r.finish(refundErr)
 	}
 	// Each group's decisions answer its reservations, in the order they were taken.
-	type groupDecisions struct {
-		decided []any
-		err     error
-	}
-	decidedOf := make(map[int]groupDecisions, len(order))
-	for _, g := range order {
-		if len(reservesOf[g]) == 0 {
+	for i := range groups {
+		gc := &groups[i]
+		if len(gc.reserves) == 0 {
 			continue
 		}
-		decided, err := calls[decisions[g]].cmd.Slice()
+		decided, err := calls[gc.call].cmd.Slice()
 		if err == nil {
-			decided, err = sums[g].decisions(decided, reservesOf[g])
+			decided, err = gc.sum.decisions(decided, gc.reserves)
 		}
-		if err == nil && len(decided) != len(reservesOf[g]) {
-			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(reservesOf[g]))
+		if err == nil && len(decided) != len(gc.reserves) {
+			err = fmt.Errorf("redis apply script: %d decisions for %d reservations", len(decided), len(gc.reserves))
 		}
-		decidedOf[g] = groupDecisions{decided, err}
+		gc.decided, gc.err = decided, err
 	}
-	next := make(map[int]int, len(order))
 	for _, c := range batch {
 		switch c.kind {
 		case refundCall:
 			c.done <- reply{err: refundErr}
 		case reserveCall:
-			d := decidedOf[c.group]
-			if d.err != nil {
-				c.done <- reply{err: d.err}
+			gc := &groups[0]
+			if groupAt != nil {
+				gc = &groups[groupAt[c.group]]
+			}
+			if gc.err != nil {
+				c.done <- reply{err: gc.err}
 				continue
 			}
-			c.done <- reply{val: d.decided[next[c.group]]}
-			next[c.group]++
+			c.done <- reply{val: gc.decided[gc.next]}
+			gc.next++
 		}
 	}
 	for i, c := range charges {
@@ -391,8 +388,10 @@ func (s *Store) send(q *queue, batch []call) {
 		c.done <- reply{val: val, err: err}
 	}
 	// Every call is answered: the next pipeline lays out its calls in their memory.
-	for _, sum := range sums {
-		sum.release()
+	for _, gc := range groups {
+		if gc.sum != nil {
+			gc.sum.release()
+		}
 	}
 }
 
@@ -406,11 +405,27 @@ func anyNoScript[T any](calls []T, err func(T) error) bool {
 	return false
 }
 
-// byGroup sorts a pipeline's refunds and reservations by slot group: everything is
-// group 0 on one server. order lists the groups in the order first seen.
-func (s *Store) byGroup(refund []refundEntry, batch []call) (refunds map[int][]refundEntry, reserves map[int][]*budget.Reservation, order []int) {
+// groupCalls are one slot group's refunds and reservations in a pipeline, and then
+// its apply call and decisions.
+type groupCalls struct {
+	g        int
+	refund   []refundEntry
+	reserves []*budget.Reservation
+	// call is the index of the apply call deciding reserves, and sum its batch sum.
+	call int
+	sum  *batchSum
+	// decided answers reserves in order (next is the next to answer), or err all.
+	decided []any
+	err     error
+	next    int
+}
+
+// byGroup sorts a pipeline's refunds and reservations by slot group, in the order
+// first seen; at is a group's index in groups, nil on one server where everything is
+// group 0 and groups has at most one.
+func (s *Store) byGroup(refund []refundEntry, batch []call) (groups []groupCalls, at map[int]int) {
 	if !s.sharded {
-		// One server: everything is group 0, and the refunds go as merged.
+		// One server: the refunds go as merged.
 		var rs []*budget.Reservation
 		for _, c := range batch {
 			if c.kind == reserveCall {
@@ -421,35 +436,31 @@ func (s *Store) byGroup(refund []refundEntry, batch []call) (refunds map[int][]r
 			}
 		}
 		if len(refund) == 0 && len(rs) == 0 {
-			return nil, nil, nil
+			return nil, nil
 		}
-		return map[int][]refundEntry{0: refund}, map[int][]*budget.Reservation{0: rs}, []int{0}
+		return []groupCalls{{refund: refund, reserves: rs}}, nil
 	}
-	refunds, reserves = map[int][]refundEntry{}, map[int][]*budget.Reservation{}
-	see := func(g int) {
-		if _, ok := refunds[g]; ok {
-			return
+	at = map[int]int{}
+	see := func(g int) *groupCalls {
+		i, ok := at[g]
+		if !ok {
+			i = len(groups)
+			at[g] = i
+			groups = append(groups, groupCalls{g: g})
 		}
-		if _, ok := reserves[g]; ok {
-			return
-		}
-		order = append(order, g)
+		return &groups[i]
 	}
 	for _, e := range refund {
-		g := 0
-		if s.sharded {
-			g = groupOf(e.key)
-		}
-		see(g)
-		refunds[g] = append(refunds[g], e)
+		gc := see(groupOf(e.key))
+		gc.refund = append(gc.refund, e)
 	}
 	for _, c := range batch {
 		if c.kind == reserveCall {
-			see(c.group)
-			reserves[c.group] = append(reserves[c.group], c.reservation)
+			gc := see(c.group)
+			gc.reserves = append(gc.reserves, c.reservation)
 		}
 	}
-	return refunds, reserves, order
+	return groups, at
 }
 
 // maxApplyRefunds bounds the refunded buckets in one apply call, so that one call never
