@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
@@ -21,6 +22,61 @@ import (
 // Redis, and errors.
 type tenantLoad struct {
 	shared, local, sharedRefused, errs atomic.Int64
+}
+
+// onMasters names the API keys of a and b so that a's slot group is on the cluster's
+// first master and b's on its second.
+func onMasters(own *redisserver.Cluster, s *redisstore.Store, a, b *budget.Charge) {
+	for i := 0; a.Key.ID == "" || b.Key.ID == ""; i++ {
+		id := fmt.Sprint("tenant-", i)
+		switch own.MasterOf(GinkgoT(), s.Key(budget.Key{Dim: budget.APIKey, ID: id})) {
+		case own.Masters[0]:
+			a.Key.ID = id
+		case own.Masters[1]:
+			b.Key.ID = id
+		}
+	}
+}
+
+// loadTenants reserves each tenant's charge from four goroutines in a loop, counting
+// each tenant's outcomes, until the returned stop is called (it waits for them).
+func loadTenants(s *redisstore.Store, tenants [2]budget.Charge) (*[2]tenantLoad, func()) {
+	var loads [2]tenantLoad
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer wg.Done()
+			l, ch := &loads[w%2], tenants[w%2]
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{ch}})
+				switch {
+				case err != nil:
+					l.errs.Add(1)
+				case res.Shared && res.Admitted:
+					l.shared.Add(1)
+				case res.Shared:
+					l.sharedRefused.Add(1)
+				case res.Admitted:
+					l.local.Add(1)
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return &loads, func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
 }
 
 var _ = Describe("Fallback per master on a cluster", func() {
@@ -31,44 +87,9 @@ var _ = Describe("Fallback per master on a cluster", func() {
 		// Two tenants' API keys on different masters: the doomed one's is killed, the
 		// other's bucket holds 300 tokens that never refill while the test runs.
 		doomed, live := bucket(budget.APIKey, "", 1e6), bucket(budget.APIKey, "", 300)
-		for i := 0; doomed.Key.ID == "" || live.Key.ID == ""; i++ {
-			id := fmt.Sprint("tenant-", i)
-			switch own.MasterOf(GinkgoT(), s.Key(budget.Key{Dim: budget.APIKey, ID: id})) {
-			case own.Masters[0]:
-				doomed.Key.ID = id
-			case own.Masters[1]:
-				live.Key.ID = id
-			}
-		}
-		var loads [2]tenantLoad
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer GinkgoRecover()
-				defer wg.Done()
-				l, ch := &loads[w%2], []budget.Charge{doomed, live}[w%2]
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{ch}})
-					switch {
-					case err != nil:
-						l.errs.Add(1)
-					case res.Shared && res.Admitted:
-						l.shared.Add(1)
-					case res.Shared:
-						l.sharedRefused.Add(1)
-					case res.Admitted:
-						l.local.Add(1)
-					}
-				}
-			}()
-		}
+		onMasters(own, s, &doomed, &live)
+		loads, stop := loadTenants(s, [2]budget.Charge{doomed, live})
+		defer stop()
 		Eventually(loads[0].shared.Load).Should(BeNumerically(">", 20))
 		Eventually(loads[1].shared.Load).Should(BeNumerically(">", 20))
 		Expect(own.Masters[0].Kill()).To(Succeed())
@@ -80,8 +101,7 @@ var _ = Describe("Fallback per master on a cluster", func() {
 		own.WaitOK(GinkgoT())
 		sharedBefore := loads[0].shared.Load()
 		Eventually(loads[0].shared.Load).WithTimeout(10*time.Second).Should(BeNumerically(">", sharedBefore+20), "back on Redis")
-		close(stop)
-		wg.Wait()
+		stop()
 		GinkgoWriter.Printf("killed master's tenant: %d on Redis, %d on the fallback; live tenant: %d on Redis, %d refused, %d on the fallback\n",
 			loads[0].shared.Load(), loads[0].local.Load(), loads[1].shared.Load(), loads[1].sharedRefused.Load(), loads[1].local.Load())
 		Expect(loads[0].errs.Load()+loads[1].errs.Load()).To(BeZero(), "every admission was answered")

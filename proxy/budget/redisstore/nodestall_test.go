@@ -4,9 +4,6 @@
 package redisstore_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -25,48 +22,9 @@ var _ = Describe("A stalled master on a cluster", func() {
 		// the stalled one's master is paused (SIGSTOP: its connections stay open and
 		// nothing answers), the live one's keeps answering.
 		stalled, live := bucket(budget.APIKey, "", 1e9), bucket(budget.APIKey, "", 1e9)
-		for i := 0; stalled.Key.ID == "" || live.Key.ID == ""; i++ {
-			id := fmt.Sprint("tenant-", i)
-			switch own.MasterOf(GinkgoT(), s.Key(budget.Key{Dim: budget.APIKey, ID: id})) {
-			case own.Masters[0]:
-				stalled.Key.ID = id
-			case own.Masters[1]:
-				live.Key.ID = id
-			}
-		}
-		var loads [2]tenantLoad
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer GinkgoRecover()
-				defer wg.Done()
-				l, ch := &loads[w%2], []budget.Charge{stalled, live}[w%2]
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{ch}})
-					switch {
-					case err != nil:
-						l.errs.Add(1)
-					case res.Shared && res.Admitted:
-						l.shared.Add(1)
-					case res.Shared:
-						l.sharedRefused.Add(1)
-					case res.Admitted:
-						l.local.Add(1)
-					}
-				}
-			}()
-		}
-		defer func() {
-			close(stop)
-			wg.Wait()
-		}()
+		onMasters(own, s, &stalled, &live)
+		loads, stop := loadTenants(s, [2]budget.Charge{stalled, live})
+		defer stop()
 		// liveRate is how many admissions a second the live tenant gets on Redis while
 		// it gains n more.
 		liveRate := func(n int64) float64 {
