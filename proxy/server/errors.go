@@ -132,7 +132,7 @@ const (
 func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	h := w.Header()
 	now := ex.s.clock.Now()
-	setLimitHeaders(h, nil, &ex.dec, now, ex.route.family)
+	setLimitHeaders(h, &ex.dec, now, ex.route.family)
 	secs := int64(math.Ceil(r.RetryAfter.Seconds()))
 	if secs < 1 {
 		secs = 1
@@ -187,7 +187,7 @@ func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 			if ex.route.family == Anthropic {
 				hw.anthropic(&anthropicTokens, r.Bucket)
 			}
-			hw.flush(h, nil)
+			hw.flush(h)
 		}
 		if r.LargerThanBucket {
 			var whole string
@@ -249,7 +249,7 @@ func (ex *exchange) ruleRefusal(h http.Header, r *budget.Refusal, rb *refusalBod
 				hw.family(&outputTokens, r.Bucket)
 			}
 		}
-		hw.flush(h, nil)
+		hw.flush(h)
 	}
 	if r.LargerThanBucket {
 		return fmt.Sprintf("this request reserves %s %s, more than the whole of %s: no wait lets it in, so do not retry it; send a smaller request", asked, unit, what)
@@ -270,10 +270,10 @@ func dollarString(v float64) string {
 // its request-count quota; on an Anthropic route, the same budgets under Anthropic's
 // names too (tokens: the minute budget, or the day budget when the key has no minute
 // one). Shared dimensions are never reported. On an upstream's answer, h is the
-// client's header and upstream the answer's: a header set on h is removed from
-// upstream, so that the reverse proxy's copy of the upstream's headers neither adds a
-// second value nor allocates for each of these headers.
-func setLimitHeaders(h, upstream http.Header, d *budget.Decision, now time.Time, family Family) {
+// client's header: set there, these headers are not copied with an allocation each,
+// and the upstream's of the same names are gone (stripUpstreamLimits), so the client
+// gets one value of each.
+func setLimitHeaders(h http.Header, d *budget.Decision, now time.Time, family Family) {
 	var hw headerWriter
 	if d.KeyMinute.Present {
 		hw.minute(d.KeyMinute)
@@ -317,10 +317,9 @@ func setLimitHeaders(h, upstream http.Header, d *budget.Decision, now time.Time,
 			hw.anthropic(&anthropicOutput, d.KeyOutput)
 		}
 	}
-	hw.flush(h, upstream)
+	hw.flush(h)
 	if len(d.Warnings) > 0 {
 		h.Set(budgetWarningHeader, warningValue(d.Warnings))
-		delete(upstream, budgetWarningHeader)
 	}
 }
 
@@ -452,7 +451,7 @@ func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {
 }
 
 // flush sets every header on h, and removes it from replaced (which may be nil).
-func (w *headerWriter) flush(h, replaced http.Header) {
+func (w *headerWriter) flush(h http.Header) {
 	if w.n == 0 {
 		return
 	}
@@ -463,7 +462,6 @@ func (w *headerWriter) flush(h, replaced http.Header) {
 		vals[i] = all[start:w.ends[i]]
 		start = w.ends[i]
 		h[w.keys[i]] = vals[i : i+1 : i+1]
-		delete(replaced, w.keys[i])
 	}
 }
 

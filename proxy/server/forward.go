@@ -78,7 +78,7 @@ func onResponse(resp *http.Response) error {
 	stripUpstreamLimits(resp.Header, success)
 	// The proxy's own headers go straight to the client's answer: the reverse proxy
 	// copies the upstream's with an allocation for each.
-	setLimitHeaders(ex.cw.Header(), resp.Header, &ex.dec, s.clock.Now(), ex.route.family)
+	setLimitHeaders(ex.cw.Header(), &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
 		ex.release()
 		return nil
@@ -316,6 +316,9 @@ func (b *bufferPool) Put(p []byte) {
 func stripUpstreamLimits(h http.Header, success bool) {
 	for k := range h {
 		if hasPrefixFold(k, "x-ratelimit") || hasPrefixFold(k, "anthropic-ratelimit") || hasPrefixFold(k, "ratelimit") ||
+			// An upstream that is itself a tokenwarden speaks of its own fleet's rules,
+			// upstreams and request ids; only this proxy speaks them to its client.
+			hasPrefixFold(k, "x-tokenwarden-") ||
 			success && (strings.EqualFold(k, "retry-after") || strings.EqualFold(k, "retry-after-ms")) {
 			delete(h, k)
 		}

@@ -625,17 +625,10 @@ func (s *Server) observeApply(rt *runtime) {
 func (s *Server) FlushAccessLog(ctx context.Context) { s.access.flush(ctx) }
 
 // upstreamAnswered records the upstream's answer: when its headers came, and its own
-// request id. The upstream's own X-Tokenwarden-* headers are dropped: an upstream that
-// is itself a tokenwarden speaks of its own fleet's rules, upstreams and request ids,
-// and only this proxy speaks them to its client (its own are set after this).
+// request id.
 func (ex *exchange) upstreamAnswered(h http.Header) {
 	ex.rec.upstreamHeaders = time.Now()
 	if v := h.Get(forwardedIDHeader); v != "" {
 		ex.rec.upstreamID = v
-	}
-	for k := range h {
-		if hasPrefixFold(k, "x-tokenwarden-") {
-			delete(h, k)
-		}
 	}
 }

@@ -335,7 +335,7 @@ func withModel(body []byte, model string) ([]byte, error) {
 // another upstream to go to is dropped (errFailover) so that the next one serves.
 func (ex *exchange) attemptAnswered(resp *http.Response) error {
 	if ex.try.fallback != "" {
-		resp.Header.Set(FallbackHeader, ex.try.fallback)
+		ex.cw.Header().Set(FallbackHeader, ex.try.fallback)
 	}
 	c := ex.try.cand
 	if c == nil {
@@ -360,7 +360,7 @@ func (ex *exchange) attemptAnswered(resp *http.Response) error {
 		ex.try.retry = true
 		return errFailover
 	}
-	resp.Header[UpstreamHeader] = c.header
+	ex.cw.Header()[UpstreamHeader] = c.header
 	return nil
 }
 
