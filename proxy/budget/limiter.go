@@ -709,27 +709,28 @@ func (h *Hold) used(a Amount, u Used) float64 {
 func (h *Hold) Settle(u Used) bool { return h.SettleTo(u, nil) }
 
 // SettleTo is Settle, telling to what the settlement did once the store has done it:
-// before SettleTo returns on a store in memory, later and on another goroutine on a
-// store that makes a network call. to may be nil; it is not called when SettleTo
-// returns false.
+// before SettleTo returns on a store in memory, and on a store that makes a network
+// call when the settlement only refunds and the store sends refunds without waiting
+// (RefundSender); otherwise later and on another goroutine. to may be nil; it is not
+// called when SettleTo returns false.
 func (h *Hold) SettleTo(u Used, to SettleReceiver) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
-	if h.l.async {
-		h.l.pending.Go(func() { h.settle(u, to) })
+	back, over := h.split(u)
+	if h.l.async && (len(over) > 0 || !h.sends()) {
+		// A charge waits for the store's answer: off the request's goroutine.
+		h.l.pending.Go(func() { h.settle(back, over, to) })
 	} else {
-		h.settle(u, to)
+		h.settle(back, over, to)
 	}
 	return true
 }
 
-// settle does the work of Settle, on the request's goroutine or off it.
-func (h *Hold) settle(u Used, to SettleReceiver) {
-	var done Settlement
-	// The hold is done: its charges become the settlement's, refunds first, each
-	// with its delta (in floats: a usage the backend reported can be anything an
-	// int64 holds).
+// split makes the hold's charges the settlement's: the refunds first, each with the
+// amount it returns, then the overages, each with the amount it takes (in floats: a
+// usage the backend reported can be anything an int64 holds).
+func (h *Hold) split(u Used) (back, over []Charge) {
 	refunds := 0
 	for i := range h.charges {
 		ch := &h.charges[i]
@@ -739,16 +740,39 @@ func (h *Hold) settle(u Used, to SettleReceiver) {
 			refunds++
 		}
 	}
-	back, over := h.charges[:refunds], h.charges[refunds:]
+	back, over = h.charges[:refunds], h.charges[refunds:]
 	over = slices.DeleteFunc(over, func(c Charge) bool { return c.Amount == 0 })
+	for i := range over {
+		over[i].Amount = -over[i].Amount
+	}
+	return back, over
+}
+
+// sends tells whether the hold's store sends refunds without waiting for them.
+func (h *Hold) sends() bool {
+	_, ok := h.store.(RefundSender)
+	return ok
+}
+
+// refund returns charges to the hold's store: sent without waiting, and counted
+// pending until applied, on a store that sends refunds and a limiter that settles
+// off the request's goroutine.
+func (h *Hold) refund(charges []Charge) {
+	if rs, ok := h.store.(RefundSender); ok && h.l.async {
+		rs.SendRefund(charges, &h.l.pending)
+		return
+	}
+	h.store.Refund(context.Background(), charges)
+}
+
+// settle does the work of Settle, on the request's goroutine or off it.
+func (h *Hold) settle(back, over []Charge, to SettleReceiver) {
+	var done Settlement
 	if len(back) > 0 {
-		h.store.Refund(context.Background(), back)
+		h.refund(back)
 		h.recordEach(Refunded, back, nil)
 	}
 	if len(over) > 0 {
-		for i := range over {
-			over[i].Amount = -over[i].Amount
-		}
 		taken, debt := h.store.Charge(context.Background(), over, h.overage)
 		h.recordEach(Charged, over, taken)
 		done.add(over, debt)
@@ -765,7 +789,7 @@ func (h *Hold) Release() bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
 	}
-	if h.l.async {
+	if h.l.async && !h.sends() {
 		h.l.pending.Go(h.release)
 	} else {
 		h.release()
@@ -775,7 +799,7 @@ func (h *Hold) Release() bool {
 
 // release does the work of Release, on the request's goroutine or off it.
 func (h *Hold) release() {
-	h.store.Refund(context.Background(), h.charges)
+	h.refund(h.charges)
 	h.record(Refunded)
 	h.recycle()
 }

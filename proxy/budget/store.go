@@ -6,6 +6,7 @@ package budget
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -72,6 +73,15 @@ type Store interface {
 	Prune(keep func(Key) bool)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// RefundSender is a store whose refunds travel to its backend with later calls, so
+// that a caller need not wait for them. SendRefund returns each charge's Amount to
+// its bucket, as Refund does, without waiting for it to be applied: it adds to wg
+// what stays pending and marks it done once the refund is applied or given up, so
+// that a stopping proxy can wait for it. It keeps nothing of charges once it returns.
+type RefundSender interface {
+	SendRefund(charges []Charge, wg *sync.WaitGroup)
 }
 
 // UnavailableError is returned by a store that cannot reach its backend and may not

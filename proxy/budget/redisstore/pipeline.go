@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -154,6 +155,16 @@ type refunds struct {
 	// done closes when the refunds were applied, or could not be (err).
 	done chan struct{}
 	err  error
+	// senders are the wait groups of the refunds sent without waiting (SendRefund),
+	// each with the count it was added; finish marks them done.
+	senders []sender
+}
+
+// sender is a wait group of SendRefund's callers and what it was added for one
+// gathering.
+type sender struct {
+	wg *sync.WaitGroup
+	n  int
 }
 
 // refundBucket identifies a bucket and the parameters a hold recorded on it: refunds
@@ -166,11 +177,25 @@ type refundBucket struct {
 func (r *refunds) finish(err error) {
 	r.err = err
 	close(r.done)
+	for _, w := range r.senders {
+		w.wg.Add(-w.n)
+	}
+}
+
+// sentBy counts one refund of the gathering pending on wg (q.refundMu held).
+func (r *refunds) sentBy(wg *sync.WaitGroup) {
+	wg.Add(1)
+	if n := len(r.senders); n > 0 && r.senders[n-1].wg == wg {
+		r.senders[n-1].n++
+		return
+	}
+	r.senders = append(r.senders, sender{wg: wg, n: 1})
 }
 
 // gather adds a refund to the refunds gathering for queue q, starting them if none
-// are, and returns them.
-func (s *Store) gather(q *queue, charges []budget.Charge) *refunds {
+// are, and returns them; the refund is pending on wg, when not nil, until they are
+// applied or given up.
+func (s *Store) gather(q *queue, charges []budget.Charge, wg *sync.WaitGroup) *refunds {
 	q.refundMu.Lock()
 	defer q.refundMu.Unlock()
 	r := q.gathering
@@ -180,6 +205,9 @@ func (s *Store) gather(q *queue, charges []budget.Charge) *refunds {
 		time.AfterFunc(s.linger, func() { s.sendRefunds(q, r) })
 	}
 	r.add(charges)
+	if wg != nil {
+		r.sentBy(wg)
+	}
 	return r
 }
 
@@ -228,7 +256,16 @@ func (s *Store) sendRefunds(q *queue, r *refunds) {
 	if !mine {
 		return // a pipeline took them
 	}
-	if err := s.enqueue(q, call{kind: refundCall, refunds: r, done: make(chan reply, 1)}); err != nil {
+	// Under the queues' lock, so that Close, which drains the queues once their workers
+	// stop, either finds the call or comes before it: a refund is always finished.
+	s.q.mu.Lock()
+	err := errClosed
+	if !s.q.closed {
+		err = s.enqueue(q, call{kind: refundCall, refunds: r, done: make(chan reply, 1)})
+	}
+	s.q.mu.Unlock()
+	if err != nil {
+		s.log.Debug("Refunds could not reach Redis; their budget returns at the refill rate", "refunds", r.n, "error", err)
 		r.finish(err)
 	}
 }
@@ -244,6 +281,10 @@ func (s *Store) pipeline(q *queue) {
 		case c := <-q.calls:
 			batch = append(batch[:0], c)
 		}
+		// Let the goroutines that are ready run first: under load some of them are
+		// about to queue calls, which then share this pipeline instead of waiting for
+		// the next. When nothing else is ready this returns at once.
+		runtime.Gosched()
 	drain:
 		for len(batch) < maxPipeline {
 			select {
@@ -347,6 +388,9 @@ func (s *Store) send(q *queue, batch []call) {
 			refundErr = err
 			break
 		}
+	}
+	if refundErr != nil && refunded > 0 {
+		s.log.Debug("Refunds could not reach Redis; their budget returns at the refill rate", "refunds", refunded, "error", refundErr)
 	}
 	for _, r := range gathered {
 		r.finish(refundErr)

@@ -451,32 +451,44 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // reach Redis is dropped: the bucket returns the budget at its refill rate, which
 // bounds the loss to one window.
 func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
+	var wg sync.WaitGroup
+	s.SendRefund(charges, &wg)
+	wg.Wait()
+}
+
+// SendRefund implements budget.RefundSender: the refund gathers with the others of its
+// queue (on a cluster, each master's share with its master's) and rides with the next
+// pipeline, or goes on its own after the linger. One that cannot reach Redis is
+// dropped and logged: its budget returns at the refill rate (high, never low).
+func (s *Store) SendRefund(charges []budget.Charge, wg *sync.WaitGroup) {
 	if s.leaseFraction > 0 {
 		charges = s.refundLeased(charges)
 	}
-	_ = s.refundShared(charges)
+	s.gatherShared(charges, wg)
 }
 
-// refundShared returns charges to the shared buckets in Redis; an error when the
-// refund could not reach Redis (it is dropped).
-func (s *Store) refundShared(charges []budget.Charge) error {
+// gatherShared gathers charges for the queues that send them and returns the
+// gatherings they joined, each refund pending on wg when it is not nil.
+func (s *Store) gatherShared(charges []budget.Charge, wg *sync.WaitGroup) []*refunds {
 	if len(charges) == 0 {
 		return nil
 	}
-	// The caller is the hold's detached settlement goroutine: waiting here never blocks
-	// a request. On a cluster each master's share gathers for its own queue.
-	var one [1]*refunds
-	gathered := one[:0]
 	if !s.sharded {
-		gathered = append(gathered, s.gather(s.q.def, charges))
-	} else {
-		qs, parts := s.refundQueues(charges)
-		for i, q := range qs {
-			gathered = append(gathered, s.gather(q, parts[i]))
-		}
+		return []*refunds{s.gather(s.q.def, charges, wg)}
 	}
+	qs, parts := s.refundQueues(charges)
+	gathered := make([]*refunds, len(qs))
+	for i, q := range qs {
+		gathered[i] = s.gather(q, parts[i], wg)
+	}
+	return gathered
+}
+
+// refundShared returns charges to the shared buckets in Redis and waits until they
+// are applied; an error when the refund could not reach Redis (it is dropped).
+func (s *Store) refundShared(charges []budget.Charge) error {
 	var err error
-	for _, r := range gathered {
+	for _, r := range s.gatherShared(charges, nil) {
 		select {
 		case <-r.done:
 			if r.err != nil && err == nil {
@@ -485,9 +497,6 @@ func (s *Store) refundShared(charges []budget.Charge) error {
 		case <-s.stopped:
 			return errClosed
 		}
-	}
-	if err != nil {
-		s.log.Debug("A refund could not reach Redis; its budget returns at the refill rate", "error", err)
 	}
 	return err
 }
@@ -566,8 +575,21 @@ func (s *Store) Close() error {
 		close(s.done)
 		s.workers.Wait()
 		for _, q := range qs {
+			// Refunds no worker took are given up, and so finished: their senders
+			// wait for them.
 			if r := q.takeRefunds(); r != nil {
 				r.finish(errClosed)
+			}
+		drain:
+			for {
+				select {
+				case c := <-q.calls:
+					if c.kind == refundCall {
+						c.refunds.finish(errClosed)
+					}
+				default:
+					break drain
+				}
 			}
 		}
 		close(s.stopped)
