@@ -272,7 +272,7 @@ type charges struct {
 
 var chargesPool = sync.Pool{New: func() any { return new(charges) }}
 
-// heldPool lends the charges of holds on the memory store.
+// heldPool lends the charges of holds.
 var heldPool = sync.Pool{New: func() any { return new([]Charge) }}
 
 // add appends the bucket of one counter for a subject.
@@ -475,27 +475,17 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	if n == 0 {
 		return dec, nil
 	}
-	// The hold keeps its own copy of what it took. On the memory store, which keeps no
-	// charge once an operation returns, the copy goes back to a pool when the hold is
-	// settled or released.
-	_, recycle := res.Backend.(*Memory)
-	var buf *[]Charge
-	if recycle {
-		buf = heldPool.Get().(*[]Charge)
-	} else {
-		buf = new([]Charge)
-	}
+	// The hold keeps its own copy of what it took, lent by a pool (no store keeps a
+	// charge once an operation returns) until the hold is settled or released.
+	buf := heldPool.Get().(*[]Charge)
 	taken := slices.Grow((*buf)[:0], n)
 	for i := range c.toks {
 		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
 			taken = append(taken, c.toks[i])
 		}
 	}
-	h := &Hold{l: l, store: res.Backend, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model)}
-	if recycle {
-		*buf = taken
-		h.buf = buf
-	}
+	*buf = taken
+	h := &Hold{l: l, store: res.Backend, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}

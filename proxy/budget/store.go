@@ -51,7 +51,9 @@ type Result struct {
 	Shared bool
 }
 
-// Store keeps bucket state. Implementations: Memory, and the Redis store.
+// Store keeps bucket state. Implementations: Memory, and the Redis store. No store
+// keeps the charges it is given once an operation returns: the limiter lends them
+// from pools.
 type Store interface {
 	// Reserve takes a Reservation all or nothing: request buckets first (a refusal
 	// takes nothing), then the other buckets (a refusal takes only the request

@@ -149,7 +149,8 @@ type refunds struct {
 	// n is the number of refunds gathered.
 	n int
 	// entries are the buckets refunded, in the order first seen, with their amounts;
-	// at indexes them.
+	// at indexes them once there are more than a scan should look through (nil
+	// until then).
 	entries []refundEntry
 	at      map[refundBucket]int
 	// done closes when the refunds were applied, or could not be (err).
@@ -211,22 +212,55 @@ func (s *Store) gather(q *queue, charges []budget.Charge, wg *sync.WaitGroup) *r
 	return r
 }
 
-// add gathers one refund.
+// add gathers one refund. A hold's buckets come in the order its policy lists them,
+// so a refund's buckets are mostly where the refund before it put them: each is
+// looked for there first, and elsewhere only when it is not.
 func (r *refunds) add(charges []budget.Charge) {
 	r.n++
-	for _, ch := range charges {
+	for j, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
-		if i, ok := r.at[b]; ok {
+		i := -1
+		if j < len(r.entries) && r.entries[j].refundBucket == b {
+			i = j
+		} else {
+			i = r.find(b)
+		}
+		if i >= 0 {
 			r.entries[i].amount += ch.Amount
 			continue
 		}
-		r.at[b] = len(r.entries)
+		if r.at != nil {
+			r.at[b] = len(r.entries)
+		}
 		r.entries = append(r.entries, refundEntry{refundBucket: b, amount: ch.Amount})
 	}
 }
 
+// find is the index of b's entry, or -1: a scan of a few entries, or a lookup in the
+// index, made once there are more.
+func (r *refunds) find(b refundBucket) int {
+	if r.at == nil {
+		if len(r.entries) <= 32 {
+			for i := range r.entries {
+				if r.entries[i].refundBucket == b {
+					return i
+				}
+			}
+			return -1
+		}
+		r.at = make(map[refundBucket]int, 2*len(r.entries))
+		for i, e := range r.entries {
+			r.at[e.refundBucket] = i
+		}
+	}
+	if i, ok := r.at[b]; ok {
+		return i
+	}
+	return -1
+}
+
 func newRefunds(buckets int) *refunds {
-	return &refunds{entries: make([]refundEntry, 0, buckets), at: make(map[refundBucket]int, buckets), done: make(chan struct{})}
+	return &refunds{entries: make([]refundEntry, 0, buckets), done: make(chan struct{})}
 }
 
 // refundsOf is one refund on its own, for a pipeline to send.
