@@ -107,6 +107,30 @@ func (b *batchSum) spec(buf []byte) []byte {
 	return buf
 }
 
+// terms is the reservations in the sum's terms, appended to buf: for each, its
+// request-count buckets and its buckets (two uint16), then per bucket its index in
+// the sum, 1-based (uint16), and its amount (float64), all little-endian. Only for a
+// sum that stands for the reservations.
+func (b *batchSum) terms(buf []byte, reserves []*budget.Reservation) []byte {
+	buf = slices.Grow(buf, 4*len(reserves)+10*len(b.idx))
+	pos := 0
+	for _, r := range reserves {
+		n := len(r.Requests) + len(r.Tokens)
+		buf = binary.LittleEndian.AppendUint16(buf, uint16(len(r.Requests)))
+		buf = binary.LittleEndian.AppendUint16(buf, uint16(n))
+		for i := range n {
+			amount := 1.0
+			if i >= len(r.Requests) {
+				amount = r.Tokens[i-len(r.Requests)].Amount
+			}
+			buf = binary.LittleEndian.AppendUint16(buf, uint16(b.idx[pos+i]+1))
+			buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(amount))
+		}
+		pos += n
+	}
+	return buf
+}
+
 // sumDecision is a reservation admitted on the sum path: its buckets' levels after it
 // took its amounts (requests first), and Redis' clock in milliseconds.
 type sumDecision struct {

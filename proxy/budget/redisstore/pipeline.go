@@ -617,9 +617,16 @@ func (s *Store) apply(g int, refund []refundEntry, reserves []*budget.Reservatio
 	l.sumBuf = sum.spec(l.sumBuf[:0])
 	l.sumArg = l.sumBuf
 	args[2] = &l.sumArg
-	for i := 1; i < len(ends); i++ {
-		segs[i] = p.buf[ends[i-1]:ends[i]]
-		args[2*i+2] = &segs[i]
+	if len(l.sumBuf) > 0 {
+		// The reservations in the sum's terms, in one argument.
+		l.termsBuf = sum.terms(l.termsBuf[:0], reserves)
+		l.termsArg = l.termsBuf
+		args = append(args[:3], &l.termsArg)
+	} else {
+		for i := 1; i < len(ends); i++ {
+			segs[i] = p.buf[ends[i-1]:ends[i]]
+			args[2*i+2] = &segs[i]
+		}
 	}
 	if args[1] != "" {
 		// The epoch key goes last, after every bucket's: the spec never indexes it.

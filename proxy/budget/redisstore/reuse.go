@@ -20,9 +20,10 @@ import (
 type applyLayout struct {
 	spec spec
 	sum  batchSum
-	// sumArg is the sum's argument, laid out in sumBuf.
-	sumArg specArg
-	sumBuf []byte
+	// sumArg is the sum's argument, laid out in sumBuf; termsArg the reservations in
+	// the sum's terms, laid out in termsBuf.
+	sumArg, termsArg specArg
+	sumBuf, termsBuf []byte
 }
 
 // layouts holds the layouts of pipelines already answered.

@@ -139,12 +139,15 @@ end
 // amount for every bucket (empty when there are none); the epoch expected ("" when no
 // reservation of the call has a durable bucket); the reservations' sum by bucket, in
 // the decide spec's layout with the sum as the amount (empty when the call offers
-// none; see batch.go); then two values per
-// reservation: nreq (its first nreq buckets are request-count buckets) and its
-// decide spec, 36 bytes per bucket, struct.pack("<HBBdddd"): key index, slot, flags
-// (1 warn, 2 calendar, 4 durable), capacity, rate, period_ms (the wait reported for a zero
-// allowance, which never refills; for a calendar window its end in Unix
-// milliseconds), and the amount it takes.
+// none; see batch.go). Then the reservations: with a sum, in its terms, all in one
+// value: for each, nreq (its first nreq buckets are request-count buckets) and its
+// number of buckets, then for each bucket its index in the sum (1-based) and the
+// amount it takes, about a third of a decide spec (Redis and Lua read, and Lua
+// hashes, every byte of an argument). Without a sum, two values per reservation:
+// nreq and its decide spec, 36 bytes per bucket, struct.pack("<HBBdddd"): key index,
+// slot, flags (1 warn, 2 calendar, 4 durable), capacity, rate, period_ms (the wait
+// reported for a zero allowance, which never refills; for a calendar window its end
+// in Unix milliseconds), and the amount it takes.
 // Returns one decision per reservation: {admitted (1/0), refused index (1-based
 // within its kind, 0 when admitted), refused kind (0 requests, 1 the others),
 // retry_after_ms (at most 2^53), levels, warned, now_ms} (refused kind 2: fenced) where levels packs each
@@ -240,16 +243,14 @@ local function take(first, last)
   end
 end
 
-local function decide(nreq, spec)
-  n, warned = #spec / 36, nil
-  local pos = 1
+-- decide decides the reservation whose n buckets are loaded in key..flg, the first
+-- nreq of them request-count buckets.
+local function decide(nreq, nb)
+  n, warned = nb, nil
   -- fits stays true while every bucket holds its amount: then nothing needs checking.
   local fits = true
   for i = 1, n do
-    local k, slot, f, c, r, p, a
-    k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', spec, pos)
-    local b = 4 * slot
-    key[i], base[i], cap[i], rate[i], period[i], amt[i], flg[i] = k, b, c, r, p, a, f
+    local k, b, c, r, a, f = key[i], base[i], cap[i], rate[i], amt[i], flg[i]
     local s = stored[k]
     local oc = s[b + 3]
     if oc >= 0 then
@@ -304,44 +305,45 @@ end
 -- The sum by bucket (ARGV[3], see batch.go): when every bucket holds what all the
 -- reservations take from it, take it at once and return each bucket's level before.
 -- Nothing is written unless every bucket holds its sum.
-if trusted and ARGV[3] ~= '' then
-  local sum = ARGV[3]
-  local m = #sum / 36
-  local lv, ks, bs, fs, cs, rs, ps, as = {}, {}, {}, {}, {}, {}, {}, {}
-  local pos, all = 1, true
+local sum = ARGV[3]
+local m = #sum / 36
+local sk, sb, sf, sc, sr, sp = {}, {}, {}, {}, {}, {}
+if m > 0 then
+  local lv, as = {}, {}
+  local pos, all = 1, trusted
   for i = 1, m do
     local k, slot, f, c, r, p, a
     k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', sum, pos)
     local b = 4 * slot
-    local s = stored[k]
-    local oc, l = s[b + 3], c
-    if oc >= 0 then
-      local orate = s[b + 4]
-      l = s[b + 1]
-      local dt = (now - s[b + 2]) / 1000
-      if dt > 0 then
-        l = l + dt * orate
-        if l > oc then l = oc end
+    sk[i], sb[i], sf[i], sc[i], sr[i], sp[i], as[i] = k, b, f, c, r, p, a
+    if all then
+      local s = stored[k]
+      local oc, l = s[b + 3], c
+      if oc >= 0 then
+        local orate = s[b + 4]
+        l = s[b + 1]
+        local dt = (now - s[b + 2]) / 1000
+        if dt > 0 then
+          l = l + dt * orate
+          if l > oc then l = oc end
+        end
+        if oc ~= c or orate ~= r then
+          if f % 4 >= 2 then l = l + c - oc
+          elseif oc > 0 then l = l / oc * c
+          else l = c end
+        end
       end
-      if oc ~= c or orate ~= r then
-        if f % 4 >= 2 then l = l + c - oc
-        elseif oc > 0 then l = l / oc * c
-        else l = c end
-      end
+      -- The margin covers the rounding of taking the amounts one by one.
+      if not (l - a >= 1e-12 * (math.abs(l) + a)) then all = false end
+      lv[i] = l
     end
-    -- The margin covers the rounding of taking the amounts one by one.
-    if not (l - a >= 1e-12 * (math.abs(l) + a)) then
-      all = false
-      break
-    end
-    lv[i], ks[i], bs[i], fs[i], cs[i], rs[i], ps[i], as[i] = l, k, b, f, c, r, p, a
   end
   if all then
     for i = 1, m do
-      local s, b, t = stored[ks[i]], bs[i], now
-      if fs[i] % 4 >= 2 then t = ps[i] end
-      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = lv[i] - as[i], t, cs[i], rs[i]
-      dirty[ks[i]] = true
+      local s, b, t = stored[sk[i]], sb[i], now
+      if sf[i] % 4 >= 2 then t = sp[i] end
+      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = lv[i] - as[i], t, sc[i], sr[i]
+      dirty[sk[i]] = true
     end
     flush()
     return {pack('<' .. string.rep('d', m), unpack(lv, 1, m)), now - now % 1}
@@ -349,8 +351,32 @@ if trusted and ARGV[3] ~= '' then
 end
 
 local out = {}
-for a = 4, #ARGV, 2 do
-  out[#out + 1] = decide(tonumber(ARGV[a]), ARGV[a + 1])
+if m > 0 then
+  -- The reservations in the sum's terms (ARGV[4]): for each, nreq and its number of
+  -- buckets, struct.pack("<HH"), then per bucket its index in the sum and its
+  -- amount, struct.pack("<Hd").
+  local rs, pos = ARGV[4], 1
+  while pos <= #rs do
+    local nreq, nb
+    nreq, nb, pos = unpackb('<HH', rs, pos)
+    for i = 1, nb do
+      local j, a
+      j, a, pos = unpackb('<Hd', rs, pos)
+      key[i], base[i], flg[i], cap[i], rate[i], period[i], amt[i] = sk[j], sb[j], sf[j], sc[j], sr[j], sp[j], a
+    end
+    out[#out + 1] = decide(nreq, nb)
+  end
+else
+  for a = 4, #ARGV, 2 do
+    local spec, pos = ARGV[a + 1], 1
+    local nb = #spec / 36
+    for i = 1, nb do
+      local k, slot
+      k, slot, flg[i], cap[i], rate[i], period[i], amt[i], pos = unpackb('<HBBdddd', spec, pos)
+      key[i], base[i] = k, 4 * slot
+    end
+    out[#out + 1] = decide(tonumber(ARGV[a]), nb)
+  end
 end
 flush()
 return out
