@@ -226,13 +226,16 @@ type Limiter struct {
 	store Store
 	rec   Recorder
 	clock Clock
-	// async settles on a detached goroutine, for stores that make a network call;
-	// pending counts those goroutines, so that a stopping proxy waits for them.
+	// async is for stores that make a network call: a settlement or release that
+	// waits for the store runs on a detached goroutine (a RefundSender's refunds do
+	// not wait). pending counts those goroutines and the refunds sent and not yet
+	// applied, so that a stopping proxy waits for them.
 	async   bool
 	pending sync.WaitGroup
 }
 
-// NewLimiter returns a limiter on store. async settles off the request's goroutine.
+// NewLimiter returns a limiter on store. async settles what waits for the store off
+// the request's goroutine.
 func NewLimiter(store Store, rec Recorder, clock Clock, async bool) *Limiter {
 	return &Limiter{store: store, rec: rec, clock: clock, async: async}
 }

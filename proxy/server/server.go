@@ -99,7 +99,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	Clock   budget.Clock
 	Logger  *slog.Logger
-	// AsyncSettle settles on a detached goroutine, for stores that make a network call.
+	// AsyncSettle is for stores that make a network call: a settlement that waits for
+	// the store's answer runs on a detached goroutine (a refund to a store that sends
+	// refunds without waiting, budget.RefundSender, does not).
 	AsyncSettle bool
 	// Started is the config the process built its listeners and store from (default:
 	// the first one applied); Overridden are fields a flag sets. A reload that changes
