@@ -124,7 +124,7 @@ func (s *sendingStore) SendRefund(charges []budget.Charge, wg *sync.WaitGroup) {
 	wg.Add(1)
 	kept := slices.Clone(charges) // the charges are lent: nothing keeps them
 	s.sent <- func() {
-		s.Memory.Refund(context.Background(), kept)
+		s.Refund(context.Background(), kept)
 		s.mu.Lock()
 		for _, ch := range kept {
 			s.refunded += ch.Amount

@@ -219,10 +219,8 @@ func (r *refunds) add(charges []budget.Charge) {
 	r.n++
 	for j, ch := range charges {
 		b := refundBucket{key: ch.Key, capacity: ch.SharedCapacity, rate: ch.SharedRate}
-		i := -1
-		if j < len(r.entries) && r.entries[j].refundBucket == b {
-			i = j
-		} else {
+		i := j
+		if j >= len(r.entries) || r.entries[j].refundBucket != b {
 			i = r.find(b)
 		}
 		if i >= 0 {
