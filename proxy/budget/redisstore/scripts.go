@@ -243,6 +243,24 @@ local function take(first, last)
   end
 end
 
+-- levelNow is a bucket's level now under the parameters given (refilled, and scaled
+-- when they changed since it was written).
+local function levelNow(s, b, f, c, r)
+  local oc = s[b + 3]
+  if oc < 0 then return c end
+  local l, orate = s[b + 1], s[b + 4]
+  local dt = (now - s[b + 2]) / 1000
+  if dt > 0 then
+    l = l + dt * orate
+    if l > oc then l = oc end
+  end
+  if oc ~= c or orate ~= r then
+    if f % 4 >= 2 then l = l + c - oc
+    elseif oc > 0 then l = l / oc * c
+    else l = c end
+  end
+  return l
+end
 -- decide decides the reservation whose n buckets are loaded in key..flg, the first
 -- nreq of them request-count buckets.
 local function decide(nreq, nb)
@@ -250,27 +268,10 @@ local function decide(nreq, nb)
   -- fits stays true while every bucket holds its amount: then nothing needs checking.
   local fits = true
   for i = 1, n do
-    local k, b, c, r, a, f = key[i], base[i], cap[i], rate[i], amt[i], flg[i]
-    local s = stored[k]
-    local oc = s[b + 3]
-    if oc >= 0 then
-      local l, orate = s[b + 1], s[b + 4]
-      local dt = (now - s[b + 2]) / 1000
-      if dt > 0 then
-        l = l + dt * orate
-        if l > oc then l = oc end
-      end
-      if oc ~= c or orate ~= r then
-        if f % 4 >= 2 then l = l + c - oc
-        elseif oc > 0 then l = l / oc * c
-        else l = c end
-      end
-      level[i] = l
-      if a > c or l < a then fits = false end
-    else
-      level[i] = c
-      if a > c then fits = false end
-    end
+    local a, c = amt[i], cap[i]
+    local l = levelNow(stored[key[i]], base[i], flg[i], c, rate[i])
+    level[i] = l
+    if a > c or l < a then fits = false end
   end
   if not trusted then
     for i = 1, n do
@@ -307,46 +308,44 @@ end
 -- Nothing is written unless every bucket holds its sum.
 local sum = ARGV[3]
 local m = #sum / 36
-local sk, sb, sf, sc, sr, sp = {}, {}, {}, {}, {}, {}
-if m > 0 then
-  local lv, as = {}, {}
-  local pos, all = 1, trusted
+if m > 0 and trusted then
+  -- A first pass checks every bucket; only when all hold their sum does a second take
+  -- them. The sum is read twice rather than kept in tables, which cost more to grow.
+  local lv, pos, all = {}, 1, true
   for i = 1, m do
     local k, slot, f, c, r, p, a
     k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', sum, pos)
-    local b = 4 * slot
-    sk[i], sb[i], sf[i], sc[i], sr[i], sp[i], as[i] = k, b, f, c, r, p, a
-    if all then
-      local s = stored[k]
-      local oc, l = s[b + 3], c
-      if oc >= 0 then
-        local orate = s[b + 4]
-        l = s[b + 1]
-        local dt = (now - s[b + 2]) / 1000
-        if dt > 0 then
-          l = l + dt * orate
-          if l > oc then l = oc end
-        end
-        if oc ~= c or orate ~= r then
-          if f % 4 >= 2 then l = l + c - oc
-          elseif oc > 0 then l = l / oc * c
-          else l = c end
-        end
-      end
-      -- The margin covers the rounding of taking the amounts one by one.
-      if not (l - a >= 1e-12 * (math.abs(l) + a)) then all = false end
-      lv[i] = l
+    local l = levelNow(stored[k], 4 * slot, f, c, r)
+    -- The margin covers the rounding of taking the amounts one by one.
+    if not (l - a >= 1e-12 * (math.abs(l) + a)) then
+      all = false
+      break
     end
+    lv[i] = l
   end
   if all then
+    pos = 1
     for i = 1, m do
-      local s, b, t = stored[sk[i]], sb[i], now
-      if sf[i] % 4 >= 2 then t = sp[i] end
-      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = lv[i] - as[i], t, sc[i], sr[i]
-      dirty[sk[i]] = true
+      local k, slot, f, c, r, p, a
+      k, slot, f, c, r, p, a, pos = unpackb('<HBBdddd', sum, pos)
+      local s, b, t = stored[k], 4 * slot, now
+      if f % 4 >= 2 then t = p end
+      s[b + 1], s[b + 2], s[b + 3], s[b + 4] = lv[i] - a, t, c, r
+      dirty[k] = true
     end
     flush()
     return {pack('<' .. string.rep('d', m), unpack(lv, 1, m)), now - now % 1}
+  end
+end
+
+-- The sum's buckets, for the reservations given in its terms.
+local sk, sb, sf, sc, sr, sp = {}, {}, {}, {}, {}, {}
+do
+  local pos = 1
+  for i = 1, m do
+    local slot, a
+    sk[i], slot, sf[i], sc[i], sr[i], sp[i], a, pos = unpackb('<HBBdddd', sum, pos)
+    sb[i] = 4 * slot
   end
 end
 
