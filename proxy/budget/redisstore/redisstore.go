@@ -464,31 +464,32 @@ func (s *Store) SendRefund(charges []budget.Charge, wg *sync.WaitGroup) {
 	if s.leaseFraction > 0 {
 		charges = s.refundLeased(charges)
 	}
-	s.gatherShared(charges, wg)
+	var one [1]*refunds
+	s.gatherShared(charges, wg, one[:0])
 }
 
-// gatherShared gathers charges for the queues that send them and returns the
-// gatherings they joined, each refund pending on wg when it is not nil.
-func (s *Store) gatherShared(charges []budget.Charge, wg *sync.WaitGroup) []*refunds {
+// gatherShared gathers charges for the queues that send them and appends the
+// gatherings they joined to into, each refund pending on wg when it is not nil.
+func (s *Store) gatherShared(charges []budget.Charge, wg *sync.WaitGroup, into []*refunds) []*refunds {
 	if len(charges) == 0 {
-		return nil
+		return into
 	}
 	if !s.sharded {
-		return []*refunds{s.gather(s.q.def, charges, wg)}
+		return append(into, s.gather(s.q.def, charges, wg))
 	}
 	qs, parts := s.refundQueues(charges)
-	gathered := make([]*refunds, len(qs))
 	for i, q := range qs {
-		gathered[i] = s.gather(q, parts[i], wg)
+		into = append(into, s.gather(q, parts[i], wg))
 	}
-	return gathered
+	return into
 }
 
 // refundShared returns charges to the shared buckets in Redis and waits until they
 // are applied; an error when the refund could not reach Redis (it is dropped).
 func (s *Store) refundShared(charges []budget.Charge) error {
 	var err error
-	for _, r := range s.gatherShared(charges, nil) {
+	var one [1]*refunds
+	for _, r := range s.gatherShared(charges, nil, one[:0]) {
 		select {
 		case <-r.done:
 			if r.err != nil && err == nil {
