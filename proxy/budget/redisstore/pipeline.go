@@ -31,7 +31,8 @@ import (
 // to Options.RefundLinger (1ms), and the next pipeline takes them, so a refund usually
 // rides with a reservation and costs neither a call nor a round trip. A refund is
 // applied before the reservations in its call, so gathering never makes a reservation
-// see less budget than it would have.
+// see less budget than it would have. Nobody waits for a refund but a stopping proxy:
+// a settlement hands it over and goes on (SendRefund).
 
 type callKind uint8
 

@@ -449,7 +449,8 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // and go with the next pipeline, before its reservations: under load, or when requests
 // follow one another, a settlement costs no call of its own. A refund that cannot
 // reach Redis is dropped: the bucket returns the budget at its refill rate, which
-// bounds the loss to one window.
+// bounds the loss to one window. Refund waits until the refund is applied or given
+// up; the limiter sends refunds without waiting (SendRefund).
 func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
 	var wg sync.WaitGroup
 	s.SendRefund(charges, &wg)
