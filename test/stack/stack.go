@@ -14,6 +14,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -392,7 +393,30 @@ func (s *Stack) SyncProxies(ctx context.Context, namespace, name string) ([]*Pro
 	return append([]*Proxy(nil), running...), nil
 }
 
+// startProxy starts replica i of a fleet. Its ports are free when chosen, but any
+// process of the host (another suite's redis-server, another proxy) may take one
+// before the proxy binds it: a proxy that could not bind is started again on other
+// ports.
 func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (*Proxy, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := s.startProxyOnce(ctx, namespace, name, i)
+		if errors.Is(err, errPortTaken) {
+			if attempt < 5 {
+				continue
+			}
+			return nil, fmt.Errorf("proxy %d: %w, %d times", i, err, attempt)
+		}
+		return p, err
+	}
+}
+
+// errPortTaken is a proxy that exited because one of its ports was taken.
+var errPortTaken = errors.New("a port was taken")
+
+// readyClient asks for /readyz: a port someone else took may accept and never answer.
+var readyClient = &http.Client{Timeout: 2 * time.Second}
+
+func (s *Stack) startProxyOnce(ctx context.Context, namespace, name string, i int) (*Proxy, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -447,7 +471,12 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 			return errPermanent
 		default:
 		}
-		resp, err := http.Get(p.AdminURL + "/readyz")
+		// Serving is logged once both ports are bound: until then /readyz may be
+		// another process's.
+		if log, err := os.ReadFile(p.LogPath); err != nil || !bytes.Contains(log, []byte(`"msg":"Serving"`)) {
+			return errors.New("not serving yet")
+		}
+		resp, err := readyClient.Get(p.AdminURL + "/readyz")
 		if err != nil {
 			return err
 		}
@@ -459,6 +488,9 @@ func (s *Stack) startProxy(ctx context.Context, namespace, name string, i int) (
 	}); err != nil {
 		p.stop()
 		log, _ := os.ReadFile(p.LogPath)
+		if errors.Is(err, errPermanent) && bytes.Contains(log, []byte("address already in use")) {
+			return nil, errPortTaken
+		}
 		return nil, fmt.Errorf("proxy %d did not become ready: %w\n%s", i, err, log)
 	}
 	return p, nil
