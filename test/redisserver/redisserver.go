@@ -9,7 +9,9 @@ package redisserver
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -68,18 +70,27 @@ func Start(t TB) *Server {
 
 // startWith starts a server from the config file and with the extra arguments setup
 // gives for its port and directory.
+// A port is free when chosen, but another process of the host may take it before the
+// server binds it: then the server starts again on another.
 func startWith(t TB, setup func(port int, dir string) (conf string, args []string)) *Server {
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatalf("redisserver: no free port: %v", err)
-	}
-	s := &Server{port: port, dir: mkdirTemp(t)}
-	if setup != nil {
-		s.conf, s.args = setup(port, s.dir)
-	}
-	if err := s.start(); err != nil {
-		t.Fatalf("redisserver: %v", err)
+	var s *Server
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redisserver: no free port: %v", err)
+		}
+		s = &Server{port: port, dir: mkdirTemp(t)}
+		if setup != nil {
+			s.conf, s.args = setup(port, s.dir)
+		}
+		err = s.start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatalf("redisserver: %v", err)
+		}
 	}
 	t.Cleanup(func() {
 		_ = s.Kill()
@@ -207,9 +218,13 @@ func (s *Server) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for ping(s.Addr()) != nil {
+	// The server that answers must be this one: another may hold the port.
+	for ping(s.Addr(), cmd.Process.Pid) != nil {
 		select {
 		case <-exited:
+			if strings.Contains(out.String(), "Address already in use") {
+				return fmt.Errorf("%w: %s", errPortTaken, out.String())
+			}
 			return fmt.Errorf("redis-server exited at start: %s", out.String())
 		default:
 		}
@@ -224,23 +239,37 @@ func (s *Server) start() error {
 	return nil
 }
 
-// ping sends PING in the inline protocol and expects +PONG.
-func ping(addr string) error {
+// errPortTaken is a server that exited because its port was taken.
+var errPortTaken = errors.New("its port was taken")
+
+// ping asks the server at addr for its process id, in the inline protocol, and
+// expects pid.
+func ping(addr string, pid int) error {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	r := bufio.NewReader(c)
+	header, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("unexpected reply %q", line)
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(header, "$")))
+	if !strings.HasPrefix(header, "$") || err != nil {
+		return fmt.Errorf("unexpected reply %q", header)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	want := fmt.Sprintf("process_id:%d\r\n", pid)
+	if !strings.Contains(string(body), want) {
+		return fmt.Errorf("another server answers on %s", addr)
 	}
 	return nil
 }
