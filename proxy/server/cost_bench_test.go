@@ -5,8 +5,6 @@ package server_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,22 +62,9 @@ func redisCost(b *testing.B, rs *redisserver.Server) (cpu, calls, usec float64) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	info, err := rc.Info(ctx, "commandstats").Result()
+	n, usec, err := redisserver.Commandstat(ctx, rc, "evalsha")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for _, kv := range strings.Split(rest, ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				switch k {
-				case "calls":
-					calls, _ = strconv.ParseFloat(v, 64)
-				case "usec":
-					usec, _ = strconv.ParseFloat(v, 64)
-				}
-			}
-		}
-	}
-	return cpu, calls, usec
+	return cpu, float64(n), usec
 }

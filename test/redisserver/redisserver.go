@@ -335,3 +335,32 @@ func CPUSeconds(ctx context.Context, c redis.Cmdable) (float64, error) {
 	}
 	return sum, nil
 }
+
+// Commandstat reads, from INFO commandstats, how many times the server ran cmd (a
+// lower-case command name: "evalsha") and its time in them in microseconds, since the
+// server started or its statistics were reset.
+func Commandstat(ctx context.Context, c redis.Cmdable, cmd string) (calls int64, usec float64, err error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				usec, err = strconv.ParseFloat(v, 64)
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("INFO commandstats: %s: %w", line, err)
+			}
+		}
+	}
+	return calls, usec, nil
+}

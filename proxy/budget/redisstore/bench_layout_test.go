@@ -121,16 +121,12 @@ func resetStats(b *testing.B, s *redisstore.Store) {
 func evalshaStats(b *testing.B, s *redisstore.Store) (calls int64, usec float64) {
 	var mu sync.Mutex
 	err := masters(s, func(c redis.Cmdable) error {
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		n, per := parseCommandstat(info, "evalsha")
+		n, u, err := redisserver.Commandstat(context.Background(), c, "evalsha")
 		mu.Lock()
 		calls += n
-		usec += float64(n) * per
+		usec += u
 		mu.Unlock()
-		return nil
+		return err
 	})
 	if err != nil {
 		b.Fatal(err)

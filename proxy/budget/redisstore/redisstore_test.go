@@ -90,37 +90,26 @@ func ownStore() (*redisserver.Server, *redisstore.Store) {
 	return own, s
 }
 
-// commandstat reads calls and usec_per_call of one command from INFO commandstats.
+// commandstat reads the calls of one command and Redis' time per call in them.
 func commandstat(s *redisstore.Store, cmd string) (calls int64, usecPerCall float64) {
-	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	calls, usec, err := redisserver.Commandstat(context.Background(), s.Client(), cmd)
 	Expect(err).NotTo(HaveOccurred())
-	return parseCommandstat(info, cmd)
+	return calls, perCall(calls, usec)
 }
 
 func commandstatB(b *testing.B, s *redisstore.Store, cmd string) (int64, float64) {
-	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	calls, usec, err := redisserver.Commandstat(context.Background(), s.Client(), cmd)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return parseCommandstat(info, cmd)
+	return calls, perCall(calls, usec)
 }
 
-func parseCommandstat(info, cmd string) (calls int64, usecPerCall float64) {
-	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimPrefix(line, "cmdstat_"+cmd+":"), ",") {
-			k, v, _ := strings.Cut(f, "=")
-			switch k {
-			case "calls":
-				calls, _ = strconv.ParseInt(v, 10, 64)
-			case "usec_per_call":
-				usecPerCall, _ = strconv.ParseFloat(v, 64)
-			}
-		}
+func perCall(calls int64, usec float64) float64 {
+	if calls == 0 {
+		return 0
 	}
-	return calls, usecPerCall
+	return usec / float64(calls)
 }
 
 type unavailable struct{ counts map[string]int }
