@@ -450,7 +450,7 @@ func (w *headerWriter) openAITokens(s budget.Status, now time.Time) {
 	w.duration("X-Ratelimit-Reset-Tokens", s.Reset, now)
 }
 
-// flush sets every header on h, and removes it from replaced (which may be nil).
+// flush sets every header on h.
 func (w *headerWriter) flush(h http.Header) {
 	if w.n == 0 {
 		return

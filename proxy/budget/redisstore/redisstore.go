@@ -452,9 +452,10 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 // bounds the loss to one window. Refund waits until the refund is applied or given
 // up; the limiter sends refunds without waiting (SendRefund).
 func (s *Store) Refund(_ context.Context, charges []budget.Charge) {
-	var wg sync.WaitGroup
-	s.SendRefund(charges, &wg)
-	wg.Wait()
+	if s.leaseFraction > 0 {
+		charges = s.refundLeased(charges)
+	}
+	_ = s.refundShared(charges)
 }
 
 // SendRefund implements budget.RefundSender: the refund gathers with the others of its
