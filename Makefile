@@ -147,7 +147,7 @@ bench-schedule: ## Reproduce the shape of the lab's mission three at small scale
 LAB_OUT ?= lab-out
 LAB_WORLD ?=
 .PHONY: lab
-lab: ## Run seed 003's lab through the real proxy (test/lab/world.yaml or LAB_WORLD): the calibration and missions one to four, charts and the mission table in $(LAB_OUT)/ (about 4 minutes).
+lab: ## Run the lab's synthetic world (four chat apps, a batch job and a runaway agent) through the real proxy (test/lab/world.yaml or LAB_WORLD): the calibration and missions one to four, charts and the mission table in $(LAB_OUT)/ (about 4 minutes).
 	$(GO) run ./test/lab/cmd/lab run -out $(LAB_OUT) $(if $(LAB_WORLD),-world $(LAB_WORLD))
 
 .PHONY: bench
