@@ -16,7 +16,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
-// A TokenBudget has two shapes. Seed 000's (a dimension and tokensPerMinute,
+// A TokenBudget has two shapes. The limits shape (a dimension and tokensPerMinute,
 // tokensPerDay, requestsPerSecond) renders into the config's limits exactly as it
 // always has. A budget that sets subjects, countBy, models, windows, an amount other
 // than Tokens or the action Warn renders into rate_limiting.rules: one rule per amount,
@@ -305,7 +305,7 @@ var amountWords = map[twv1alpha1.Amount]string{
 }
 
 // slots are the counters a budget sets: one per subject (or each subject), amount and
-// window, for its dimension, countBy, models and action. A budget of seed 000's shape
+// window, for its dimension, countBy, models and action. A budget of the limits shape
 // also holds its dimension's place in the config's limits, which one such budget
 // fills. Two budgets that share a slot conflict; a named-subject budget and an
 // each-subject one do not (the named one takes precedence for its subjects), nor a Warn
@@ -398,7 +398,7 @@ func summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.
 		for _, w := range g.windows {
 			windows = append(windows, windowText(g.amount, w, w.Limit))
 			share := w.Limit
-			// Seed 000's request rate is each replica's; every other rolling window
+			// The limits shape's request rate is each replica's; every other rolling window
 			// is a fleet total, divided under memory storage.
 			perReplicaRate := !rulesShaped(b) && g.amount == twv1alpha1.AmountRequests
 			if w.Rolling != nil && !perReplicaRate && divisor > 1 {

@@ -63,10 +63,10 @@ func ruleNames(rules []config.Rule) []string {
 	return names
 }
 
-// The rule sentences of seed 004 and seed 003, each written as a TokenBudget, and the
-// rule the proxy loads for it.
+// The sentences platform teams ask for (docs/budgets.md), each written as a TokenBudget,
+// and the rule the proxy loads for it.
 var _ = Describe("Budgets in the rule shape", func() {
-	It("renders the rule sentences of seed 004 and seed 003 into the rules the proxy loads", func() {
+	It("renders the sentences platform teams ask for into the rules the proxy loads", func() {
 		ns := newNamespace("sentences")
 		block, warn := config.ActionBlock, config.ActionWarn
 		minute := func(limit float64, burst float64) config.Window {
@@ -101,12 +101,12 @@ var _ = Describe("Budgets in the rule shape", func() {
 			ruleBudget(ns, "key-output", twv1alpha1.DimensionPerAPIKey, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Amount, s.Windows = twv1alpha1.AmountOutputTokens, windows(rollingWindow("100k", twv1alpha1.PeriodMinute, 0))
 			}),
-			// "$25 a month per key on gpt-4o" (seed 004's rule).
+			// "$25 a month per key on gpt-4o", a calendar month from the 1st, 00:00 UTC.
 			ruleBudget(ns, "key-gpt-4o-dollars", twv1alpha1.DimensionPerAPIKey, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Models, s.Amount = []string{"gpt-4o"}, twv1alpha1.AmountCost
 				s.Windows = windows(calendarWindow("25", twv1alpha1.CalendarWindow{Every: twv1alpha1.EveryMonth}))
 			}),
-			// Seed 003, mission two: 200,000 tokens a minute per app, with a 20-second bucket.
+			// The lab's mission two: 200,000 tokens a minute per app, with a 20-second bucket.
 			ruleBudget(ns, "app-burst", twv1alpha1.DimensionPerAPIKey, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Windows = windows(rollingWindow("200k", twv1alpha1.PeriodMinute, 20))
 			}),
@@ -123,7 +123,7 @@ var _ = Describe("Budgets in the rule shape", func() {
 			ruleBudget(ns, "batch", twv1alpha1.DimensionPerTeam, func(s *twv1alpha1.TokenBudgetSpec) {
 				s.Subjects, s.TokensPerMinute, s.RequestsPerSecond, s.BurstCapacity = []string{"batch"}, 30000, 5, 10
 			}),
-			// Seed 000's shape beside them: still the config's limits.
+			// The limits shape beside them: still the config's limits.
 			tokenBudget(ns, "global", twv1alpha1.DimensionGlobal, "", 1000000, 0),
 			keySecret(ns, "alice", "sk-alice"),
 			func() client.Object {
@@ -164,7 +164,7 @@ var _ = Describe("Budgets in the rule shape", func() {
 		Eventually(func(g Gomega) {
 			c := rendered(g, ns)
 			g.Expect(c.RateLimiting.Rules).To(Equal(want))
-			g.Expect(c.RateLimiting.Limits.Global.TokensPerMinute).To(Equal(int64(1000000)), "seed 000's shape stays in limits")
+			g.Expect(c.RateLimiting.Limits.Global.TokensPerMinute).To(Equal(int64(1000000)), "the limits shape stays in limits")
 			g.Expect(c.RateLimiting.Limits.PerTeam).To(Equal(config.DimensionLimits{}))
 			g.Expect(c.APIKeys).To(ConsistOf(HaveField("RateLimitTokensPerDay", int64(500000))))
 			g.Expect(c.Models).To(Equal([]config.Model{
@@ -358,7 +358,7 @@ var _ = Describe("Budgets in the rule shape", func() {
 		Expect(rows[3][:9]).To(Equal([]string{"team", "PerTeam", "each team", "tokens", "120k/min, 2.4M/day", "Block", "1", "120k/min, 2.4M/day", "True"}))
 		Expect(rows[4][:9]).To(Equal([]string{"users-shadow", "PerUser", "each user per model", "tokens", "1M/day", "Warn", "1", "1M/day", "True"}))
 
-		By("seed 000's columns in the wide output")
+		By("the limits shape's columns in the wide output")
 		wide := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
 		Expect(wide[0][12:]).To(Equal([]string{"TOP CONSUMER", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
 		Expect(wide[3][14:]).To(Equal([]string{"120000", "2400000", "120000", "2400000"}))

@@ -73,7 +73,7 @@ var _ = Describe("kubectl", func() {
 			g.Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "AGE"}))
 			g.Expect(rows[1][:9]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "tokens", "60k/min", "Block", "3", "20k/min", "True"}))
 			g.Expect(rows[2][:9]).To(Equal([]string{"team", "PerTeam", "each team", "tokens", "120k/min, 2.4M/day", "Block", "3", "40k/min, 800k/day", "True"}))
-			// Seed 000's columns stay in the wide output; an unlimited period
+			// The limits shape's columns stay in the wide output; an unlimited period
 			// (PER-REPLICA TPD of a budget without tokensPerDay) prints empty.
 			wide := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
 			g.Expect(wide[0][12:]).To(Equal([]string{"TOP CONSUMER", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))

@@ -116,7 +116,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	for i := range budgets.Items {
 		b := &budgets.Items[i]
 		var want *twv1alpha1.TokenBudgetUsage
-		// The replicas report the buckets of the seed-000 limits by dimension and
+		// The replicas report the buckets of the config's limits by dimension and
 		// model, and a budget in the rule shape by its rules' windows.
 		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
 			if rulesShaped(b) {

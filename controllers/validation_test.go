@@ -187,7 +187,7 @@ var _ = Describe("Validation by the API server", func() {
 				s.Dimension, s.Model, s.Subjects = twv1alpha1.DimensionPerModel, "gpt-4o", []string{"o3"}
 			}),
 			"model is required when dimension is PerModel and must not be set otherwise"),
-		Entry("a PerModel budget of seed 000's shape for each model",
+		Entry("a PerModel budget of the limits shape for each model",
 			func(s *twv1alpha1.TokenBudgetSpec) { s.Dimension = twv1alpha1.DimensionPerModel },
 			"model is required when dimension is PerModel"),
 	)

@@ -42,7 +42,7 @@ type Amount string
 
 // Amounts.
 const (
-	// AmountTokens counts input plus output tokens (seed 000's budgets).
+	// AmountTokens counts input plus output tokens, as tokensPerMinute and tokensPerDay do.
 	AmountTokens Amount = "Tokens"
 	// AmountInputTokens counts input (prompt) tokens only.
 	AmountInputTokens Amount = "InputTokens"
@@ -161,7 +161,7 @@ type CalendarWindow struct {
 // TokenBudgetSpec is one budget of one fleet. Every number is a fleet total; the
 // operator divides it among the replicas when storage is memory.
 //
-// The shape of seed 000 (one dimension, tokensPerMinute, tokensPerDay,
+// The limits shape (one dimension, tokensPerMinute, tokensPerDay,
 // requestsPerSecond) renders into the proxy config's limits, as it always has. A budget
 // that sets any of subjects, countBy, models, windows, an amount other than Tokens or
 // the action Warn renders into the config's rules instead (docs/budgets.md); its

@@ -40,8 +40,8 @@ const (
 	// OverageDebt drives the bucket below zero, at most one capacity: the tenant repays
 	// it by waiting.
 	OverageDebt Overage = "Debt"
-	// OverageForgive consumes nothing from a bucket that cannot cover the overage
-	// (seed 000's rule).
+	// OverageForgive consumes nothing from a bucket that cannot cover the overage,
+	// rather than draining it partly.
 	OverageForgive Overage = "Forgive"
 )
 
@@ -185,9 +185,10 @@ type AuthSpec struct {
 // RedisSpec is the Redis server a fleet shares.
 type RedisSpec struct {
 	// URL is redis://host:port[/db] (rediss:// for TLS) for one server,
-	// redis+cluster://host:port[,host:port...] for a Redis Cluster (the addresses are
-	// seeds), or redis+sentinel://host:port[,host:port...]/MASTER[/db] for the primary
-	// the sentinels name (rediss+cluster://, rediss+sentinel:// for TLS).
+	// redis+cluster://host:port[,host:port...] for a Redis Cluster (the client finds
+	// the other nodes from these), or
+	// redis+sentinel://host:port[,host:port...]/MASTER[/db] for the primary the
+	// sentinels name (rediss+cluster://, rediss+sentinel:// for TLS).
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^rediss?([+]cluster|[+]sentinel)?://')",message="url must start with redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://"
@@ -293,8 +294,8 @@ type TokenProxySpec struct {
 	Whitelist []string `json:"whitelist,omitempty"`
 	// Overage is what settlement does with usage beyond a reservation that a bucket
 	// cannot cover: Debt (the bucket goes below zero, at most one capacity, and the
-	// tenant repays it by waiting) or Forgive (it consumes nothing, as seed 000 says; an
-	// undercounted request is then partly free). Default Debt.
+	// tenant repays it by waiting) or Forgive (it consumes nothing rather than drain
+	// the bucket partly; an undercounted request is then partly free). Default Debt.
 	// +optional
 	// +kubebuilder:default=Debt
 	Overage Overage `json:"overage,omitempty"`

@@ -242,8 +242,8 @@ const (
 	// Debt drives the bucket below zero, at most one capacity below: the tenant repays
 	// it by waiting for the refill (rate_limiting.overage: debt, the default).
 	Debt Overage = iota
-	// Forgive consumes nothing from a bucket that cannot cover the overage (seed 000;
-	// rate_limiting.overage: forgive).
+	// Forgive consumes nothing from a bucket that cannot cover the overage, rather than
+	// drain it partly (rate_limiting.overage: forgive).
 	Forgive
 )
 

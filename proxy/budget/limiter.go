@@ -517,8 +517,8 @@ func tightest(s *Status, c Charge, level float64, now time.Time) {
 	*s = status(c, level, now)
 }
 
-// recordSkipped counts the buckets a full map admitted without charge, under seed
-// 000's labels and by dimension and kind.
+// recordSkipped counts the buckets a full map admitted without charge, under the
+// limits' labels and by dimension and kind.
 func (l *Limiter) recordSkipped(charges []Charge, skipped []bool) {
 	for i, s := range skipped {
 		if !s {

@@ -168,14 +168,14 @@ var _ = Describe("Rules", func() {
 		Expect(cost).To(BeNumerically("~", (800*2.5+3200*1.25+1000*10)/1e6, 1e-12))
 	})
 
-	// Seed 003, "Sizing the bucket for legitimate bursts": a tenant contracted for
+	// Sizing the bucket for a legitimate burst: a tenant contracted for
 	// 200,000 tokens a minute (3,333 a second) sends 1.5 requests a second, each
 	// reserving 1,924 tokens (900 input, 1,024 output ceiling) and using 1,154 (770
 	// refunded about 4 s later). A promotion raises that to 2.5 times the rate for 30
 	// s: it draws about 4,300 a second against a refill of 3,333, a deficit of about
 	// 30,000 plus 11,500 held by reservations in flight, about 13 s of refill. A
 	// bucket of 5 s refuses part of the burst; one of 20 s absorbs it.
-	DescribeTable("sizes the bucket for seed 003's promotion burst",
+	DescribeTable("sizes the bucket for a promotion's burst",
 		func(burstSeconds int, refusesSome bool) {
 			r := newRig(rulesPolicy(fmt.Sprintf(`
   rules:

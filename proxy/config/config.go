@@ -243,7 +243,7 @@ type RateLimiting struct {
 	// Overage is what settlement does with usage beyond the reservation that a bucket
 	// cannot cover: debt (default) drives the bucket below zero, at most one capacity,
 	// and the tenant repays it by waiting; forgive consumes nothing from that bucket
-	// (seed 000's rule).
+	// rather than drain it partly.
 	Overage Overage `json:"overage,omitempty"`
 	// ClientIPv6Prefix groups IPv6 clients for per_client budgets: every address in
 	// one prefix of this length is one client. Default 64; 1 to 128. IPv4 clients (and
@@ -255,7 +255,7 @@ type RateLimiting struct {
 	// instead of sleeping. 0 or absent is the default, 60 seconds (the longest wait
 	// openai-node honours); RetryPatience reads it.
 	RetryPatienceSeconds int64 `json:"retry_patience_seconds,omitempty"`
-	// Limits are the budgets per dimension (seed 000's shape).
+	// Limits are the budgets per dimension: one for every subject of it (the limits shape).
 	Limits Limits `json:"limits,omitempty"`
 	// Rules are budgets in the general rule shape: subjects, fan-out, amounts
 	// (tokens, input or output tokens, requests, cost), rolling and calendar windows,
@@ -263,7 +263,7 @@ type RateLimiting struct {
 	Rules []Rule `json:"rules,omitempty"`
 	// CachedInputWeight is how much an input token read from the backend's prompt
 	// cache counts in the tokens and input_tokens amounts: 0 to 1, default 1 (a cached
-	// token counts in full, as seed 000 says). Cost uses the model's cached_input price.
+	// token counts in full, as any other input token). Cost uses the model's cached_input price.
 	CachedInputWeight *float64 `json:"cached_input_weight,omitempty"`
 }
 

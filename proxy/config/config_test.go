@@ -105,7 +105,7 @@ rate_limiting:
 			Expect(err).NotTo(HaveOccurred())
 			check(c)
 		},
-		Entry("overage: forgive restores seed 000's rule", "rate_limiting: {overage: forgive}",
+		Entry("overage: forgive consumes nothing from a bucket that cannot cover the overage", "rate_limiting: {overage: forgive}",
 			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageForgive)) }),
 		Entry("overage: debt", "rate_limiting: {overage: debt}",
 			func(c *config.Config) { Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt)) }),

@@ -36,7 +36,8 @@ type ModelUpstream struct {
 	ProviderModel string `json:"provider_model,omitempty"`
 }
 
-// Health timing of the upstreams: seed 004's "Breaker scope" and "Cooldown timing".
+// Health timing of the upstreams: when a breaker opens and for how long, and how long
+// a credential cools after a 429. Fixed; no configuration changes them.
 const (
 	// BreakerMinCalls is the number of recorded calls a breaker needs before it may open.
 	BreakerMinCalls = 5

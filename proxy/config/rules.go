@@ -56,9 +56,9 @@ func (p *Price) CachedInputPrice() float64 {
 	return p.Input
 }
 
-// Rule is one budget written as seed 004's rule shape: what it counts (amount), which
+// Rule is one budget in the general rule shape: what it counts (amount), which
 // requests it governs (dimension, subjects, models), what it fans out by (count_by),
-// over which windows, and what happens at the limit (action). The seed-000 `limits`
+// over which windows, and what happens at the limit (action). The `limits`
 // and the per-key overrides are rules too, resolved by the proxy; a rule that names
 // subjects replaces, for those subjects, the each-subject rule of the same dimension,
 // count_by, models, amount, window period and action (a named warn rule never lifts an
@@ -110,7 +110,7 @@ type Amount string
 
 // Amounts.
 const (
-	// AmountTokens counts input plus output tokens (seed 000's budgets).
+	// AmountTokens counts input plus output tokens, as the limits' token budgets do.
 	AmountTokens Amount = "tokens"
 	// AmountInputTokens counts input tokens only.
 	AmountInputTokens Amount = "input_tokens"

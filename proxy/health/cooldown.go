@@ -34,7 +34,7 @@ type Interval struct {
 	Clamped bool
 }
 
-// CooldownFor reads a 429's timing from its headers, in seed 004's order:
+// CooldownFor reads a 429's timing from its headers, in this order:
 // Retry-After (seconds or an HTTP date), then retry-after-ms, then the earliest
 // OpenAI x-ratelimit-reset-* duration or Anthropic anthropic-ratelimit-*-reset
 // timestamp still ahead, else config.DefaultCooldown; capped at config.MaxCooldown.

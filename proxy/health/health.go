@@ -2,8 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package health tracks the upstreams' health for routing: a circuit breaker per
-// upstream (seed 004 "Breaker scope") and a cooldown per upstream credential after a
-// 429 (seed 004 "Cooldown timing"). It keeps state across config reloads and reads
+// upstream, opened by its failures, and a cooldown per upstream credential after a
+// 429. It keeps state across config reloads and reads
 // time from an injected clock.
 package health
 

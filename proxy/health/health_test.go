@@ -96,7 +96,7 @@ var _ = Describe("Cooldown timing", func() {
 		}
 		return out
 	}
-	DescribeTable("reads the upstream's timing in seed 004's order, defaults and caps it",
+	DescribeTable("reads the upstream's timing in the order of its headers, defaults and caps it",
 		func(hdr http.Header, requested, applied time.Duration, src health.Source) {
 			iv := health.CooldownFor(hdr, t0)
 			Expect(iv.Requested).To(Equal(requested))

@@ -101,7 +101,7 @@ var _ = Describe("Admission and settlement", func() {
 			Expect(r.errorField("error", "details", "remaining")).To(BeNumerically("==", remaining))
 		},
 		Entry("debt (the default): the bucket owes 120, repaid by waiting", "debt", -120.0, 177.0+477, "55", 0), // 120 + 423 at 10 a second
-		Entry("forgive (seed 000): the 477 that do not fit consume nothing", "forgive", 357.0, 177.0, "7", 357), // 66 missing
+		Entry("forgive: the 477 that do not fit consume nothing", "forgive", 357.0, 177.0, "7", 357),            // 66 missing
 	)
 
 	It("refuses what does not fit with a 429 the caller can act on", func() {

@@ -170,9 +170,9 @@ func BenchmarkProxy(b *testing.B) {
 	})
 }
 
-// rulesDoc is the seed-000 document of benchDoc written as ten limit rules of the
+// rulesDoc is the limits document of benchDoc with ten limit rules of the
 // kinds a memory fleet may hold (rolling windows of tokens, input and output tokens and
-// requests, named subjects, a fan-out by model, bursts) besides the seed-000 limits of
+// requests, named subjects, a fan-out by model, bursts) besides the limits of
 // the api_key dimension: seventeen counters per request.
 const rulesDoc = benchDoc + `
   rules:
@@ -316,7 +316,7 @@ func BenchmarkAdmission(b *testing.B) {
 }
 
 // BenchmarkAdmissionRules compares, in one run (-count interleaves them), the
-// admission work of BenchmarkAdmission on seed 000's shape (limits: 15 buckets) and on
+// admission work of BenchmarkAdmission on the limits shape (15 buckets) and on
 // ten rules that all apply to the request: tokens, input, output, requests and cost
 // amounts, named and each-subject, count_by, rolling windows with bursts and a
 // calendar month in Berlin.
@@ -381,7 +381,7 @@ func BenchmarkHandler(b *testing.B) {
 }
 
 // BenchmarkHandlerRules is BenchmarkHandler with the ten limit rules of rulesDoc beside
-// seed 000's limits: seventeen counters a request.
+// the limits: seventeen counters a request.
 func BenchmarkHandlerRules(b *testing.B) {
 	backend := benchBackend()
 	defer backend.Close()

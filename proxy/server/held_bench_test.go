@@ -24,7 +24,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
-// heldDoc is seed 000's six dimensions on both periods (twelve token buckets), no
+// heldDoc is the limits' six dimensions on both periods (twelve token buckets), no
 // request-count limits and no limit rules.
 const heldDoc = `
 upstreams: [{name: default, url: UPSTREAM}]

@@ -23,7 +23,7 @@ import (
 )
 
 // UpstreamHeader names, on every answer of a registered model, the upstream that
-// served it: only that one, never another caller's failures (seed 004).
+// served it: only that one, so that no caller learns of another caller's failures.
 const UpstreamHeader = "X-Tokenwarden-Upstream"
 
 // modelRoute is one entry of the model registry, compiled.

@@ -250,7 +250,7 @@ func Write(dir string, w *World, outcomes []*Outcome) ([]string, error) {
 		}
 	}
 	text := Table(outcomes)
-	index := fmt.Sprintf("<h1>The token rate limiting lab</h1>\n<p>Seed 003's world through the real proxy: %d replicas × %d sequences, step time %g ms + %g ms per token, %g s of world per run at %g× speed.</p>\n%s\n<h2>Charts</h2>\n%s\n<h2>The table as text</h2><pre>%s</pre>",
+	index := fmt.Sprintf("<h1>The token rate limiting lab</h1>\n<p>Four chat apps, a batch job and a runaway agent through the real proxy: %d replicas × %d sequences, step time %g ms + %g ms per token, %g s of world per run at %g× speed.</p>\n%s\n<h2>Charts</h2>\n%s\n<h2>The table as text</h2><pre>%s</pre>",
 		w.Backend.Replicas, w.Backend.MaxBatch, w.Backend.StepBaseMillis, w.Backend.StepPerTokenMillis, w.DurationSeconds, w.TimeScale,
 		HTMLTable(outcomes, func(r *Result) string { return names[r] }), charts.String(), html.EscapeString(text))
 	f := filepath.Join(dir, "index.html")

@@ -19,7 +19,7 @@ type Check struct {
 // Outcome is one mission's runs and its checks.
 type Outcome struct {
 	Mission string
-	// Question is what the mission asks, in the seed's words.
+	// Question is what the mission asks.
 	Question string
 	Runs     []*Result
 	Checks   []Check
@@ -140,9 +140,9 @@ func (w *World) MissionFourPolicy() Policy {
 
 // Missions.
 
-// Calibration checks the unlimited first-in-first-out run against the seed's figures.
+// Calibration checks the unlimited first-in-first-out run against the world's figures.
 func (w *World) Calibration(ctx context.Context) (*Outcome, error) {
-	o := &Outcome{Mission: "calibration", Question: "the unlimited first-in-first-out run reproduces the seed: with the agent, interactive p95 queue wait 8 s ± 25%, 70% ± 5 points of chat requests start within 2 s, and 400 requests per minute never triggers"}
+	o := &Outcome{Mission: "calibration", Question: "the unlimited first-in-first-out run reproduces the world's figures: with the agent, interactive p95 queue wait 8 s ± 25%, 70% ± 5 points of chat requests start within 2 s, and 400 requests per minute never triggers"}
 	for _, p := range w.CalibrationPolicies() {
 		r, err := w.Run(ctx, p)
 		if err != nil {

@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// Traffic is one tenant's traffic for sizing its token bucket: seed 003's question
-// "how large must the bucket be for the burst I consider legitimate?".
+// Traffic is one tenant's traffic for sizing its token bucket: how large must the
+// bucket be for the burst I consider legitimate?
 type Traffic struct {
 	// Rate is the normal requests per second; BurstMultiplier multiplies it for
 	// BurstSeconds.
@@ -45,14 +45,14 @@ func (t Traffic) Validate() error {
 	return nil
 }
 
-// Sizing is the bucket seed 003's rule gives, with the arithmetic behind it.
+// Sizing is the bucket the sizing rule gives, with the arithmetic behind it.
 type Sizing struct {
 	PeakRate, Reserve, Refund, NetDraw, Refill, Deficit, InFlight float64
 	// Tokens is the bucket size; Seconds the same in seconds of refill.
 	Tokens, Seconds float64
 }
 
-// Size applies seed 003's rule: the excess of peak draw over refill for the burst's
+// Size applies the sizing rule: the excess of peak draw over refill for the burst's
 // length, plus the budget in-flight reservations hold (max_tokens less the answer, for
 // each request running).
 func Size(t Traffic) Sizing {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Summary is a run's figures, the ones seed 003's missions speak of.
+// Summary is a run's figures, the ones the missions speak of.
 type Summary struct {
 	Name string
 	// ChatRequests is the chat requests sent; ChatRefused those refused with 429.

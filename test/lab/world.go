@@ -1,8 +1,8 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package lab runs seed 003's synthetic world (four chat apps, a batch job and a
-// runaway agent) through the real proxy against a simulated backend of replicas with a
+// Package lab runs a synthetic world (four chat apps, a batch job and a runaway
+// agent) through the real proxy against a simulated backend of replicas with a
 // linear step-time model, and reports each mission's outcome as a table and an HTML
 // chart. world.yaml is the world; docs/scheduling.md "The lab" explains it.
 package lab
@@ -101,7 +101,7 @@ type Burst struct {
 	Multiplier   float64 `json:"multiplier"`
 }
 
-// Missions are the limits and targets of the seed's four missions.
+// Missions are the limits and targets of the lab's four missions.
 type Missions struct {
 	RequestsPerMinute          int64     `json:"requests_per_minute"`
 	TokenLimitPerMinute        int64     `json:"token_limit_per_minute"`

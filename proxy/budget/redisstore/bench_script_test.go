@@ -19,7 +19,7 @@ import (
 // BenchmarkApplyScript is Redis' own CPU in one apply script call as a pipeline sends
 // it under load: the refunds of the previous pipeline's requests, then the
 // reservations of the requests waiting, each on six dimensions times two periods
-// (twelve buckets), for requests of one subject (six keys, as seed 000's one key) and
+// (twelve buckets), for requests of one subject (six keys, one per dimension) and
 // of one subject each (the global, model and team keys shared, the others each
 // request's own). One op is one script call. It reports the redis-server process' CPU
 // (user and system, from INFO cpu) per call and per request (its reservation and its

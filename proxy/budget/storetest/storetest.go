@@ -353,7 +353,7 @@ func DescribeStore(name string, f Factory) bool {
 				Expect(res.RetryAfter).To(nearWait(30200*time.Millisecond), "151 tokens at 5 a second")
 			})
 
-			It("consumes nothing under overage: forgive (seed 000)", func() {
+			It("consumes nothing under overage: forgive", func() {
 				a, b := minute(budget.Global, "", 6000), minute(budget.APIKey, "k", 600)
 				Expect(reserve(550, nil, a, b).Admitted).To(BeTrue())
 				taken, debt := store.Charge(ctx, budget.WithAmount([]budget.Charge{a, b}, 100), budget.Forgive)

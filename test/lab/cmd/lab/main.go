@@ -1,10 +1,11 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Command lab runs seed 003's synthetic world through the real proxy. `lab run` runs
+// Command lab runs the lab's synthetic world (four chat apps, a batch job and a runaway
+// agent) through the real proxy. `lab run` runs
 // the calibration and every mission and writes a chart per run and the mission table;
-// `lab mission N` runs one; `lab size` sizes a token bucket for a burst by seed 003's
-// rule and checks it by simulation. docs/scheduling.md "The lab".
+// `lab mission N` runs one; `lab size` sizes a token bucket for a burst (the excess of
+// peak draw over refill, plus in-flight reservations) and checks it by simulation. docs/scheduling.md "The lab".
 package main
 
 import (
