@@ -237,7 +237,7 @@ func (s *Store) returnIdle() {
 					ch.Amount = l.have
 					l.add(-l.have)
 					l.rec.SliceReturned(ch.Key.Dim, ch.Key.Kind)
-					s.send(&queue{}, []call{{kind: refundCall, refunds: s.refundsOf([]budget.Charge{ch}), done: make(chan reply, 1)}})
+					_ = s.send(&queue{}, []call{{kind: refundCall, refunds: s.refundsOf([]budget.Charge{ch}), done: make(chan reply, 1)}})
 				}
 				l.mu.Unlock()
 				return true

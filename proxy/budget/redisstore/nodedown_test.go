@@ -22,6 +22,18 @@ import (
 // Redis, and errors.
 type tenantLoad struct {
 	shared, local, sharedRefused, errs atomic.Int64
+	// longest is the longest any reservation took, in nanoseconds.
+	longest atomic.Int64
+}
+
+// took keeps d if it is the longest a reservation took.
+func (l *tenantLoad) took(d time.Duration) {
+	for {
+		prev := l.longest.Load()
+		if int64(d) <= prev || l.longest.CompareAndSwap(prev, int64(d)) {
+			return
+		}
+	}
 }
 
 // onMasters names the API keys of a and b so that a's slot group is on the cluster's
@@ -56,7 +68,9 @@ func loadTenants(s *redisstore.Store, tenants [2]budget.Charge) (*[2]tenantLoad,
 					return
 				default:
 				}
+				start := time.Now()
 				res, err := s.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{ch}})
+				l.took(time.Since(start))
 				switch {
 				case err != nil:
 					l.errs.Add(1)

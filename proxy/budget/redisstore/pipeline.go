@@ -328,14 +328,36 @@ func (s *Store) pipeline(q *queue) {
 			}
 		}
 		q.sending.Add(int64(len(batch)))
-		s.send(q, batch)
+		err := s.send(q, batch)
 		q.sending.Add(-int64(len(batch)))
+		if err != nil && (q.node != "" || !s.sharded) {
+			s.failQueued(q, err)
+		}
+	}
+}
+
+// failQueued answers with err, the failure of the pipeline before them, the calls
+// waiting in q: they go to the server that just failed to answer, and each would wait
+// for a timeout of its own after the one it waited behind. A reservation goes to the
+// fallback at once, as it would after its own timeout.
+func (s *Store) failQueued(q *queue, err error) {
+	for {
+		select {
+		case c := <-q.calls:
+			if c.kind == refundCall {
+				c.refunds.finish(err)
+			}
+			c.done <- reply{err: err}
+		default:
+			return
+		}
 	}
 }
 
 // send sends one batch of queue q, with the refunds gathering for q, and answers each
-// of its calls.
-func (s *Store) send(q *queue, batch []call) {
+// of its calls. It returns the pipeline's error when the pipeline got no answer (a
+// timeout, a connection refused or reset).
+func (s *Store) send(q *queue, batch []call) (failed error) {
 	ctx := context.Background()
 	var gathered []*refunds
 	if r := q.takeRefunds(); r != nil {
@@ -392,7 +414,11 @@ func (s *Store) send(q *queue, batch []call) {
 		calls[i].cmd = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	start := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && anyNoScript(calls, func(c sent) error { return c.cmd.Err() }) {
+	_, err := pipe.Exec(ctx)
+	if failedOnConn(err) {
+		failed = err
+	}
+	if err != nil && anyNoScript(calls, func(c sent) error { return c.cmd.Err() }) {
 		// Redis restarted, failed over, or its scripts were flushed: load them and send
 		// again the calls that found no script, and only those (another may have run).
 		if err = applyScript.Load(ctx, s.c).Err(); err == nil {
@@ -470,6 +496,7 @@ func (s *Store) send(q *queue, batch []call) {
 			gc.sum.release()
 		}
 	}
+	return failed
 }
 
 // anyNoScript tells whether a call found no script.
