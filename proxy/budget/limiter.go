@@ -488,7 +488,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		}
 	}
 	*buf = taken
-	h := &Hold{l: l, store: res.Backend, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
+	h := &Hold{l: l, store: res.Backend, shared: res.Shared, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
@@ -559,13 +559,14 @@ func (l *Limiter) recordRules(charges []Charge, warned []bool, refused int) {
 }
 
 // recordLevels publishes the level of each rule bucket a request drew on, as the
-// store reported it after the reservation (the fleet's for a shared store). A rule
-// fanned out by subject reports the bucket of the last request it decided: one
-// series per rule window, never one per subject.
+// store reported it after the reservation or after the overage its settlement
+// charged (the fleet's for a shared store). A rule fanned out by subject reports the
+// bucket of the last request it decided or settled: one series per rule window,
+// never one per subject. A level the store did not know (NaN) is not published.
 func (l *Limiter) recordLevels(charges []Charge, levels []float64, skipped []bool, view func(Charge) Charge) {
 	for i := range charges {
 		ch := &charges[i]
-		if ch.Key.Rule == "" || i >= len(levels) || (skipped != nil && skipped[i]) {
+		if ch.Key.Rule == "" || i >= len(levels) || (skipped != nil && skipped[i]) || math.IsNaN(levels[i]) {
 			continue
 		}
 		v := view(*ch)
@@ -657,8 +658,10 @@ func reset(c Charge, level float64, now time.Time) time.Time {
 type Hold struct {
 	l *Limiter
 	// store holds the reservation; charges are its buckets, each with the amount it
-	// took.
+	// took. shared is Result.Shared: the store decided on the charges' shared
+	// parameters.
 	store   Store
+	shared  bool
 	charges []Charge
 	key     string
 	// overage is the rule in force when the hold was taken.
@@ -766,14 +769,24 @@ func (h *Hold) settle(back, over []Charge, to SettleReceiver) {
 		h.recordEach(Refunded, back, nil)
 	}
 	if len(over) > 0 {
-		taken, debt := h.store.Charge(context.Background(), over, h.overage)
+		taken, debt, levels := h.store.Charge(context.Background(), over, h.overage)
 		h.recordEach(Charged, over, taken)
+		h.l.recordLevels(over, levels, nil, h.view)
 		done.add(over, debt)
 	}
 	h.recycle()
 	if to != nil {
 		to.Settled(done)
 	}
+}
+
+// view is a charge as the hold's store decided it: on the shared parameters when a
+// shared store did.
+func (h *Hold) view(ch Charge) Charge {
+	if h.shared {
+		return ch.Shared()
+	}
+	return ch
 }
 
 // Release returns the whole reservation: the request failed, was cut, or reported no

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,11 +278,11 @@ func (m *Memory) Refund(_ context.Context, charges []Charge) {
 }
 
 // Charge implements Store.
-func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) (taken, debt []float64) {
+func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) (taken, debt, levels []float64) {
 	now := m.clock.Now()
 	n := len(charges)
-	both := make([]float64, 2*n)
-	taken, debt = both[:n:n], both[n:]
+	all := make([]float64, 3*n)
+	taken, debt, levels = all[:n:n], all[n:2*n:2*n], all[2*n:]
 	var l locked
 	m.lockAll(&l, charges)
 	defer m.unlock(&l)
@@ -292,6 +293,7 @@ func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) (t
 			b = m.get(c, now, true)
 		}
 		if b == nil {
+			levels[i] = math.NaN()
 			continue
 		}
 		a := scaled(c.Amount, c, b)
@@ -307,8 +309,9 @@ func (m *Memory) Charge(_ context.Context, charges []Charge, overage Overage) (t
 		}
 		taken[i] = unscaled(max(0, level-b.level), c, b)
 		debt[i] = unscaled(max(0, min(level, 0)-b.level), c, b)
+		levels[i] = unscaled(b.level, c, b)
 	}
-	return taken, debt
+	return taken, debt, levels
 }
 
 // unscaled converts an amount in the bucket's current parameters back to the ones

@@ -11,10 +11,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/storetest"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 )
 
 // rulesPolicy is a document with keys of teams research, support and sales (two keys
@@ -308,5 +311,33 @@ var _ = Describe("A durable bucket in memory", func() {
 		_, err = mem.Reserve(context.Background(), &budget.Reservation{Tokens: []budget.Charge{rolling("c", true)}})
 		var unavailable *budget.UnavailableError
 		Expect(errors.As(err, &unavailable)).To(BeTrue())
+	})
+})
+
+var _ = Describe("A rule window's gauges", func() {
+	It("show the window's level after an overage, as they did after the reservation", func() {
+		// In memory a window rolls (a calendar window lives in Redis); the clock stands
+		// still, so nothing refills.
+		p := rulesPolicy(`
+  overage: debt
+  rules:
+  - {name: day, dimension: api_key, windows: [{limit: 10000, rolling: {period: day}}]}
+`)
+		m := metrics.New(prometheus.NewRegistry())
+		mem := budget.NewMemory(storetest.NewClock(), 1000)
+		l := budget.NewLimiter(mem, m, budget.SystemClock{}, false)
+		used := func() float64 { return testutil.ToFloat64(m.RuleUsed.WithLabelValues("day", "day")) }
+		admit := func() budget.Decision {
+			dec, err := l.Admit(context.Background(), p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: 500, Output: 500})
+			Expect(err).NotTo(HaveOccurred())
+			return dec
+		}
+		dec := admit()
+		Expect(dec.Refusal).To(BeNil())
+		Expect(used()).To(BeNumerically("~", 0.1, 1e-9), "1,000 reserved of 10,000")
+		Expect(dec.Hold.Settle(budget.Used{Input: 6000, Output: 6000})).To(BeTrue())
+		Expect(used()).To(BeNumerically("~", 1.2, 1e-9), "12,000 spent of 10,000: the window is 2,000 over")
+		Expect(admit().Refusal).NotTo(BeNil(), "the next request is refused")
+		Expect(used()).To(BeNumerically("~", 1.2, 1e-9))
 	})
 })

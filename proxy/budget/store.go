@@ -69,8 +69,10 @@ type Store interface {
 	// below zero, at most to minus its capacity, and with Forgive it gives nothing. A
 	// calendar counter records the whole overage, whatever overage says. It reports
 	// what each bucket gave, in the charges' units (0 for a bucket that gave nothing),
-	// and the part of it that went below zero: the debt the bucket took on.
-	Charge(ctx context.Context, charges []Charge, overage Overage) (taken, debt []float64)
+	// the part of it that went below zero (the debt the bucket took on), and each
+	// bucket's level after the charge (NaN for a bucket it did not find; levels is
+	// nil when the store could not charge at all).
+	Charge(ctx context.Context, charges []Charge, overage Overage) (taken, debt, levels []float64)
 	// Prune drops the buckets that keep reports false (a dimension or key gone).
 	Prune(keep func(Key) bool)
 	// Close releases the store's resources.

@@ -523,12 +523,12 @@ func (s *Store) Releases() int64 { return s.releases.Load() }
 
 // Charge implements budget.Store. An overage that cannot reach Redis is not charged.
 // On a cluster it is one call per slot group.
-func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage budget.Overage) (taken, debt []float64) {
+func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage budget.Overage) (taken, debt, levels []float64) {
 	n := len(charges)
-	both := make([]float64, 2*n)
-	taken, debt = both[:n:n], both[n:]
+	all := make([]float64, 3*n)
+	taken, debt, levels = all[:n:n], all[n:2*n:2*n], all[2*n:]
 	if n == 0 {
-		return taken, debt
+		return taken, debt, levels
 	}
 	if s.sharded {
 		if parts := splitCharges(charges); len(parts) > 1 {
@@ -537,12 +537,15 @@ func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage bud
 				for j, i := range ix {
 					part[j] = charges[i]
 				}
-				t, d := s.Charge(ctx, part, overage)
+				t, d, l := s.Charge(ctx, part, overage)
 				for j, i := range ix {
-					taken[i], debt[i] = t[j], d[j]
+					taken[i], debt[i], levels[i] = t[j], d[j], math.NaN()
+					if l != nil {
+						levels[i] = l[j]
+					}
 				}
 			}
-			return taken, debt
+			return taken, debt, levels
 		}
 	}
 	g := 0
@@ -551,14 +554,14 @@ func (s *Store) Charge(ctx context.Context, charges []budget.Charge, overage bud
 	}
 	rep := s.run(call{kind: chargeCall, charges: charges, overage: overage, group: g})
 	out, ok := rep.val.(string)
-	if rep.err != nil || !ok || len(out) != 16*n {
+	if rep.err != nil || !ok || len(out) != 24*n {
 		s.log.Debug("An overage could not reach Redis; it is not charged", "error", rep.err)
-		return taken, debt
+		return taken, debt, nil
 	}
-	for i := range both {
-		both[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
+	for i := range all {
+		all[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
 	}
-	return taken, debt
+	return taken, debt, levels
 }
 
 // Prune implements budget.Store. Shared keys of a dimension that is gone expire on

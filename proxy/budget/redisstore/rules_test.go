@@ -12,11 +12,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/storetest"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 )
 
 // redisPolicy is a document on Redis with keys alice and bob, gpt-4o priced at $0
@@ -135,6 +138,22 @@ var _ = Describe("Rules in Redis", func() {
 		dec.Hold.Settle(budget.Used{Input: 500, Output: 2500}) // 2,000 beyond the 1,000 held
 		start, _ := (&config.Calendar{Every: config.EveryDay}).Span(time.Now())
 		Expect(level(budget.Key{Kind: budget.Calendar, Dim: budget.APIKey, ID: "alice", Rule: "daily", Start: start.Unix()})).To(Equal(-2000.0))
+	})
+
+	It("shows a calendar window's level after an overage in its gauges", func() {
+		p := redisPolicy(`
+  - {name: month, dimension: api_key, windows: [{limit: 10000, calendar: {every: month}}]}
+`)
+		m := metrics.New(prometheus.NewRegistry())
+		l := budget.NewLimiter(s, m, budget.SystemClock{}, false)
+		used := func() float64 { return testutil.ToFloat64(m.RuleUsed.WithLabelValues("month", "calendar_month")) }
+		dec := admit(l, p, "alice", "", 500, 500)
+		Expect(dec.Refusal).To(BeNil())
+		Expect(used()).To(BeNumerically("~", 0.1, 1e-9), "1,000 reserved of 10,000")
+		Expect(dec.Hold.Settle(budget.Used{Input: 6000, Output: 6000})).To(BeTrue())
+		Expect(used()).To(BeNumerically("~", 1.2, 1e-9), "12,000 spent of 10,000: the window is 2,000 over")
+		Expect(admit(l, p, "alice", "", 500, 500).Refusal).NotTo(BeNil(), "the next request is refused")
+		Expect(used()).To(BeNumerically("~", 1.2, 1e-9))
 	})
 
 	DescribeTable("starts each calendar window at zero at its wall-clock anchor",

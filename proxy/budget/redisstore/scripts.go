@@ -392,7 +392,8 @@ return out
 // ARGV: spec with the capacity and rate recorded on the hold and the amount, for every
 // bucket; the overage rule ("debt" or "forgive").
 // Returns what each bucket gave, then what of it went below zero (the debt it took
-// on), in the hold's units, packed as 2n little-endian doubles.
+// on), then each bucket's level after the charge, in the hold's units, packed as 3n
+// little-endian doubles.
 var chargeScript = redis.NewScript(bucketLib + `
 local spec = ARGV[1]
 local debt = ARGV[2] == 'debt'
@@ -426,6 +427,7 @@ for i = 1, n do
   end
   out[i] = (l - after) / scale
   out[n + i] = math.max(0, math.min(l, 0) - after) / scale
+  out[2 * n + i] = after / scale
   if after ~= l then
     local t = s[b + 2]
     if not (s[b + 3] >= 0 and t > now) then t = now end
@@ -434,7 +436,7 @@ for i = 1, n do
   end
 end
 flush()
-return pack('<' .. string.rep('d', 2 * n), unpack(out, 1, 2 * n))
+return pack('<' .. string.rep('d', 3 * n), unpack(out, 1, 3 * n))
 `)
 
 // The epoch script gives a slot group an epoch when it has none, and returns the one
