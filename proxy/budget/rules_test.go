@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	. "github.com/onsi/gomega/gstruct"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -339,5 +340,21 @@ var _ = Describe("A rule window's gauges", func() {
 		Expect(used()).To(BeNumerically("~", 1.2, 1e-9), "12,000 spent of 10,000: the window is 2,000 over")
 		Expect(admit().Refusal).NotTo(BeNil(), "the next request is refused")
 		Expect(used()).To(BeNumerically("~", 1.2, 1e-9))
+	})
+})
+
+var _ = Describe("A rule written in the TokenBudget's words", func() {
+	It("is enforced, and listed in the admin endpoint, in the proxy's words", func() {
+		p := rulesPolicy(`
+  rules:
+  - {name: keys, dimension: PerAPIKey, count_by: Model, amount: InputTokens, action: Block, windows: [{limit: "1.5k", rolling: {period: Minute}}]}
+`)
+		Expect(p.EffectiveRules()).To(ConsistOf(MatchFields(IgnoreExtras, Fields{
+			"Rule": Equal("keys"), "Window": Equal("minute"), "Dimension": Equal("api_key"), "CountBy": Equal("model"),
+			"Amount": Equal("input_tokens"), "SharedCapacity": Equal(1500.0),
+		})))
+		r := newRig(p)
+		Expect(r.admitted("alice", "gpt-4o", 1500, 0)).To(BeTrue())
+		Expect(r.admitted("alice", "gpt-4o", 1, 0)).To(BeFalse(), "the key's 1,500 input tokens a minute for gpt-4o are spent")
 	})
 })

@@ -4,13 +4,18 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Model is one client-facing model: what it costs and, in the model registry
@@ -124,6 +129,8 @@ const (
 
 var amounts = []Amount{AmountTokens, AmountInputTokens, AmountOutputTokens, AmountRequests, AmountCost}
 
+var actions = []Action{ActionBlock, ActionWarn}
+
 // Action is what happens when a request does not fit a rule.
 type Action string
 
@@ -140,12 +147,16 @@ const (
 // (a counter that resets at an anchor). Exactly one of Rolling and Calendar is set.
 type Window struct {
 	// Limit is the allowance per window in the rule's amount: tokens, requests or US
-	// dollars. Tokens and requests are whole numbers.
+	// dollars. Tokens and requests are whole numbers. The document may write it as a
+	// number or as a quantity string: "25.50", "600k", "1.5M" (UnmarshalJSON).
 	Limit float64 `json:"limit"`
 	// Rolling is a bucket that refills continuously at limit per period.
 	Rolling *Rolling `json:"rolling,omitempty"`
 	// Calendar is a counter that starts at zero at each anchor.
 	Calendar *Calendar `json:"calendar,omitempty"`
+	// badLimit is the limit as written when it is neither a number nor a quantity
+	// string; Validate names it.
+	badLimit string
 }
 
 // Rolling is a token bucket: it refills at limit per period, and holds burst_seconds
@@ -170,6 +181,8 @@ const (
 )
 
 var periods = map[Period]time.Duration{PeriodSecond: time.Second, PeriodMinute: time.Minute, PeriodHour: time.Hour, PeriodDay: 24 * time.Hour}
+
+var periodWords = []Period{PeriodSecond, PeriodMinute, PeriodHour, PeriodDay}
 
 // Duration is the period's length; 0 for an unknown period.
 func (p Period) Duration() time.Duration { return periods[p] }
@@ -201,6 +214,8 @@ const (
 	EveryWeek  CalendarUnit = "week"
 	EveryMonth CalendarUnit = "month"
 )
+
+var calendarUnits = []CalendarUnit{EveryDay, EveryWeek, EveryMonth}
 
 var weekdays = []string{"sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"}
 
@@ -243,7 +258,8 @@ var (
 	atRE       = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
 )
 
-// defaultRules fills in each rule's defaults.
+// defaultRules fills in each rule's defaults, and spells each closed word the way
+// the proxy does (canonicalWord).
 func (rl *RateLimiting) defaultRules() {
 	for i := range rl.Rules {
 		r := &rl.Rules[i]
@@ -253,7 +269,107 @@ func (rl *RateLimiting) defaultRules() {
 		if r.Action == "" {
 			r.Action = ActionBlock
 		}
+		r.Dimension = canonicalDimension(r.Dimension)
+		if r.CountBy != "" {
+			r.CountBy = canonicalDimension(r.CountBy)
+		}
+		r.Amount = canonicalWord(r.Amount, amounts)
+		r.Action = canonicalWord(r.Action, actions)
+		for j := range r.Windows {
+			if w := r.Windows[j].Rolling; w != nil {
+				w.Period = canonicalWord(w.Period, periodWords)
+			}
+			if c := r.Windows[j].Calendar; c != nil {
+				c.Every = canonicalWord(c.Every, calendarUnits)
+				if c.Weekday != "" {
+					c.Weekday = canonicalWord(c.Weekday, weekdays)
+				}
+			}
+		}
 	}
+}
+
+// canonicalWord is the word of allowed that w spells whatever its case and
+// underscores, as the TokenBudget writes them ("Minute", "Friday", "InputTokens" for
+// minute, friday, input_tokens); w itself when it spells none, for Validate to name.
+func canonicalWord[T ~string](w T, allowed []T) T {
+	folded := foldWord(string(w))
+	for _, a := range allowed {
+		if foldWord(string(a)) == folded {
+			return a
+		}
+	}
+	return w
+}
+
+// canonicalDimension is canonicalWord for a rule dimension, which also takes the
+// TokenBudget's dimension words ("PerTeam", "PerAPIKey").
+func canonicalDimension(d RuleDimension) RuleDimension {
+	if c := canonicalWord(d, ruleDimensions); slices.Contains(ruleDimensions, c) {
+		return c
+	}
+	if f := foldWord(string(d)); strings.HasPrefix(f, "per") {
+		if c := canonicalWord(RuleDimension(f[3:]), ruleDimensions); slices.Contains(ruleDimensions, c) {
+			return c
+		}
+	}
+	return d
+}
+
+// foldWord is a word in lower case without underscores.
+func foldWord(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+
+// UnmarshalJSON reads a window whose limit is a number or a quantity string, as a
+// TokenBudget writes it: "25.50", "600k", "1.5M" (a Kubernetes quantity: decimal
+// suffixes k, M, G, T, P, E; binary Ki, Mi, ...). A limit that is neither is kept for
+// Validate, which names its field. Unknown fields are refused, as everywhere in the
+// document.
+func (w *Window) UnmarshalJSON(data []byte) error {
+	type plain Window
+	var in struct {
+		plain
+		Limit json.RawMessage `json:"limit"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return err
+	}
+	*w = Window(in.plain)
+	w.Limit, w.badLimit = 0, ""
+	if len(in.Limit) == 0 {
+		return nil
+	}
+	var n float64
+	if err := json.Unmarshal(in.Limit, &n); err == nil {
+		w.Limit = n
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(in.Limit, &s); err != nil {
+		w.badLimit = string(in.Limit)
+		return nil
+	}
+	if n, ok := parseQuantity(s); ok {
+		w.Limit = n
+		return nil
+	}
+	w.badLimit = strconv.Quote(s)
+	return nil
+}
+
+// parseQuantity reads a quantity string as the nearest float64, as the operator
+// reads a TokenBudget's limit: "25.50" is 25.5, "600k" 600000.
+func parseQuantity(s string) (float64, bool) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(s))
+	if err != nil {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(q.AsDec().String(), 64)
+	if err != nil {
+		return q.AsApproximateFloat64(), true
+	}
+	return f, true
 }
 
 func oneOf[T ~string](errs *fieldErrors, field string, v T, allowed []T) bool {
@@ -336,7 +452,7 @@ func (c *Config) validateRules(errs *fieldErrors) {
 			}
 		}
 		amountKnown := oneOf(errs, f+".amount", r.Amount, amounts)
-		oneOf(errs, f+".action", r.Action, []Action{ActionBlock, ActionWarn})
+		oneOf(errs, f+".action", r.Action, actions)
 		if r.Amount == AmountCost {
 			c.checkPriced(errs, f, r, priced)
 		}
@@ -378,6 +494,8 @@ func (c *Config) checkPriced(errs *fieldErrors, f string, r *Rule, priced map[st
 
 func validateWindow(errs *fieldErrors, f string, r *Rule, amountKnown bool, w *Window) {
 	switch {
+	case w.badLimit != "":
+		errs.add(f+".limit", "must be a number or a quantity string such as \"25.50\" or \"600k\", got %s", w.badLimit)
 	case !(w.Limit > 0) || math.IsInf(w.Limit, 0):
 		errs.add(f+".limit", "must be above 0, got %v", w.Limit)
 	case amountKnown && r.Amount != AmountCost && w.Limit != math.Trunc(w.Limit):
@@ -389,14 +507,14 @@ func validateWindow(errs *fieldErrors, f string, r *Rule, amountKnown bool, w *W
 	case (w.Rolling == nil) == (w.Calendar == nil):
 		errs.add(f, "set exactly one of rolling and calendar")
 	case w.Rolling != nil:
-		if oneOf(errs, f+".rolling.period", w.Rolling.Period, []Period{PeriodSecond, PeriodMinute, PeriodHour, PeriodDay}) {
+		if oneOf(errs, f+".rolling.period", w.Rolling.Period, periodWords) {
 			if b := w.Rolling.BurstSeconds; !(b >= 0) || b > 31*24*3600 {
 				errs.add(f+".rolling.burst_seconds", "must be from 0 (one period) to 2678400 seconds, got %v", b)
 			}
 		}
 	case w.Calendar != nil:
 		cal := w.Calendar
-		oneOf(errs, f+".calendar.every", cal.Every, []CalendarUnit{EveryDay, EveryWeek, EveryMonth})
+		oneOf(errs, f+".calendar.every", cal.Every, calendarUnits)
 		if _, err := cal.Location(); err != nil {
 			errs.add(f+".calendar.time_zone", "not an IANA time zone: %q", cal.TimeZone)
 		}

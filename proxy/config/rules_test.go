@@ -156,3 +156,115 @@ rate_limiting:
 		t.Errorf("durability misread")
 	}
 }
+
+// rulesDoc is a document on Redis with a priced model and the rules given.
+func rulesDoc(rules string) string {
+	return `
+upstreams: [{name: a, url: "http://127.0.0.1:1"}]
+models: [{name: gpt-4o, price: {input: 2.5, output: 10}}]
+rate_limiting:
+  storage: redis
+  redis: {url: "redis://127.0.0.1:6379"}
+  rules:
+` + rules
+}
+
+func TestRulesTakeTheTokenBudgetsSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		name, rule string
+		check      func(r *Rule) bool
+	}{
+		{"a capitalised period", `{name: r, dimension: team, windows: [{limit: 100, rolling: {period: Minute}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Rolling.Period == PeriodMinute }},
+		{"a period in capitals", `{name: r, dimension: team, windows: [{limit: 100, rolling: {period: HOUR}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Rolling.Period == PeriodHour }},
+		{"a capitalised calendar and weekday", `{name: r, dimension: team, windows: [{limit: 100, calendar: {every: Week, weekday: Friday}}]}`,
+			func(r *Rule) bool {
+				c := r.Windows[0].Calendar
+				return c.Every == EveryWeek && c.Weekday == "friday" && c.WeekdayValue() == time.Friday
+			}},
+		{"the TokenBudget's amount and action", `{name: r, dimension: team, amount: InputTokens, action: Warn, windows: [{limit: 100, rolling: {period: day}}]}`,
+			func(r *Rule) bool { return r.Amount == AmountInputTokens && r.Action == ActionWarn }},
+		{"the TokenBudget's dimension and count_by", `{name: r, dimension: PerAPIKey, count_by: Model, windows: [{limit: 100, rolling: {period: day}}]}`,
+			func(r *Rule) bool { return r.Dimension == RuleAPIKey && r.CountBy == RuleModel }},
+		{"a dimension in capitals", `{name: r, dimension: API_KEY, windows: [{limit: 100, rolling: {period: day}}]}`,
+			func(r *Rule) bool { return r.Dimension == RuleAPIKey }},
+		{"dollars as a string", `{name: r, dimension: team, amount: Cost, windows: [{limit: "25.50", calendar: {every: Month}}]}`,
+			func(r *Rule) bool { return r.Amount == AmountCost && r.Windows[0].Limit == 25.5 }},
+		{"tokens as a quantity", `{name: r, dimension: team, windows: [{limit: 600k, rolling: {period: minute}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Limit == 600000 }},
+		{"tokens as a quoted quantity", `{name: r, dimension: team, windows: [{limit: "1.5M", rolling: {period: minute}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Limit == 1500000 }},
+		{"tokens as a quoted number", `{name: r, dimension: team, windows: [{limit: "1000", rolling: {period: minute}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Limit == 1000 }},
+		{"tokens as a number", `{name: r, dimension: team, windows: [{limit: 1000, rolling: {period: minute}}]}`,
+			func(r *Rule) bool { return r.Windows[0].Limit == 1000 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(rulesDoc("    - " + tc.rule + "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := &c.RateLimiting.Rules[0]; !tc.check(r) {
+				t.Errorf("read as %+v (windows %+v)", r, r.Windows)
+			}
+		})
+	}
+}
+
+func TestRulesSpelledAnyWayRenderCanonically(t *testing.T) {
+	c, err := Parse([]byte(rulesDoc(`    - {name: r, dimension: PerTeam, amount: OutputTokens, action: Block, windows: [{limit: "600k", calendar: {every: Week, weekday: Friday}}]}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"dimension: team", "amount: output_tokens", "action: block", "limit: 600000", "every: week", "weekday: friday"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the rendered document does not say %q:\n%s", want, out)
+		}
+	}
+	again, err := Parse(out)
+	if err != nil {
+		t.Fatalf("the rendered document does not parse: %v", err)
+	}
+	if again.RateLimiting.Rules[0].Windows[0].Limit != 600000 {
+		t.Errorf("the rendered limit reads back as %v", again.RateLimiting.Rules[0].Windows[0].Limit)
+	}
+}
+
+func TestRulesRefuseWhatNoSpellingNames(t *testing.T) {
+	for _, tc := range []struct{ rule, want string }{
+		{`{name: r, dimension: team, windows: [{limit: 100, rolling: {period: Fortnight}}]}`,
+			`rate_limiting.rules[0].windows[0].rolling.period: unknown word "Fortnight": must be one of second, minute, hour, day`},
+		{`{name: r, dimension: team, windows: [{limit: 100, calendar: {every: week, weekday: Fri}}]}`,
+			`rate_limiting.rules[0].windows[0].calendar.weekday: unknown word "Fri"`},
+		{`{name: r, dimension: Teams, windows: [{limit: 100, rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].dimension: unknown word "Teams"`},
+		{`{name: r, dimension: team, amount: Dollars, windows: [{limit: 100, rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].amount: unknown word "Dollars"`},
+		{`{name: r, dimension: team, windows: [{limit: "lots", rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].windows[0].limit: must be a number or a quantity string such as "25.50" or "600k", got "lots"`},
+		{`{name: r, dimension: team, windows: [{limit: [1], rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].windows[0].limit: must be a number or a quantity string such as "25.50" or "600k", got [1]`},
+		{`{name: r, dimension: team, windows: [{limit: "-5", rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].windows[0].limit: must be above 0, got -5`},
+		{`{name: r, dimension: team, windows: [{limit: "1.5", rolling: {period: day}}]}`,
+			`rate_limiting.rules[0].windows[0].limit: tokens are counted in whole numbers, got 1.5`},
+		{`{name: r, dimension: team, windows: [{limit: 100, rolling: {period: day}, burst: 5}]}`,
+			`rate_limiting.rules[0].windows[0].burst: unknown field`},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			_, err := Parse([]byte(rulesDoc("    - " + tc.rule + "\n")))
+			if err == nil {
+				t.Fatal("the document was accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("the error does not say %q:\n%v", tc.want, err)
+			}
+		})
+	}
+}
