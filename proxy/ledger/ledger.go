@@ -1,0 +1,326 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FullPolicy is what the proxy does while the spool is full and the sink unreachable:
+// what is settled then cannot be recorded.
+type FullPolicy string
+
+const (
+	// KeepServing serves on and counts what could not be recorded. The budgets are
+	// still enforced by their counters; only the record has a gap, of a counted size.
+	KeepServing FullPolicy = "keep-serving"
+	// Refuse refuses the requests that cost budgets govern until the spool has room,
+	// for a fleet whose record must have no gap.
+	Refuse FullPolicy = "refuse"
+)
+
+// Config configures a Ledger. Only Sink is required.
+type Config struct {
+	// Sink is where rollups are recorded.
+	Sink Sink
+	// Pod names this replica (default: the host name). With the start epoch of its
+	// spool it is the replica's identity, one part of every idempotency key.
+	Pod string
+	// SpoolDir is where batches wait while the sink is unreachable (the pod's
+	// emptyDir); empty: in memory, lost with the process.
+	SpoolDir string
+	// SpoolBytes bounds the spool (default 64 MiB). A batch with no room is dropped
+	// and counted.
+	SpoolBytes int64
+	// FlushInterval is how often the rollups are flushed (default 10s); negative:
+	// only by Flush and Close. It bounds, with SpoolBytes, what a lost pod takes with it.
+	FlushInterval time.Duration
+	// MaxRows flushes early once this many rows are held (default 50,000), bounding
+	// the memory between flushes.
+	MaxRows int
+	// WhenFull is the policy while the spool is full (default KeepServing); the
+	// ledger reports it through Refusing and leaves refusing to the server.
+	WhenFull FullPolicy
+	// Logger logs failed flushes (default slog.Default()).
+	Logger *slog.Logger
+	// OnDrop, when set, is told of each batch dropped for want of room in the spool.
+	OnDrop func(Dropped)
+	// Now is the clock of the spool's start epoch (default time.Now).
+	Now func() time.Time
+}
+
+// Dropped is what a batch dropped for want of spool room held.
+type Dropped struct {
+	Batches, Rows int64
+	Sums
+}
+
+// Stats are a ledger's counters since it started.
+type Stats struct {
+	// Replica is the identity in this ledger's idempotency keys.
+	Replica string
+	// Flushed counts batches the sink applied; Duplicates those it had applied
+	// before (a retry or a replay), counted once.
+	Flushed, Duplicates int64
+	// SpoolBatches and SpoolBytes wait for the sink.
+	SpoolBatches int
+	SpoolBytes   int64
+	// Corrupt counts spool files that could not be read at the start (set aside).
+	Corrupt int
+	// Dropped sums what could not be recorded.
+	Dropped Dropped
+	// Full: the last batch found no room in the spool and the sink did not take it.
+	Full bool
+	// LastError is the last flush's error, nil once a flush succeeds.
+	LastError error
+}
+
+// Ledger records settlements: Add sums them in memory per minute, and a flush hands
+// the rows to the sink as a batch, through the spool, in sequence order.
+type Ledger struct {
+	cfg   Config
+	log   *slog.Logger
+	mem   *rollups
+	spool *spool
+
+	flushMu sync.Mutex // one flush at a time
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+
+	mu      sync.Mutex
+	stats   Stats
+	full    atomic.Bool
+	lastErr error
+}
+
+// New starts a ledger: it opens the spool (taking the identity and the batches a
+// process of the same pod left there) and, unless FlushInterval is negative, flushes
+// in the background.
+func New(cfg Config) (*Ledger, error) {
+	if cfg.Sink == nil {
+		return nil, errors.New("ledger: no sink")
+	}
+	if cfg.Pod == "" {
+		cfg.Pod, _ = os.Hostname()
+	}
+	cfg.SpoolBytes = cmpOr(cfg.SpoolBytes, 64<<20)
+	cfg.FlushInterval = cmpOr(cfg.FlushInterval, 10*time.Second)
+	cfg.MaxRows = cmpOr(cfg.MaxRows, 50000)
+	cfg.WhenFull = cmpOr(cfg.WhenFull, KeepServing)
+	if cfg.WhenFull != KeepServing && cfg.WhenFull != Refuse {
+		return nil, fmt.Errorf("ledger: unknown policy %q for a full spool (keep-serving or refuse)", cfg.WhenFull)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	l := &Ledger{cfg: cfg, log: cfg.Logger, mem: newRollups(), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	sp, err := openSpool(cfg.SpoolDir, cfg.Pod, cfg.SpoolBytes, cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	l.spool = sp
+	if cfg.FlushInterval > 0 {
+		go l.loop()
+	} else {
+		close(l.done)
+	}
+	return l, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Add records one settlement. It never blocks on the sink or the disk: it adds to
+// the minute's row in memory. After Close the settlement is counted as dropped.
+func (l *Ledger) Add(r Record) {
+	if l.closed.Load() {
+		var s Sums
+		s.addRecord(&r)
+		l.dropped(Dropped{Rows: 1, Sums: s})
+		return
+	}
+	if l.mem.add(&r) >= int64(l.cfg.MaxRows) {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// loop flushes every FlushInterval, and early when the rows reach MaxRows.
+func (l *Ledger) loop() {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.FlushInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		case <-l.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.FlushInterval+10*time.Second)
+		err := l.Flush(ctx)
+		cancel()
+		// Logged when it starts and when it ends, not at every flush.
+		switch {
+		case err != nil && !failing:
+			n, bytes := l.spool.size()
+			l.log.Warn("Ledger flush failed; the batches wait in the spool", "err", err, "replica", l.spool.replica, "batches", n, "bytes", bytes)
+		case err == nil && failing:
+			l.log.Info("Ledger flush recovered; the spool is replayed", "replica", l.spool.replica)
+		}
+		failing = err != nil
+	}
+}
+
+// Flush hands the rows held to the sink as one batch and replays the spool in order:
+// nil once the sink has every batch; otherwise they wait in the spool for the next.
+func (l *Ledger) Flush(ctx context.Context) error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	if rows := l.mem.take(); len(rows) > 0 {
+		b := &Batch{Rows: rows}
+		if err := l.spool.assign(b); err != nil {
+			l.log.Warn("Ledger spool could not keep the sequence", "err", err)
+		}
+		if err := l.keep(ctx, b); err != nil {
+			return l.failed(err)
+		}
+	}
+	return l.failed(l.drain(ctx))
+}
+
+// keep puts b in the spool; with no room, it drains the spool first, then hands b to
+// the sink itself, and drops it (counted) when the sink does not take it either.
+func (l *Ledger) keep(ctx context.Context, b *Batch) error {
+	ok, err := l.spool.push(b)
+	if ok || err != nil {
+		return err
+	}
+	drainErr := l.drain(ctx)
+	if ok, err := l.spool.push(b); ok || err != nil {
+		l.full.Store(false)
+		return err
+	}
+	err = l.apply(ctx, b)
+	if err == nil {
+		return drainErr
+	}
+	l.full.Store(true)
+	l.dropped(Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: b.totals()})
+	return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows was dropped: %w", l.cfg.SpoolBytes, len(b.Rows), err)
+}
+
+// drain hands the spooled batches to the sink, oldest first, and stops at the first
+// the sink does not take.
+func (l *Ledger) drain(ctx context.Context) error {
+	for b := l.spool.first(); b != nil; b = l.spool.first() {
+		if err := l.apply(ctx, b); err != nil {
+			return err
+		}
+		if err := l.spool.pop(); err != nil {
+			return err
+		}
+	}
+	l.full.Store(false)
+	return nil
+}
+
+// apply hands one batch to the sink and counts it.
+func (l *Ledger) apply(ctx context.Context, b *Batch) error {
+	applied, err := l.cfg.Sink.Apply(ctx, b)
+	if err != nil {
+		return fmt.Errorf("batch %s/%d: %w", b.Replica, b.Seq, err)
+	}
+	l.mu.Lock()
+	if applied {
+		l.stats.Flushed++
+	} else {
+		l.stats.Duplicates++
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *Ledger) failed(err error) error {
+	l.mu.Lock()
+	l.lastErr = err
+	l.mu.Unlock()
+	return err
+}
+
+func (l *Ledger) dropped(d Dropped) {
+	l.mu.Lock()
+	l.stats.Dropped.Batches += d.Batches
+	l.stats.Dropped.Rows += d.Rows
+	l.stats.Dropped.add(&d.Sums)
+	l.mu.Unlock()
+	if l.cfg.OnDrop != nil {
+		l.cfg.OnDrop(d)
+	}
+}
+
+// Full reports whether the spool is full: the last batch found no room and the sink
+// did not take it. It clears once the spool drains.
+func (l *Ledger) Full() bool { return l.full.Load() }
+
+// Refusing reports whether the server should refuse the requests cost budgets govern:
+// the spool is full and the policy is Refuse.
+func (l *Ledger) Refusing() bool { return l.cfg.WhenFull == Refuse && l.Full() }
+
+// Stats returns the ledger's counters.
+func (l *Ledger) Stats() Stats {
+	l.mu.Lock()
+	st := l.stats
+	st.LastError = l.lastErr
+	l.mu.Unlock()
+	st.Replica = l.spool.replica
+	st.SpoolBatches, st.SpoolBytes = l.spool.size()
+	st.Corrupt = l.spool.corrupt
+	st.Full = l.Full()
+	return st
+}
+
+// Close stops the background flushes and flushes once more, the spool first (the
+// drain on termination). It returns an error when batches remain spooled: a process
+// of the same pod replays them. It does not close the sink.
+func (l *Ledger) Close(ctx context.Context) error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	if l.cfg.FlushInterval > 0 {
+		close(l.stop)
+	}
+	<-l.done
+	err := l.Flush(ctx)
+	// An Add that raced the close is counted, not kept.
+	for _, r := range l.mem.take() {
+		l.dropped(Dropped{Rows: 1, Sums: r.Sums})
+	}
+	if err != nil {
+		n, bytes := l.spool.size()
+		return fmt.Errorf("ledger: %d batches (%d bytes) remain in the spool: %w", n, bytes, err)
+	}
+	return nil
+}
