@@ -118,6 +118,10 @@ fuzz: ## Run each fuzz target on $(FUZZ_EXECS) inputs (the estimator on any byte
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 	$(GO) test -run '^$$' -fuzz '^FuzzLowerBound$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 
+.PHONY: ledger-throughput
+ledger-throughput: ## Measure the ledger at a realistic shape on a real PostgreSQL: rows and bytes a million requests make, and rollup writes per second.
+	LEDGER_THROUGHPUT=1 $(GO) test -count=1 -timeout 30m -v -run '^TestThroughput$$' ./proxy/ledger/
+
 SOAK_DURATION ?= 10m
 .PHONY: soak
 soak: ## Run a fleet of three proxies under mixed honest and hostile traffic, on memory and on Redis, $(SOAK_DURATION) each (make test runs 10 s each).

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -202,9 +203,14 @@ func (s *SQLSink) Apply(ctx context.Context, b *Batch) (bool, error) {
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
+	rows := b.Rows
+	if !slices.IsSortedFunc(rows, func(a, b Row) int { return compareRows(&a, &b) }) {
+		rows = slices.Clone(rows)
+		slices.SortFunc(rows, func(a, b Row) int { return compareRows(&a, &b) })
+	}
 	per := s.d.maxParams / len(rollupColumns)
-	for start := 0; start < len(b.Rows); start += per {
-		if err := s.upsert(ctx, tx, b.Rows[start:min(start+per, len(b.Rows))]); err != nil {
+	for start := 0; start < len(rows); start += per {
+		if err := s.upsert(ctx, tx, rows[start:min(start+per, len(rows))]); err != nil {
 			return false, err
 		}
 	}
