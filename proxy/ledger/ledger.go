@@ -85,6 +85,11 @@ type Stats struct {
 
 // Ledger records settlements: Add sums them in memory per minute, and a flush hands
 // the rows to the sink as a batch, through the spool, in sequence order.
+//
+// What a pod lost with its disk takes with it is bounded: the rows held in memory
+// (at most FlushInterval of settlements, or MaxRows rows) and the spool (at most
+// SpoolBytes). A process killed and restarted in the same pod loses only the rows in
+// memory: it replays the spool under the same keys.
 type Ledger struct {
 	cfg   Config
 	log   *slog.Logger

@@ -126,8 +126,12 @@ func redact(url string) string {
 }
 
 // migrate applies the embedded migrations up to version. On PostgreSQL it holds a
-// session advisory lock meanwhile, so that of many replicas starting at once one
-// migrates and the others wait for it.
+// session advisory lock meanwhile (goose's session locker: pg_try_advisory_lock on one
+// connection, tried every second for up to five minutes, released at the end), so that
+// of many replicas starting at once one migrates and the others wait, then find
+// nothing left to do. SQLite has one writer and needs none. A next schema is a new
+// numbered file in migrations/, in the SQL both databases share, or a file per
+// dialect once one needs SQL the other lacks.
 func (s *SQLSink) migrate(ctx context.Context, version int64) error {
 	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
