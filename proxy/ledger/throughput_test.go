@@ -127,3 +127,34 @@ func TestThroughput(t *testing.T) {
 		t.Logf("%d replica(s) flushing at once: %.0f rollup rows/s into one PostgreSQL", replicas, float64(rows.Load())/time.Since(t0).Seconds())
 	}
 }
+
+// BenchmarkAdd is what recording costs a settlement on the request path: an addition
+// to the minute's row in memory, from every core at once, at the throughput shape
+// (500 keys, 3 models). No flush runs.
+func BenchmarkAdd(b *testing.B) {
+	l, err := ledger.New(ledger.Config{Sink: discard{}, Pod: "bench", FlushInterval: -1, MaxRows: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := make([]ledger.Record, 4096)
+	for i := range recs {
+		recs[i] = ledgertest.Settlement(0, i)
+		recs[i].APIKey = fmt.Sprintf("key-%03d", i%500)
+		recs[i].Time = ledgertest.Base
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			l.Add(recs[i%len(recs)])
+		}
+	})
+}
+
+// discard is a sink that takes every batch and keeps nothing.
+type discard struct{}
+
+func (discard) Apply(context.Context, *ledger.Batch) (bool, error) { return true, nil }
+func (discard) Report(context.Context, ledger.Query) ([]ledger.ReportRow, error) {
+	return nil, nil
+}
+func (discard) Close() error { return nil }
