@@ -367,6 +367,23 @@ func DescribeSink(name string, b Backend) bool {
 			Expect(third.Stats().Replica).NotTo(Equal(replica))
 		})
 
+		It("loses, when its process is killed, only what it held in memory since its last flush", func() {
+			o := &Outage{Sink: sink}
+			dir := GinkgoT().TempDir()
+			killed := newLedger(o, func(c *ledger.Config) { c.SpoolDir = dir })
+			o.Down.Store(true)
+			spooled := AddConcurrently(killed, 2, 300)
+			Expect(killed.Flush(ctx)).To(MatchError(ErrDown))
+			inMemory := AddConcurrently(killed, 2, 50)
+			// killed is abandoned without Close, as a process killed with SIGKILL is.
+			o.Down.Store(false)
+			restarted := newLedger(o, func(c *ledger.Config) { c.SpoolDir = dir })
+			Expect(restarted.Close(ctx)).To(Succeed())
+			// The spooled batch is recorded; the settlements in memory are the loss.
+			Expect(ReportTotal(ctx, sink)).To(Equal(Total(spooled)))
+			Expect(inMemory).To(HaveLen(100))
+		})
+
 		It("counts what a full spool dropped, reports the spool full, and records the rest exactly", func() {
 			o := &Outage{Sink: sink}
 			var hook atomic.Int64
