@@ -59,6 +59,7 @@ func AcquireAny(ctx context.Context, ss []*Scheduler, r Request) (Slot, int, err
 	copies := make([]*waiter, len(ss))
 	var refused error
 	var maxWait time.Duration
+	var after func(time.Duration) (<-chan time.Time, func() bool)
 	first := -1
 	for i, s := range ss {
 		s.mu.Lock()
@@ -78,7 +79,7 @@ func AcquireAny(ctx context.Context, ss []*Scheduler, r Request) (Slot, int, err
 		w := &waiter{req: r, cost: cost, t: s.tenant(r.Tenant), since: s.o.Now(), seq: s.seq, ready: c.ready, claim: c}
 		copies[i] = w
 		if first < 0 {
-			first, maxWait = i, s.maxWaitLocked(r.Class)
+			first, maxWait, after = i, s.maxWaitLocked(r.Class), s.o.After
 		}
 		s.pushLocked(w)
 		s.dispatchLocked()
@@ -98,9 +99,9 @@ func AcquireAny(ctx context.Context, ss []*Scheduler, r Request) (Slot, int, err
 
 	var timeout <-chan time.Time
 	if maxWait > 0 {
-		tm := time.NewTimer(maxWait)
-		defer tm.Stop()
-		timeout = tm.C
+		ch, stop := after(maxWait)
+		defer stop()
+		timeout = ch
 	}
 	var err error
 	select {
@@ -117,8 +118,7 @@ func AcquireAny(ctx context.Context, ss []*Scheduler, r Request) (Slot, int, err
 		sl := won(ss, copies, c)
 		s := sl.s
 		s.mu.Lock()
-		s.inReq--
-		s.inTok -= sl.cost
+		s.releaseLocked(sl.cost)
 		sl.t.service = math.Max(0, sl.t.service-sl.charged)
 		s.serviceChangedLocked(sl.t)
 		s.dispatchLocked()

@@ -105,7 +105,7 @@ func TestAcquireAnyCanceledLeavesEveryQueue(t *testing.T) {
 func TestAcquireAnyNoDoubleDispatch(t *testing.T) {
 	ss := make([]*schedule.Scheduler, 3)
 	for i := range ss {
-		ss[i] = schedule.New(schedule.Options{MaxInFlightRequests: 2})
+		ss[i] = schedule.New(schedule.Options{MaxInFlightRequests: 2, MinShare: [3]float64{0, 0.5, 0}})
 	}
 	var mu sync.Mutex
 	running := make([]int, len(ss))
@@ -119,7 +119,7 @@ func TestAcquireAnyNoDoubleDispatch(t *testing.T) {
 			if n%7 == 0 {
 				cancel()
 			}
-			sl, i, err := schedule.AcquireAny(ctx, ss, schedule.Request{Tenant: "t", Input: 5})
+			sl, i, err := schedule.AcquireAny(ctx, ss, schedule.Request{Tenant: "t", Input: 5, Class: schedule.Class(n % 2)})
 			if err != nil {
 				if sl.Held() {
 					t.Error("a failed wait holds a slot")

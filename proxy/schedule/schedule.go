@@ -5,8 +5,10 @@
 // so much at once. A Scheduler holds the upstream's capacity (in-flight requests and
 // in-flight reserved tokens): below it a request is dispatched at once, without
 // waiting; at it, requests wait and are dispatched as capacity frees, by priority
-// class first (interactive, batch, background), with aging so that a lower class is
-// never starved, and within a class by token-fair queueing after the Virtual Token
+// class first (interactive, batch, background), except that a class kept waiting goes
+// first once the others have taken more than their share of what was dispatched in
+// its stead (its minimum share), so that a lower class is never starved; and within a
+// class by token-fair queueing after the Virtual Token
 // Counter (Sheng et al., OSDI 2024): the tenant with the least weighted service so far
 // goes first, service counted in tokens with output weighted above input.
 //
@@ -92,19 +94,39 @@ type Options struct {
 	// request that would take them past it gets ErrQueueFull, unless nothing waits (0:
 	// no bound).
 	MaxQueueBytes int64
+	// MinShare is, by Class, the share (0 to 1, below 1) of the tokens dispatched
+	// from the queue while the class waits that go to the class, however much
+	// higher work waits, so that a lower class is never starved (0: none). Each
+	// dispatch of another class while it waits credits it share of that request's
+	// tokens; once its credit covers 1-share of its next request's, it goes first and
+	// pays that. A dispatch of the class in its usual turn pays too, so a class served
+	// anyway is never owed, and a class that stops waiting keeps no credit.
+	MinShare [len(Classes)]float64
 	// Aging raises a waiting class by one class for every Aging its oldest request has
-	// waited, so a lower class is served within a bounded time (0: strict priority).
+	// waited (0: none). Under a lasting backlog a lower class's oldest request is
+	// always that old, so aging shorter than the lower class's longest wait lets the
+	// backlog go ahead of the classes above it.
 	Aging time.Duration
 	// OutputWeight is what an output token counts in the fair-queueing service,
 	// against 1 for an input token (0: 1).
 	OutputWeight float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// After starts the timer of a wait's deadline on the same clock as Now, and
+	// returns its channel and a function that stops it (default a time.Timer).
+	After func(d time.Duration) (<-chan time.Time, func() bool)
 	// Observer, when set, is told of waits, dispatches and refusals.
 	Observer Observer
 	// Learn, when set with MaxInFlightRequests, learns the in-flight request bound
 	// from the upstream's answers (learn.go).
 	Learn *Learn
+}
+
+// TimerClock is a clock that also starts timers, as Options.After does: a scaled or
+// simulated clock, on which a scheduler's deadlines then run too.
+type TimerClock interface {
+	Now() time.Time
+	After(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 // Observer is told what the scheduler does, for metrics. Its methods are called with
@@ -161,8 +183,10 @@ type Scheduler struct {
 	mu sync.Mutex
 	// inReq and inTok are what is dispatched and not done.
 	inReq, inTok int64
-	classes      [numClasses]classQueue
-	waiting      int
+	// credit is each waiting class's due, in tokens, towards its minimum share.
+	credit  [numClasses]float64
+	classes [numClasses]classQueue
+	waiting int
 	// waitingBytes is the sum of the waiting requests' Bytes.
 	waitingBytes int64
 	// tenants keeps each tenant's service counter; a tenant is kept while it has
@@ -222,6 +246,9 @@ func New(o Options) *Scheduler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.After == nil {
+		o.After = wallTimer
+	}
 	if o.OutputWeight <= 0 {
 		o.OutputWeight = 1
 	}
@@ -231,14 +258,20 @@ func New(o Options) *Scheduler {
 	return s
 }
 
-// Configure changes the scheduler's bounds and order (every option but Now and
+// wallTimer is After's default: a time.Timer.
+func wallTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// Configure changes the scheduler's bounds and order (every option but Now, After and
 // Observer) keeping what is in flight, what waits, and the tenants' service; waiters
 // that fit the new bounds are dispatched at once. A wait already begun keeps the
 // longest wait it started with.
 func (s *Scheduler) Configure(o Options) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o.Now, o.Observer = s.o.Now, s.o.Observer
+	o.Now, o.After, o.Observer = s.o.Now, s.o.After, s.o.Observer
 	if o.OutputWeight <= 0 {
 		o.OutputWeight = 1
 	}
@@ -274,8 +307,7 @@ func (sl *Slot) Done(input, output int64) {
 	}
 	sl.s = nil
 	s.mu.Lock()
-	s.inReq--
-	s.inTok -= sl.cost
+	s.releaseLocked(sl.cost)
 	used := (float64(input) + s.o.OutputWeight*float64(output)) / sl.weight
 	sl.t.service = math.Max(0, sl.t.service-sl.charged+used)
 	s.serviceChangedLocked(sl.t)
@@ -314,14 +346,14 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	w := &waiter{req: r, cost: cost, t: t, since: now, seq: s.seq, ready: make(chan struct{})}
 	s.pushLocked(w)
 	s.dispatchLocked()
-	maxWait := s.maxWaitLocked(r.Class)
+	maxWait, after := s.maxWaitLocked(r.Class), s.o.After
 	s.mu.Unlock()
 
 	var timeout <-chan time.Time
 	if maxWait > 0 {
-		tm := time.NewTimer(maxWait)
-		defer tm.Stop()
-		timeout = tm.C
+		ch, stop := after(maxWait)
+		defer stop()
+		timeout = ch
 	}
 	var err error
 	select {
@@ -337,8 +369,7 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (Slot, error) {
 	defer s.mu.Unlock()
 	if w.done {
 		// Dispatched as the wait ended: the capacity taken is given back.
-		s.inReq--
-		s.inTok -= cost
+		s.releaseLocked(cost)
 		t.service = math.Max(0, t.service-w.charged)
 		s.serviceChangedLocked(t)
 		s.dispatchLocked()
@@ -446,6 +477,45 @@ func (s *Scheduler) startLocked(t *tenant, r *Request, cost int64) float64 {
 	return charged
 }
 
+// releaseLocked gives back the capacity a request of cost tokens held.
+func (s *Scheduler) releaseLocked(cost int64) {
+	s.inReq--
+	s.inTok -= cost
+}
+
+// owedLocked reports whether waiting class c's credit covers its next request: it
+// has had less than its minimum share of what was dispatched while it waited.
+func (s *Scheduler) owedLocked(c int) bool {
+	share := s.share(c)
+	if share <= 0 {
+		return false
+	}
+	next := s.classes[c].tenants[0].front()
+	return s.credit[c] >= (1-share)*float64(max(1, next.cost))
+}
+
+// share is class c's minimum share, below 1.
+func (s *Scheduler) share(c int) float64 { return min(s.o.MinShare[c], maxShare) }
+
+// creditLocked counts the dispatch of w towards the minimum shares: w's class pays
+// for it, and every other class waiting with a share is credited its share of it.
+func (s *Scheduler) creditLocked(w *waiter) {
+	cost := float64(max(1, w.cost))
+	for c := range s.classes {
+		share := s.share(c)
+		switch {
+		case share <= 0:
+		case Class(c) == w.req.Class:
+			s.credit[c] = math.Max(0, s.credit[c]-(1-share)*cost)
+		case s.classes[c].arrivals.Len() > 0:
+			s.credit[c] += share * cost
+		}
+	}
+}
+
+// maxShare bounds a minimum share below 1, where the others would get nothing.
+const maxShare = 0.99
+
 // drainedLocked counts a dispatch from the queue at now in the drain rate: the time
 // since the previous dispatch, or since the queue began to wait when that is later.
 func (s *Scheduler) drainedLocked(now time.Time) {
@@ -505,6 +575,10 @@ func (s *Scheduler) removeLocked(w *waiter) {
 		heap.Fix(&cq.tenants, tq.idx)
 	}
 	cq.arrivals.Remove(w.arrival)
+	if cq.arrivals.Len() == 0 {
+		// A class that stops waiting keeps no credit.
+		s.credit[w.req.Class] = 0
+	}
 	s.waiting--
 	s.waitingBytes -= w.req.Bytes
 	if s.o.Observer != nil {
@@ -512,13 +586,14 @@ func (s *Scheduler) removeLocked(w *waiter) {
 	}
 }
 
-// next returns the waiter to serve next, or nil when none waits: the class whose
-// effective class (its class less one for every Aging its oldest waiter has waited)
-// is lowest, on a tie the one whose oldest waiter arrived first; in it, the oldest waiter of the tenant with
-// the least service, on a tie of service the tenant whose oldest waiter arrived
-// first.
+// next returns the waiter to serve next, or nil when none waits. The class is, among
+// the waiting classes owed their minimum share if any, else among all the waiting
+// classes, the one whose effective class (its class less one for every Aging its
+// oldest waiter has waited) is lowest, on a tie the one whose oldest waiter arrived
+// first; in it, the oldest waiter of the tenant with the least service, on a tie of
+// service the tenant whose oldest waiter arrived first.
 func (s *Scheduler) next(now time.Time) *waiter {
-	best, bestRank, bestSeq := -1, 0.0, uint64(0)
+	best, bestOwed, bestRank, bestSeq := -1, false, 0.0, uint64(0)
 	for c := range s.classes {
 		cq := &s.classes[c]
 		front := cq.arrivals.Front()
@@ -526,12 +601,14 @@ func (s *Scheduler) next(now time.Time) *waiter {
 			continue
 		}
 		oldest := front.Value.(*waiter)
+		owed := s.owedLocked(c)
 		rank := float64(c)
 		if s.o.Aging > 0 {
 			rank -= math.Floor(float64(now.Sub(oldest.since)) / float64(s.o.Aging))
 		}
-		if best < 0 || rank < bestRank || rank == bestRank && oldest.seq < bestSeq {
-			best, bestRank, bestSeq = c, rank, oldest.seq
+		if best < 0 || owed && !bestOwed ||
+			owed == bestOwed && (rank < bestRank || rank == bestRank && oldest.seq < bestSeq) {
+			best, bestOwed, bestRank, bestSeq = c, owed, rank, oldest.seq
 		}
 	}
 	if best < 0 {
@@ -557,6 +634,7 @@ func (s *Scheduler) dispatchLocked() {
 			continue
 		}
 		w.charged = s.startLocked(w.t, &w.req, w.cost)
+		s.creditLocked(w)
 		s.drainedLocked(now)
 		w.at = now
 		w.done = true

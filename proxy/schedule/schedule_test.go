@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,10 +17,18 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
-// clock is a settable clock.
+// clock is a settable clock whose timers fire as it is advanced past them.
 type clock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	now    time.Time
+	timers []*timer
+	// fired counts the timers fired so far.
+	fired int
+}
+
+type timer struct {
+	at time.Time
+	c  chan time.Time
 }
 
 func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
@@ -30,10 +39,57 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
+// After is schedule.Options.After on this clock.
+func (c *clock) After(d time.Duration) (<-chan time.Time, func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &timer{at: c.now.Add(d), c: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	return t.c, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		i := slices.Index(c.timers, t)
+		if i >= 0 {
+			c.timers = slices.Delete(c.timers, i, i+1)
+		}
+		return i >= 0
+	}
+}
+
+// next returns when the earliest pending timer fires.
+func (c *clock) next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var at time.Time
+	for _, t := range c.timers {
+		if at.IsZero() || t.at.Before(at) {
+			at = t.at
+		}
+	}
+	return at, !at.IsZero()
+}
+
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if t.at.After(c.now) {
+			kept = append(kept, t)
+			continue
+		}
+		t.c <- c.now
+		c.fired++
+	}
+	clear(c.timers[len(kept):])
+	c.timers = kept
+}
+
+func (c *clock) firedTimers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fired
 }
 
 type got struct {
@@ -198,6 +254,21 @@ func TestOrder(t *testing.T) {
 			{name: "i2", r: schedule.Request{Tenant: "y", Class: schedule.Interactive}},
 		},
 		order: []string{"i1", "i2", "b1"},
+	}, {
+		name: "a class passed over past its minimum share goes first, once",
+		o:    schedule.Options{MinShare: [3]float64{0, 0.25, 0}},
+		reqs: []req{
+			{name: "b1", r: schedule.Request{Tenant: "x", Class: schedule.Batch, Input: 100}},
+			{name: "b2", r: schedule.Request{Tenant: "x", Class: schedule.Batch, Input: 100}},
+			{name: "i1", r: schedule.Request{Tenant: "y", Class: schedule.Interactive, Input: 100}},
+			{name: "i2", r: schedule.Request{Tenant: "y", Class: schedule.Interactive, Input: 100}},
+			{name: "i3", r: schedule.Request{Tenant: "y", Class: schedule.Interactive, Input: 100}},
+			{name: "i4", r: schedule.Request{Tenant: "y", Class: schedule.Interactive, Input: 100}},
+			{name: "i5", r: schedule.Request{Tenant: "y", Class: schedule.Interactive, Input: 100}},
+		},
+		// Each interactive dispatch credits batch a quarter of its 100 tokens; after
+		// three, the 75 cover three quarters of b1's, which goes first and pays them.
+		order: []string{"i1", "i2", "i3", "b1", "i4", "i5", "b2"},
 	}, {
 		name: "within a class the tenant with less service goes first",
 		reqs: []req{
@@ -418,7 +489,7 @@ func TestTimeoutAndCancelFreeTheirPlace(t *testing.T) {
 func TestNoLeakUnderLoad(t *testing.T) {
 	before := runtime.NumGoroutine()
 	s := schedule.New(schedule.Options{MaxInFlightRequests: 4, MaxInFlightTokens: 5000, MaxQueueWait: 20 * time.Millisecond,
-		MaxQueueLength: 50, Aging: time.Millisecond, OutputWeight: 3})
+		MaxQueueLength: 50, Aging: time.Millisecond, OutputWeight: 3, MinShare: [3]float64{0, 0.25, 0.25}})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	outcomes := map[string]int{}
