@@ -22,6 +22,12 @@ type ClassLimits struct {
 	// request still queued then gets 429 queue_timeout (0 or absent:
 	// scheduling.max_queue_wait_seconds).
 	MaxQueueWaitSeconds int64 `json:"max_queue_wait_seconds,omitempty"`
+	// MinSharePercent is the share, in percent, of the tokens an upstream dispatches
+	// from its queue that batch or background keeps while it waits: once the classes
+	// served before it took more than the rest, its next request goes first, so it is
+	// never starved (0 or absent: 10 for batch, 5 for background; at most 50; not for
+	// interactive, which is served first).
+	MinSharePercent int64 `json:"min_share_percent,omitempty"`
 	// MaxOutputTokens caps the output a request of this class may ask for
 	// (max_tokens, max_completion_tokens or max_output_tokens), with or without an
 	// upstream capacity (0 or absent: no cap).
@@ -59,6 +65,19 @@ func (l *ClassLimits) MaxQueueWait(s *Scheduling) time.Duration {
 		return time.Duration(l.MaxQueueWaitSeconds) * time.Second
 	}
 	return s.MaxQueueWait()
+}
+
+// MinShare is the class's minimum share of an upstream's capacity in force, from 0 to
+// 1, by the class's priority word (interactive: none).
+func (cs *ClassSettings) MinShare(priority string) float64 {
+	var p int64
+	switch priority {
+	case PriorityBatch:
+		p = cmp.Or(cs.Batch.MinSharePercent, DefaultBatchMinSharePercent)
+	case PriorityBackground:
+		p = cmp.Or(cs.Background.MinSharePercent, DefaultBackgroundMinSharePercent)
+	}
+	return float64(p) / 100
 }
 
 // LongestQueueWait is the longest wait of any class: what a stopping proxy may have to
@@ -118,6 +137,12 @@ func (c *Config) validateAgents(errs *fieldErrors) {
 		f := "scheduling.classes." + p
 		nonNegative(errs, f+".max_queue_wait_seconds", l.MaxQueueWaitSeconds)
 		nonNegative(errs, f+".max_output_tokens", l.MaxOutputTokens)
+		switch {
+		case p == PriorityInteractive && l.MinSharePercent != 0:
+			errs.add(f+".min_share_percent", "interactive is served first and has no minimum share; the share is for batch and background")
+		case l.MinSharePercent < 0 || l.MinSharePercent > MaxMinSharePercent:
+			errs.add(f+".min_share_percent", "must be from 0 to %d, got %d", MaxMinSharePercent, l.MinSharePercent)
+		}
 		switch l.OverMaxOutputTokens {
 		case "", OverClamp, OverRefuse:
 		default:

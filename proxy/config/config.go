@@ -110,8 +110,8 @@ type Scheduling struct {
 	// 256 MiB; agents.go).
 	MaxQueueBytes int64 `json:"max_queue_bytes,omitempty"`
 	// AgingSeconds raises a waiting class by one class for every AgingSeconds its
-	// oldest request has waited, so batch and background are never starved (0 or
-	// absent: 10).
+	// oldest request has waited (0 or absent: no aging; the classes' minimum shares
+	// keep batch and background from starving).
 	AgingSeconds int64 `json:"aging_seconds,omitempty"`
 	// OutputWeight is what an output token counts in token-fair queueing, against 1 for
 	// an input token (0 or absent: 2).
@@ -124,8 +124,14 @@ type Scheduling struct {
 const (
 	DefaultMaxQueueWaitSeconds = 30
 	DefaultMaxQueueLength      = 1000
-	DefaultAgingSeconds        = 10
 	DefaultOutputWeight        = 2
+	// DefaultBatchMinSharePercent and DefaultBackgroundMinSharePercent are the shares
+	// of an upstream's capacity that batch and background keep while they wait.
+	DefaultBatchMinSharePercent      = 10
+	DefaultBackgroundMinSharePercent = 5
+	// MaxMinSharePercent is the largest minimum share a class may have, so that the
+	// two lower classes together never take more than the whole capacity.
+	MaxMinSharePercent = 50
 )
 
 // MaxQueueWait is max_queue_wait_seconds in force. The scheduling fields are read
@@ -138,10 +144,8 @@ func (s *Scheduling) MaxQueueWait() time.Duration {
 // QueueLength is max_queue_length in force.
 func (s *Scheduling) QueueLength() int { return int(cmp.Or(s.MaxQueueLength, DefaultMaxQueueLength)) }
 
-// Aging is aging_seconds in force.
-func (s *Scheduling) Aging() time.Duration {
-	return time.Duration(cmp.Or(s.AgingSeconds, DefaultAgingSeconds)) * time.Second
-}
+// Aging is aging_seconds in force (0: none).
+func (s *Scheduling) Aging() time.Duration { return time.Duration(s.AgingSeconds) * time.Second }
 
 // OutputTokenWeight is output_weight in force.
 func (s *Scheduling) OutputTokenWeight() float64 { return cmp.Or(s.OutputWeight, DefaultOutputWeight) }

@@ -33,8 +33,21 @@ scheduling: {max_queue_wait_seconds: 5, output_weight: 4}
 		Expect(c.Scheduling.MaxQueueWait()).To(Equal(5 * time.Second))
 		Expect(c.Scheduling.OutputTokenWeight()).To(Equal(4.0))
 		Expect(c.Scheduling.QueueLength()).To(Equal(1000))
-		Expect(c.Scheduling.Aging()).To(Equal(10 * time.Second))
+		Expect(c.Scheduling.Aging()).To(BeZero(), "no aging unless set: a backlog older than the aging would go ahead of chat")
+		Expect(c.Scheduling.Classes.MinShare(config.PriorityInteractive)).To(BeZero())
+		Expect(c.Scheduling.Classes.MinShare(config.PriorityBatch)).To(Equal(0.10))
+		Expect(c.Scheduling.Classes.MinShare(config.PriorityBackground)).To(Equal(0.05))
 		Expect(c.DrainTimeout()).To(Equal(305*time.Second), "a stopping proxy waits for a queued request's wait and its upstream")
+
+		e, err := config.Parse([]byte(minimal + `
+scheduling:
+  aging_seconds: 60
+  classes: {batch: {min_share_percent: 30}, background: {min_share_percent: 50}}
+`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(e.Scheduling.Aging()).To(Equal(time.Minute))
+		Expect(e.Scheduling.Classes.MinShare(config.PriorityBatch)).To(Equal(0.30))
+		Expect(e.Scheduling.Classes.MinShare(config.PriorityBackground)).To(Equal(0.50))
 
 		d, err := config.Parse([]byte(minimal))
 		Expect(err).NotTo(HaveOccurred())
@@ -64,7 +77,12 @@ upstreams:
   capacity: {max_in_flight_requests: -1}
 api_keys:
 - {name: chat, key_sha256: ` + hash + `, priority: urgent, weight: -2}
-scheduling: {max_queue_wait_seconds: -1, aging_seconds: -3, output_weight: -1, max_queue_length: -4}
+scheduling:
+  max_queue_wait_seconds: -1
+  aging_seconds: -3
+  output_weight: -1
+  max_queue_length: -4
+  classes: {interactive: {min_share_percent: 10}, batch: {min_share_percent: 51}, background: {min_share_percent: -1}}
 `))
 		Expect(err).To(HaveOccurred())
 		for _, f := range []string{
@@ -75,6 +93,9 @@ scheduling: {max_queue_wait_seconds: -1, aging_seconds: -3, output_weight: -1, m
 			"scheduling.max_queue_length: must not be negative",
 			"scheduling.aging_seconds: must not be negative",
 			"scheduling.output_weight: must be a positive number",
+			"scheduling.classes.interactive.min_share_percent: interactive is served first and has no minimum share",
+			"scheduling.classes.batch.min_share_percent: must be from 0 to 50, got 51",
+			"scheduling.classes.background.min_share_percent: must be from 0 to 50, got -1",
 		} {
 			Expect(err.Error()).To(ContainSubstring(f))
 		}

@@ -170,23 +170,8 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		}
 		up.proxy = s.newReverseProxy(up, s.transports.get(uc))
 		if uc.Capacity.Enabled() {
-			sc := &cfg.Scheduling
-			up.schedOpts = &schedule.Options{
-				MaxInFlightRequests: uc.Capacity.MaxInFlightRequests,
-				MaxInFlightTokens:   uc.Capacity.MaxInFlightTokens,
-				MaxQueueWait:        sc.MaxQueueWait(),
-				MaxQueueLength:      sc.QueueLength(),
-				MaxQueueBytes:       sc.QueueBytes(),
-				Aging:               sc.Aging(),
-				OutputWeight:        sc.OutputTokenWeight(),
-			}
-			for _, c := range schedule.Classes {
-				up.schedOpts.ClassMaxQueueWait[c] = sc.Classes.Of(c.String()).MaxQueueWait(sc)
-			}
-			if l := uc.Capacity.Learn; l != nil {
-				up.schedOpts.Learn = &schedule.Learn{MinInFlightRequests: l.MinInFlightRequests, Decrease: l.Decrease,
-					LatencyThreshold: l.LatencyThreshold(), Cooldown: l.Cooldown()}
-			}
+			o := schedule.OptionsFor(uc.Capacity, &cfg.Scheduling)
+			up.schedOpts = &o
 		}
 		rt.upstreams = append(rt.upstreams, up)
 		for _, m := range uc.Models {
@@ -377,6 +362,9 @@ func (s *Server) bindSchedulers(rt *runtime) {
 		}
 		o := *up.schedOpts
 		o.Now = s.clock.Now
+		if tc, ok := s.clock.(schedule.TimerClock); ok {
+			o.After = tc.After
+		}
 		o.Observer = s.metrics.QueueObserver(up.name)
 		up.sched = schedule.New(o)
 		s.schedulers[up.name] = up.sched
