@@ -44,6 +44,7 @@ func renderClass(cs *twv1alpha1.ClassSpec) config.ClassLimits {
 	}
 	return config.ClassLimits{
 		MaxQueueWaitSeconds: cs.MaxQueueWaitSeconds,
+		MinSharePercent:     cs.MinSharePercent,
 		MaxOutputTokens:     cs.MaxOutputTokens,
 		OverMaxOutputTokens: config.OverAction(strings.ToLower(string(cs.OverMaxOutputTokens))),
 	}

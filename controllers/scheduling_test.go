@@ -26,6 +26,7 @@ var _ = Describe("A fleet's scheduling", func() {
 		tp.Spec.Scheduling = &twv1alpha1.SchedulingSpec{
 			MaxQueueWaitSeconds: 20, MaxQueueBytes: 1 << 20, AgingSeconds: 5, OutputWeight: ptr.To(resource.MustParse("1.5")), MaxRuns: 500,
 			Interactive: &twv1alpha1.ClassSpec{MaxQueueWaitSeconds: 2, MaxOutputTokens: 4096},
+			Batch:       &twv1alpha1.ClassSpec{MinSharePercent: 20},
 			Background:  &twv1alpha1.ClassSpec{MaxQueueWaitSeconds: 200, MaxOutputTokens: 8192, OverMaxOutputTokens: twv1alpha1.OverMaxOutputTokensRefuse},
 		}
 		k := apiKey(ns, "agent", "agent", "", "research")
@@ -45,6 +46,8 @@ var _ = Describe("A fleet's scheduling", func() {
 			g.Expect(sc.QueueBytes()).To(Equal(int64(1 << 20)))
 			g.Expect(sc.Classes.Of(config.PriorityInteractive).MaxQueueWait(sc)).To(Equal(2 * time.Second))
 			g.Expect(sc.Classes.Of(config.PriorityBatch).MaxQueueWait(sc)).To(Equal(20 * time.Second))
+			g.Expect(sc.Classes.MinShare(config.PriorityBatch)).To(Equal(0.20))
+			g.Expect(sc.Classes.MinShare(config.PriorityBackground)).To(Equal(0.05), "the proxy's default where the resource sets none")
 			g.Expect(sc.Classes.Background).To(Equal(config.ClassLimits{MaxQueueWaitSeconds: 200, MaxOutputTokens: 8192, OverMaxOutputTokens: config.OverRefuse}))
 			g.Expect(c.Agents.Runs()).To(Equal(500))
 			g.Expect(c.APIKeys).To(HaveLen(1))
@@ -107,6 +110,16 @@ var _ = Describe("A fleet's scheduling", func() {
 					s.Scheduling = &twv1alpha1.SchedulingSpec{Interactive: &twv1alpha1.ClassSpec{MaxOutputTokens: 10, OverMaxOutputTokens: "Truncate"}}
 				},
 				`spec.scheduling.interactive.overMaxOutputTokens: Unsupported value: "Truncate"`),
+			Entry("a minimum share for interactive",
+				func(s *twv1alpha1.TokenProxySpec) {
+					s.Scheduling = &twv1alpha1.SchedulingSpec{Interactive: &twv1alpha1.ClassSpec{MinSharePercent: 10}}
+				},
+				"spec.scheduling.interactive.minSharePercent: Invalid value: interactive is served first and has no minimum share"),
+			Entry("a minimum share above half",
+				func(s *twv1alpha1.TokenProxySpec) {
+					s.Scheduling = &twv1alpha1.SchedulingSpec{Batch: &twv1alpha1.ClassSpec{MinSharePercent: 51}}
+				},
+				"spec.scheduling.batch.minSharePercent: Invalid value: 51"),
 			Entry("an output weight of 0",
 				func(s *twv1alpha1.TokenProxySpec) {
 					s.Scheduling = &twv1alpha1.SchedulingSpec{OutputWeight: ptr.To(resource.MustParse("0"))}

@@ -50,6 +50,7 @@ type UpstreamCapacity struct {
 
 // SchedulingSpec orders the requests waiting for an upstream's capacity, bounds their
 // waits, and sets the limits for agents.
+// +kubebuilder:validation:XValidation:rule="!has(self.interactive) || !has(self.interactive.minSharePercent)",message="interactive is served first and has no minimum share; minSharePercent is for batch and background",fieldPath=".interactive.minSharePercent"
 type SchedulingSpec struct {
 	// MaxQueueWaitSeconds bounds a wait for a class without its own; a request still
 	// queued then gets 429 queue_timeout. Default 30.
@@ -69,7 +70,9 @@ type SchedulingSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	MaxQueueBytes int64 `json:"maxQueueBytes,omitempty"`
 	// AgingSeconds raises a waiting class by one for every agingSeconds its oldest
-	// request has waited, so a lower class is never starved. Default 10.
+	// request has waited. Default: no aging (the classes' minSharePercent keep batch
+	// and background from starving); under a lasting backlog an aging shorter than the
+	// lower class's wait lets the backlog go ahead of the classes above it.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
@@ -108,6 +111,14 @@ type ClassSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=600
 	MaxQueueWaitSeconds int64 `json:"maxQueueWaitSeconds,omitempty"`
+	// MinSharePercent is the share, in percent, of the tokens an upstream forwards
+	// from its queue that batch or background keeps while it waits, however much
+	// higher work waits. Default 10 for batch, 5 for background; not for interactive,
+	// which is served first.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	MinSharePercent int64 `json:"minSharePercent,omitempty"`
 	// MaxOutputTokens caps the output a request of this class may ask for
 	// (max_tokens, max_completion_tokens, max_output_tokens); a request that states
 	// none gets the cap. Default: no cap.
