@@ -43,6 +43,13 @@ func (c *Clock) Since(t0 time.Time) time.Duration {
 // Wall converts a world duration to wall time.
 func (c *Clock) Wall(d time.Duration) time.Duration { return time.Duration(float64(d) / c.scale) }
 
+// After starts a timer that fires after d of world time, and returns its channel and
+// its Stop: the proxy's scheduler times its waits' deadlines with it.
+func (c *Clock) After(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(c.Wall(d))
+	return t.C, t.Stop
+}
+
 // job is one request on the simulated backend.
 type job struct {
 	id, tenant string

@@ -70,8 +70,16 @@ func TestCalibrationAndMissionOne(t *testing.T) {
 }
 
 // The scheduler gives 5,000 batch output tokens per second and 99% of chat starting
-// within 2 seconds at once (mission three).
+// within 2 seconds at once (mission three), with the proxy's scheduling defaults: the
+// world gives the upstream its capacity and the keys their classes, nothing else.
 func TestMissionThree(t *testing.T) {
+	w, err := lab.LoadWorld("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc := w.Document(w.MissionThreePolicy(), "http://backend"); strings.Contains(doc, "scheduling") {
+		t.Fatalf("the lab's mission three sets scheduling knobs, want the proxy's defaults:\n%s", doc)
+	}
 	mission(t, func(ctx context.Context, w *lab.World) (*lab.Outcome, error) { return w.MissionThree(ctx, false) })
 }
 
@@ -110,6 +118,7 @@ func TestWorldErrors(t *testing.T) {
 		{"duration_seconds: 120", "duration_seconds: 0", "duration_seconds"},
 		{"kind: batch, class: batch", "kind: robot, class: batch", "tenants[4].kind"},
 		{"kv_tokens:", "kv_tokenz:", "kv_tokenz"},
+		{"scheduler: {", "scheduler: {aging_seconds: -1, ", "scheduler.aging_seconds"},
 	} {
 		_, err := lab.ParseWorld([]byte(strings.Replace(world, c.from, c.to, 1)))
 		if err == nil || !strings.Contains(err.Error(), c.field) {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -147,11 +146,11 @@ func (w *World) Document(p Policy, url string) string {
 	for _, t := range w.Tenants {
 		fmt.Fprintf(&b, "- {name: %s, key_sha256: %s, priority: %s}\n", t.Name, sha(keyOf(t.Name)), t.Class)
 	}
-	// The scheduler ages waits on the proxy's clock, which the lab gives world time;
-	// the longest wait runs on a wall-clock timer, so it is scaled down.
-	wall := func(worldSeconds float64) int64 { return max(1, int64(math.Ceil(worldSeconds/w.TimeScale))) }
-	fmt.Fprintf(&b, "scheduling: {aging_seconds: %d, max_queue_wait_seconds: %d, max_queue_length: 100000}\n",
-		int64(math.Ceil(w.Scheduler.AgingSeconds)), wall(w.Scheduler.MaxQueueWaitSeconds))
+	// The proxy's scheduler runs on its clock, which the lab gives world time; the
+	// world's knobs it leaves unset are the proxy's defaults.
+	if knobs := w.Scheduler.knobs(); knobs != "" {
+		fmt.Fprintf(&b, "scheduling: {%s}\n", knobs)
+	}
 	b.WriteString("rate_limiting:\n  rules:\n")
 	any := false
 	if p.RequestsPerMinute > 0 {

@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -55,13 +56,40 @@ type Backend struct {
 	StepPerTokenMillis float64 `json:"step_per_token_ms"`
 }
 
-// Scheduler is the proxy's scheduling block, in world seconds.
+// Scheduler is the proxy's scheduling block, in world seconds; what it leaves out
+// (0) is the proxy's default.
 type Scheduler struct {
-	AgingSeconds        float64 `json:"aging_seconds"`
-	MaxQueueWaitSeconds float64 `json:"max_queue_wait_seconds"`
+	AgingSeconds        int64 `json:"aging_seconds,omitempty"`
+	MaxQueueWaitSeconds int64 `json:"max_queue_wait_seconds,omitempty"`
+	// BatchMinSharePercent and BackgroundMinSharePercent are the classes'
+	// min_share_percent.
+	BatchMinSharePercent      int64 `json:"batch_min_share_percent,omitempty"`
+	BackgroundMinSharePercent int64 `json:"background_min_share_percent,omitempty"`
 	// CapacityHeadroom is the share of the replicas' KV caches the upstream's
 	// max_in_flight_tokens leaves out (World.CapacityTokens).
 	CapacityHeadroom float64 `json:"capacity_headroom"`
+}
+
+// knobs is the proxy's scheduling block's fields the world sets, as YAML flow fields.
+func (s Scheduler) knobs() string {
+	var out []string
+	if s.AgingSeconds > 0 {
+		out = append(out, fmt.Sprintf("aging_seconds: %d", s.AgingSeconds))
+	}
+	if s.MaxQueueWaitSeconds > 0 {
+		out = append(out, fmt.Sprintf("max_queue_wait_seconds: %d", s.MaxQueueWaitSeconds))
+	}
+	var classes []string
+	if s.BatchMinSharePercent > 0 {
+		classes = append(classes, fmt.Sprintf("batch: {min_share_percent: %d}", s.BatchMinSharePercent))
+	}
+	if s.BackgroundMinSharePercent > 0 {
+		classes = append(classes, fmt.Sprintf("background: {min_share_percent: %d}", s.BackgroundMinSharePercent))
+	}
+	if len(classes) > 0 {
+		out = append(out, "classes: {"+strings.Join(classes, ", ")+"}")
+	}
+	return strings.Join(out, ", ")
 }
 
 // Tenant kinds.
@@ -152,12 +180,23 @@ func (w *World) validate() error {
 		{"backend.replicas", float64(w.Backend.Replicas)},
 		{"backend.max_batch", float64(w.Backend.MaxBatch)},
 		{"backend.step_base_ms", w.Backend.StepBaseMillis},
-		{"scheduler.aging_seconds", w.Scheduler.AgingSeconds},
-		{"scheduler.max_queue_wait_seconds", w.Scheduler.MaxQueueWaitSeconds},
 	}
 	for _, p := range positive {
 		if !(p.v > 0) {
 			return fmt.Errorf("%s must be positive, got %v", p.field, p.v)
+		}
+	}
+	for _, k := range []struct {
+		field string
+		v     int64
+	}{
+		{"scheduler.aging_seconds", w.Scheduler.AgingSeconds},
+		{"scheduler.max_queue_wait_seconds", w.Scheduler.MaxQueueWaitSeconds},
+		{"scheduler.batch_min_share_percent", w.Scheduler.BatchMinSharePercent},
+		{"scheduler.background_min_share_percent", w.Scheduler.BackgroundMinSharePercent},
+	} {
+		if k.v < 0 {
+			return fmt.Errorf("%s must not be negative (absent: the proxy's default), got %d", k.field, k.v)
 		}
 	}
 	if w.Backend.StepPerTokenMillis < 0 {

@@ -93,7 +93,6 @@ upstreams: [{name: backend, url: ` + be.URL + capacity + `}]
 api_keys:
 - {name: chat, key_sha256: ` + hash("sk-chat") + `, priority: interactive}
 - {name: batch, key_sha256: ` + hash("sk-batch") + `, priority: batch}
-scheduling: {aging_seconds: 60}
 `
 	store := budget.NewMemory(budget.SystemClock{}, 1000)
 	srv := server.New(server.Options{Store: store, Memory: store, Metrics: metrics.New(prometheus.NewRegistry()),
