@@ -4,22 +4,35 @@
 package controllers_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers"
 )
 
 var _ = Describe("The proxy's RBAC", func() {
@@ -112,3 +125,89 @@ var _ = Describe("The proxy's RBAC", func() {
 		Expect(proxy.Delete(ctx, mine)).To(Succeed(), "a replica that stops deletes its own")
 	})
 })
+
+var _ = Describe("A fleet deleted while the operator is not running", func() {
+	It("loses its system:auth-delegator binding when the operator starts again; a fleet that exists keeps its own", func() {
+		// An API server of its own: the suite's manager must not see the deletion.
+		env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+		envCfg, err := env.Start()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(env.Stop)
+		c, err := client.New(envCfg, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "orphans"}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		gone, kept := fleetProxy(ns.Name, 1), fleetProxy(ns.Name, 1)
+		kept.Name = "kept"
+		binding := func(tp *twv1alpha1.TokenProxy) client.ObjectKey {
+			return client.ObjectKey{Name: "tokenwarden-proxy:" + tp.Namespace + ":" + tp.Name}
+		}
+
+		stop := runOperator(envCfg)
+		Expect(c.Create(ctx, gone)).To(Succeed())
+		Expect(c.Create(ctx, kept)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, binding(gone), &rbacv1.ClusterRoleBinding{})).To(Succeed())
+			g.Expect(c.Get(ctx, binding(kept), &rbacv1.ClusterRoleBinding{})).To(Succeed())
+		}).Should(Succeed())
+		stop()
+
+		Expect(c.Delete(ctx, gone)).To(Succeed())
+		collectGarbage(c, gone)
+		Expect(c.Get(ctx, binding(gone), &rbacv1.ClusterRoleBinding{})).To(Succeed(), "nothing ran to delete it")
+
+		DeferCleanup(runOperator(envCfg))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, binding(gone), &rbacv1.ClusterRoleBinding{}))
+		}).Should(BeTrue(), "the binding of a TokenProxy that is gone is deleted at start")
+		Consistently(func() error { return c.Get(ctx, binding(kept), &rbacv1.ClusterRoleBinding{}) }, time.Second).Should(Succeed())
+	})
+})
+
+// runOperator runs the operator's manager against the API server of cfg until the
+// returned function stops it (and waits until it stopped).
+func runOperator(cfg *rest.Config) (stop func()) {
+	GinkgoHelper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// The suite's manager runs controllers of the same names in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(ctx)
+	Expect((&controllers.TokenProxyReconciler{
+		Client: mgr.GetClient(), Events: mgr.GetEventRecorder("tokenwarden"), ProxyImage: "tokenwarden:test",
+	}).SetupWithManager(mctx, mgr)).To(Succeed())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(mctx)).To(Succeed())
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// collectGarbage deletes what a cluster's garbage collector deletes with owner, which
+// envtest does not run: the namespaced objects it owns.
+func collectGarbage(c client.Client, owner client.Object) {
+	GinkgoHelper()
+	for _, list := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{},
+		&appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{}, &networkingv1.NetworkPolicyList{},
+		&rbacv1.RoleList{}, &rbacv1.RoleBindingList{}} {
+		Expect(c.List(ctx, list, client.InNamespace(owner.GetNamespace()))).To(Succeed())
+		objs, err := meta.ExtractList(list)
+		Expect(err).NotTo(HaveOccurred())
+		for _, o := range objs {
+			obj := o.(client.Object)
+			if slices.ContainsFunc(obj.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == owner.GetUID() }) {
+				Expect(client.IgnoreNotFound(c.Delete(ctx, obj))).To(Succeed())
+			}
+		}
+	}
+}

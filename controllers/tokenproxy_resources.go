@@ -28,6 +28,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
@@ -170,10 +174,57 @@ func reportLeaseNames(leases []coordinationv1.Lease, configMap string) []string 
 // TokenReviews and SubjectAccessReviews, and nothing else.
 const authDelegatorRole = "system:auth-delegator"
 
+// authDelegatorPrefix begins the name of every fleet's auth-delegator binding.
+const authDelegatorPrefix = "tokenwarden-proxy:"
+
 // authDelegatorBinding names the ClusterRoleBinding of a fleet's ServiceAccount to
 // system:auth-delegator.
 func authDelegatorBinding(fleet types.NamespacedName) string {
-	return "tokenwarden-proxy:" + fleet.Namespace + ":" + fleet.Name
+	return authDelegatorPrefix + fleet.Namespace + ":" + fleet.Name
+}
+
+// fleetOfAuthDelegator is the fleet an auth-delegator binding was made for, read
+// from its name (neither a namespace nor a TokenProxy name holds a colon).
+func fleetOfAuthDelegator(name string) (types.NamespacedName, bool) {
+	rest, ok := strings.CutPrefix(name, authDelegatorPrefix)
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	ns, fleet, ok := strings.Cut(rest, ":")
+	if !ok || ns == "" || fleet == "" || strings.Contains(fleet, ":") {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: fleet}, true
+}
+
+// orphanedAuthDelegator maps a binding whose TokenProxy is gone to its fleet, whose
+// reconcile then deletes it (the NotFound path). The cache lists every labelled
+// binding when the manager starts and again on each resync, so a TokenProxy deleted
+// while the operator was not running loses its binding then. A fleet that exists
+// keeps its binding through its own reconciles.
+func (r *TokenProxyReconciler) orphanedAuthDelegator(ctx context.Context, o client.Object) []reconcile.Request {
+	fleet, ok := fleetOfAuthDelegator(o.GetName())
+	if !ok {
+		return nil
+	}
+	if err := r.Get(ctx, fleet, &twv1alpha1.TokenProxy{}); !apierrors.IsNotFound(err) {
+		return nil
+	}
+	log.FromContext(ctx).V(1).Info("ClusterRoleBinding of a TokenProxy that is gone", "binding", o.GetName(), "fleet", fleet)
+	return []reconcile.Request{{NamespacedName: fleet}}
+}
+
+// bindingListed passes a binding the cache adds (every one when the manager starts)
+// or lists again on a resync (an update that changes nothing); not a change or a
+// deletion.
+func bindingListed() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion()
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // applyAuthDelegator lets the fleet's ServiceAccount review the bearer tokens of its
@@ -181,7 +232,7 @@ func authDelegatorBinding(fleet types.NamespacedName) string {
 // reviews being cluster-scoped: a ClusterRoleBinding to system:auth-delegator. A
 // cluster-scoped object cannot be owned by a namespaced one, so it is applied (server
 // side, no cache of every ClusterRoleBinding) and deleted with the TokenProxy by
-// deleteAuthDelegator.
+// deleteAuthDelegator, or later by the sweep of orphanedAuthDelegator.
 func (r *TokenProxyReconciler) applyAuthDelegator(ctx context.Context, tp *twv1alpha1.TokenProxy) error {
 	// An unchanged fleet sends no write: the binding in the cache already says it all.
 	var have rbacv1.ClusterRoleBinding
