@@ -324,3 +324,48 @@ func (r *TokenProxyReconciler) deleteChunks(ctx context.Context, tp *twv1alpha1.
 	}
 	return nil
 }
+
+// configOutcome is what the config step left.
+type configOutcome struct {
+	// written: the ConfigMap holds the rendered document, of this generation and digest.
+	written    bool
+	generation int64
+	digest     string
+	// chunks are the chunk ConfigMaps of the current and the previous document, which
+	// the proxy's Role lets it get (none when both fit inline).
+	chunks []string
+	// refused is the proxy's own validation error of a document it would refuse,
+	// which is not written (Accepted=False, InvalidConfig; not retried).
+	refused error
+}
+
+// reconcileConfig renders the fleet's config and writes it to the ConfigMap, unless
+// the proxy would refuse it.
+func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) configOutcome {
+	fleet := client.ObjectKeyFromObject(tp)
+	inputs := renderInputs(&g.fleet)
+	if m, ok := r.configs.get(fleet); ok && m.inputs == inputs {
+		// The same document as the last reconcile's: refused again, or still written.
+		if m.outcome.refused != nil {
+			return m.outcome
+		}
+		if r.configUnchanged(ctx, tp, m) {
+			return m.outcome
+		}
+	}
+	r.configs.forget(fleet)
+	cfg := render(&g.fleet)
+	r.defaultTracing(cfg, tp)
+	if err := checkRendered(cfg); err != nil {
+		out := configOutcome{refused: err}
+		r.configs.put(fleet, configMemo{inputs: inputs, outcome: out})
+		return out
+	}
+	w, err := r.applyConfig(ctx, tp, cfg)
+	if !ss.record(stepConfigMap, err) {
+		return configOutcome{}
+	}
+	out := configOutcome{written: true, generation: w.generation, digest: w.digest, chunks: w.chunks}
+	r.configs.put(fleet, configMemo{inputs: inputs, outcome: out, configMapVersion: w.configMapVersion})
+	return out
+}

@@ -32,7 +32,7 @@ type indexers struct {
 	keys    toolscache.Indexer
 	secrets toolscache.Indexer
 	// keySecrets is true when keys has the index of ApiKeys by their Secret
-	// (secret_keys.go).
+	// (tokenproxy_watches_secrets.go).
 	keySecrets bool
 }
 

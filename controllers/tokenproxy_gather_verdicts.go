@@ -7,18 +7,11 @@ import (
 	"context"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -35,36 +28,6 @@ import (
 
 // managedByLabel is on every object the operator creates for a fleet (labels()).
 const managedByLabel = "app.kubernetes.io/managed-by"
-
-// scopedCacheOptions are the manager's cache options: Secrets only with
-// SecretUsageLabel set to one of its values, owned objects only with the operator's
-// label, and no managed fields, except on Deployments (applyDeployment compares the
-// fields it owns, which it reads from them); ApiKey Secrets hold only hashes
-// (slimSecret), config chunks only their text's hash (slimConfigMap), and ApiKeys
-// share their repeated strings (slimAPIKey). byObject adds the callers' selections.
-func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options {
-	usage, err := k8slabels.NewRequirement(twv1alpha1.SecretUsageLabel, selection.In,
-		[]string{twv1alpha1.SecretUsageAPIKey, twv1alpha1.SecretUsageCredential})
-	if err != nil {
-		panic(err) // constant, valid keys and values
-	}
-	owned := k8slabels.SelectorFromSet(k8slabels.Set{managedByLabel: fieldManager})
-	byObject[&corev1.Secret{}] = cache.ByObject{Label: k8slabels.NewSelector().Add(*usage), Transform: slimSecret}
-	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &corev1.ServiceAccount{},
-		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
-		byObject[o] = cache.ByObject{Label: owned}
-	}
-	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: slimConfigMap}
-	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimAPIKey}
-	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
-	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}
-	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
-}
-
-// keepManagedFields is the identity transform: it overrides the default one.
-func keepManagedFields(o any) (any, error) { return o, nil }
-
-var _ toolscache.TransformFunc = keepManagedFields
 
 // proxyRefOf returns an object's reference to its fleet.
 func proxyRefOf(o client.Object) twv1alpha1.ProxyReference {

@@ -6,21 +6,18 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
-	"github.com/tokenwarden/tokenwarden/proxy/budget"
-	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg string, generation int64) {
@@ -71,104 +68,6 @@ func storageOf(tp *twv1alpha1.TokenProxy) twv1alpha1.StorageType {
 		return twv1alpha1.StorageMemory
 	}
 	return tp.Spec.Storage.Type
-}
-
-// writeObjectStatuses writes the status of every TokenBudget and ApiKey the fleet
-// read, once its config of generation generation is written, and records events for
-// what an operator must act on.
-func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, generation int64, rs *reports) error {
-	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
-	storage := storageOf(tp)
-	inForce := g.divisor
-	placement := fmt.Sprintf("memory storage: each of the %d replicas enforces 1/%d of it", g.divisor, g.divisor)
-	if redis {
-		inForce = 1
-		placement = "Redis storage: the replicas share the fleet total"
-	}
-	// The Ready message names the generation that first held the object's content
-	// (status.configGeneration), not the latest: another object's edit leaves it alone.
-	inConfig := func(contentGen int64) string { return fmt.Sprintf("In the fleet's config (generation %d)", contentGen) }
-
-	for _, b := range g.allBudgets {
-		v := g.budgetVerdicts[objectKey(b)]
-		st := b.Status.DeepCopy()
-		st.ObservedGeneration = b.Generation
-		st.Storage = storage
-		st.Replicas, st.PerReplica = 0, twv1alpha1.PerReplicaAllowance{}
-		if v.accepted {
-			st.Replicas = inForce
-			tpm, tpd := tokenWindows(b)
-			st.PerReplica = twv1alpha1.PerReplicaAllowance{
-				TokensPerMinute: allowance(tpm, inForce),
-				TokensPerDay:    allowance(tpd, inForce),
-			}
-		}
-		st.Summary = summary(b, v.accepted, inForce)
-		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
-			b.Status.Conditions, generation)
-		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
-		setEnforced(&st.Conditions, "budget", v, st.ConfigGeneration, rs, b.Generation)
-		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
-			return err
-		}
-	}
-
-	memo := r.keyMemo(tp)
-	// remembered counts the keys read that the memo holds: when it is the memo's size,
-	// the memo holds no key that is gone.
-	remembered := 0
-	for _, read := range g.allKeys {
-		k := read.key
-		ok := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
-		v := read.verdict
-		fingerprint := read.fingerprint
-		// A rotated Secret changes the key's content without changing its generation.
-		prevConfigGen := k.Status.ConfigGeneration
-		if k.Status.Fingerprint != fingerprint {
-			prevConfigGen = 0
-		}
-		contentGen := contentGeneration(v.accepted, k.Generation, k.Status.ObservedGeneration, prevConfigGen,
-			k.Status.Conditions, generation)
-		in := keyStatusInputs{resourceVersion: k.ResourceVersion, proxyGeneration: tp.Generation, verdict: v,
-			fingerprint: fingerprint, contentGen: contentGen, loaded: loadedStateOf(rs, contentGen)}
-		if was, there := memo[ok]; there {
-			if was == in {
-				// The status this key already has is the one these inputs give.
-				remembered++
-				continue
-			}
-			delete(memo, ok)
-		}
-		st := k.Status.DeepCopy()
-		st.ObservedGeneration = k.Generation
-		st.Fingerprint = fingerprint
-		st.ConfigGeneration = contentGen
-		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration))
-		setEnforced(&st.Conditions, "key", v, st.ConfigGeneration, rs, k.Generation)
-		if equality.Semantic.DeepEqual(&k.Status, st) {
-			// The fingerprint is a slice of the whole hash, which the memo need not keep.
-			in.fingerprint = strings.Clone(in.fingerprint)
-			memo[ok] = in
-			remembered++
-			continue
-		}
-		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
-			return err
-		}
-	}
-	if remembered != len(memo) {
-		seen := make(map[types.NamespacedName]struct{}, len(g.allKeys))
-		for _, read := range g.allKeys {
-			seen[types.NamespacedName{Namespace: read.key.Namespace, Name: read.key.Name}] = struct{}{}
-		}
-		for ok := range memo {
-			if _, there := seen[ok]; !there {
-				delete(memo, ok)
-			}
-		}
-	}
-
-	return nil
 }
 
 // fleetStatus is the TokenProxy's status: its Deployment's replicas and readiness,
@@ -228,41 +127,6 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 	return st
 }
 
-// contentGeneration is the config generation that first held an accepted object's
-// current content: the one it had, unless it was not in the config before or its spec
-// changed since (then the config just rendered, generation g, is the first to hold
-// it). 0 when the object is not in the config. It changes only with the object's own
-// content, so a scale step or another object's edit leaves the object's status alone.
-func contentGeneration(accepted bool, objGen, observedGen, prev int64, prevConds []metav1.Condition, g int64) int64 {
-	switch {
-	case !accepted:
-		return 0
-	case prev == 0, observedGen != objGen, !meta.IsStatusConditionTrue(prevConds, twv1alpha1.ConditionAccepted):
-		return g
-	default:
-		return prev
-	}
-}
-
-// setEnforced sets a budget's or key's Enforced condition: True when every live
-// replica has loaded its content generation. The message names no replica count, so
-// that a scale step rewrites no budget or key whose Enforced did not change.
-func setEnforced(conds *[]metav1.Condition, what string, v verdict, contentGen int64, rs *reports, gen int64) {
-	switch _, behind := rs.loaded(contentGen); {
-	case !v.accepted:
-		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in the fleet's config: "+v.message, gen)
-	case len(rs.live) == 0:
-		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonPending,
-			fmt.Sprintf("In config generation %d; no proxy replica reports (no renewed report Lease)", contentGen), gen)
-	case behind != nil:
-		setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonPending,
-			fmt.Sprintf("In config generation %d; replica %s %s", contentGen, behind.name, behind.loadedWhat()), gen)
-	default:
-		setCondition(conds, twv1alpha1.ConditionEnforced, true, twv1alpha1.ReasonEnforced,
-			fmt.Sprintf("Every live proxy replica has loaded config generation %d or later, which holds this %s", contentGen, what), gen)
-	}
-}
-
 // setFleetEnforced sets the fleet's counts and Enforced condition: True when every
 // live replica runs config generation g or a later one.
 func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64) {
@@ -283,91 +147,82 @@ func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64
 	}
 }
 
-// applyVerdict sets an object's Accepted and Ready conditions from its verdict, and
-// records a warning event when it stops being accepted or is refused for another
-// reason (a budget refused as ProxyNotFound until its fleet exists, then as
-// NeedsRedis): what an operator acts on.
-func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj client.Object, conds *[]metav1.Condition, v verdict, readyMsg string) {
-	gen := obj.GetGeneration()
-	if v.accepted {
-		setCondition(conds, twv1alpha1.ConditionAccepted, true, v.reason, v.message, gen)
-		setCondition(conds, twv1alpha1.ConditionReady, true, twv1alpha1.ReasonRendered, readyMsg, gen)
-		return
-	}
-	if was := meta.FindStatusCondition(*conds, twv1alpha1.ConditionAccepted); was == nil || was.Status != metav1.ConditionFalse || was.Reason != v.reason {
-		r.Events.Eventf(obj, tp, corev1.EventTypeWarning, v.reason, "Render", "%s", v.message)
-	}
-	setCondition(conds, twv1alpha1.ConditionAccepted, false, v.reason, v.message, gen)
-	setCondition(conds, twv1alpha1.ConditionReady, false, v.reason, "Not in the fleet's config: "+v.message, gen)
-}
-
-// tokenWindows are a budget's rolling minute and day limits of the Tokens amount, the
-// ones status.perReplica reports (0: none).
-func tokenWindows(b *twv1alpha1.TokenBudget) (minute, day int64) {
-	for _, g := range groups(b) {
-		if g.amount != twv1alpha1.AmountTokens {
-			continue
-		}
-		for _, w := range g.windows {
-			switch {
-			case w.Rolling == nil:
-			case w.Rolling.Period == config.PeriodMinute && minute == 0:
-				minute = int64(w.Limit)
-			case w.Rolling.Period == config.PeriodDay && day == 0:
-				day = int64(w.Limit)
-			}
+// reconcileStatuses writes the statuses: the fleet's budgets and keys when the config
+// was written (their conditions name its generation), and the TokenProxy's in one
+// write. It returns when a replica's report Lease expires.
+func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome,
+	deploy *appsv1.Deployment, ss *steps,
+) (time.Duration, error) {
+	now := time.Now()
+	var rs *reports
+	if cfg.written {
+		var err error
+		if rs, err = r.readReports(ctx, tp, now, cfg.generation, cfg.digest); ss.record(stepStatus, err) {
+			ss.record(stepStatus, r.writeObjectStatuses(ctx, tp, g, cfg.generation, rs))
+		} else {
+			rs = nil
 		}
 	}
-	return minute, day
-}
-
-// allowance is what each replica enforces of a fleet total: nil when unlimited.
-func allowance(total, divisor int64) *int64 {
-	a := budget.Divide(total, divisor)
-	if !a.Limited() {
-		return nil
+	st := r.fleetStatus(tp, g, cfg, deploy, rs, ss)
+	// A newly recorded durable epoch goes into the config at once: the next reconcile
+	// renders it.
+	epochsChanged := !equality.Semantic.DeepEqual(st.DurableEpochs, tp.Status.DurableEpochs)
+	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
+		return 0, err
 	}
-	n := a.Tokens()
-	return &n
-}
-
-// keyStatusInputs are everything an ApiKey's status is computed from in
-// writeObjectStatuses, but the fleet's identity: the key as read (its resourceVersion
-// covers its spec and status), the fleet's generation, its verdict, the fingerprint
-// of its Secret's key, its content generation and what the replicas have loaded of
-// it. A key whose inputs are those of the last reconcile that found its status
-// current is current still: a one-key change of a 50,000-key fleet computes and
-// compares one status, not 50,000.
-type keyStatusInputs struct {
-	resourceVersion string
-	proxyGeneration int64
-	verdict         verdict
-	fingerprint     string
-	contentGen      int64
-	loaded          loadedState
-}
-
-// loadedState is what setEnforced reads of the replicas' reports for one content
-// generation.
-type loadedState struct {
-	live     int
-	behind   string
-	behindAt int64
-	otherDoc bool
-}
-
-func loadedStateOf(rs *reports, contentGen int64) loadedState {
-	_, behind := rs.loaded(contentGen)
-	st := loadedState{live: len(rs.live)}
-	if behind != nil {
-		st.behind, st.behindAt, st.otherDoc = behind.name, behind.generation, behind.otherDoc
+	if rs == nil {
+		return 0, nil
 	}
-	return st
+	if epochsChanged {
+		return time.Millisecond, nil
+	}
+	return rs.requeue(now), nil
 }
 
-// keyMemo is the fleet's memo of current key statuses, by ApiKey namespace and name.
-// One fleet is reconciled by one worker at a time.
-func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[types.NamespacedName]keyStatusInputs {
-	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[types.NamespacedName]keyStatusInputs{})
-	return m.(map[types.NamespacedName]keyStatusInputs)
+// markProxyNotFound sets Accepted=False/ProxyNotFound on the objects that reference a
+// fleet that does not exist.
+func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
+	// An object in another namespace is told the fleet's namespace too.
+	notFound := func(o client.Object) string {
+		if foreign(o) {
+			return fmt.Sprintf("TokenProxy %s not found", name)
+		}
+		return fmt.Sprintf("TokenProxy %s not found", name.Name)
+	}
+	var budgets twv1alpha1.TokenBudgetList
+	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: name.String()}); err != nil {
+		return err
+	}
+	for i := range budgets.Items {
+		b := &budgets.Items[i]
+		st := b.Status.DeepCopy()
+		st.ObservedGeneration = b.Generation
+		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
+		st.Summary = summary(b, false, 1)
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(b), b.Generation)
+		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
+			return err
+		}
+	}
+	var keys twv1alpha1.ApiKeyList
+	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: name.String()}); err != nil {
+		return err
+	}
+	for i := range keys.Items {
+		k := &keys.Items[i]
+		st := k.Status.DeepCopy()
+		st.ObservedGeneration = k.Generation
+		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
+		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
+		st.ConfigGeneration = 0
+		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(k), k.Generation)
+		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
+			return err
+		}
+	}
+	log.FromContext(ctx).V(1).Info("TokenProxy not found; marked its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
+	return nil
 }

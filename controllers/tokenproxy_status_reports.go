@@ -14,10 +14,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,20 +30,6 @@ import (
 // no kubelet in envtest or in the demo's process fleet, and a pod that runs is not a
 // proxy that has loaded anything.
 
-// CacheOptions are the manager's cache options the reconciler needs (see also
-// scopedCacheOptions): Leases only
-// with the replicas' label, not every node heartbeat and leader election of the
-// cluster.
-func CacheOptions() cache.Options {
-	req, err := k8slabels.NewRequirement(twv1alpha1.ReplicaConfigMapLabel, selection.Exists, nil)
-	if err != nil {
-		panic(err) // a constant, valid label key
-	}
-	return scopedCacheOptions(map[client.Object]cache.ByObject{
-		&coordinationv1.Lease{}: {Label: k8slabels.NewSelector().Add(*req)},
-	})
-}
-
 // replicaReport is one live replica as its Lease tells it.
 type replicaReport struct {
 	name string
@@ -60,7 +43,7 @@ type replicaReport struct {
 	// epochs are the durable counters' epochs the replica runs under
 	// (ReplicaDurableEpochsAnnotation).
 	epochs []reportedEpoch
-	// health is the model registry's upstreams' health (tokenproxy_upstreams.go).
+	// health is the model registry's upstreams' health (tokenproxy_status_upstreams.go).
 	health []reportedHealth
 }
 

@@ -4,12 +4,14 @@
 package controllers
 
 import (
+	"context"
 	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -73,4 +75,46 @@ func secretChanged() predicate.Predicate {
 		return !maps.Equal(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Data, n.Data) ||
 			!maps.Equal(o.StringData, n.StringData) || o.Type != n.Type || !n.DeletionTimestamp.IsZero()
 	}}
+}
+
+// proxiesOfSecret maps a Secret to the fleets whose pods read a credential from it
+// and, for a Secret labelled for ApiKeys, to the fleets of the ApiKeys that reference
+// it (keySecretIndexers). Without that index, such a Secret maps to every fleet that may
+// hold an ApiKey of its namespace: the fleets of that namespace and those that accept
+// other namespaces.
+func (r *TokenProxyReconciler) proxiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var proxies twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &proxies, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialSecretField: o.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range proxies.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+	}
+	if o.GetLabels()[twv1alpha1.SecretUsageLabel] != twv1alpha1.SecretUsageAPIKey {
+		return out
+	}
+	if fleets, ok := r.fleetsOfKeySecret(o.GetNamespace(), o.GetName()); ok {
+		for _, req := range fleets {
+			if !slices.Contains(out, req) {
+				out = append(out, req)
+			}
+		}
+		return out
+	}
+	var all twv1alpha1.TokenProxyList
+	if err := r.List(ctx, &all); err != nil {
+		return out
+	}
+	for i := range all.Items {
+		p := &all.Items[i]
+		if p.Namespace != o.GetNamespace() && p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromAll &&
+			p.Spec.AllowedNamespaces.From != twv1alpha1.NamespacesFromSelector {
+			continue
+		}
+		if req := (reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)}); !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
 }
