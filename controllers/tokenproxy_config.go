@@ -340,8 +340,14 @@ type configOutcome struct {
 }
 
 // reconcileConfig renders the fleet's config and writes it to the ConfigMap, unless
-// the proxy would refuse it.
-func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, ss *steps) configOutcome {
+// the proxy would refuse it; the outcome is s.cfg.
+func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, s *fleetScope) {
+	s.cfg = r.configStep(ctx, s)
+}
+
+// configStep is reconcileConfig's outcome.
+func (r *TokenProxyReconciler) configStep(ctx context.Context, s *fleetScope) configOutcome {
+	tp, g := s.tp, s.gathered
 	fleet := client.ObjectKeyFromObject(tp)
 	inputs := renderInputs(&g.fleet)
 	if m, ok := r.configs.get(fleet); ok && m.inputs == inputs {
@@ -362,7 +368,7 @@ func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, tp *twv1alph
 		return out
 	}
 	w, err := r.applyConfig(ctx, tp, cfg)
-	if !ss.record(stepConfigMap, err) {
+	if !s.steps.record(stepConfigMap, err) {
 		return configOutcome{}
 	}
 	out := configOutcome{written: true, generation: w.generation, digest: w.digest, chunks: w.chunks}

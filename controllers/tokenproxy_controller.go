@@ -159,19 +159,34 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// Nothing can be rendered from what could not be read; say so.
 		return ctrl.Result{}, r.reportUnread(ctx, &tp, err)
 	}
-	var ss steps
-	cfg := r.reconcileConfig(ctx, &tp, g, &ss)
-	deploy := r.reconcileWorkload(ctx, &tp, g, cfg, &ss)
-	ss.record(stepServiceMonitor, r.applyServiceMonitor(ctx, &tp))
-	requeue, err := r.reconcileStatuses(ctx, &tp, g, cfg, deploy, &ss)
+	s := &fleetScope{tp: &tp, gathered: g}
+	r.reconcileConfig(ctx, s)
+	r.reconcileWorkload(ctx, s)
+	s.steps.record(stepServiceMonitor, r.applyServiceMonitor(ctx, &tp))
+	requeue, err := r.reconcileStatuses(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := ss.err(); err != nil {
+	if err := s.steps.err(); err != nil {
 		return ctrl.Result{}, err
 	}
 	// A live replica's Lease that is not renewed expires then: time-driven work.
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// fleetScope is one reconcile of one fleet, which its phases read and fill in the
+// order Reconcile runs them: gather, config, workload, ServiceMonitor, statuses.
+type fleetScope struct {
+	tp *twv1alpha1.TokenProxy
+	// gathered is what the fleet is made of, and every object's verdict.
+	*gathered
+	// cfg is what the config step left.
+	cfg configOutcome
+	// deploy is the Deployment as the workload step applied it, or as read when
+	// applying it failed; nil when there is none.
+	deploy *appsv1.Deployment
+	// steps are the failures of the steps run so far.
+	steps steps
 }
 
 // proxyName is the name of the fleet's owned objects.

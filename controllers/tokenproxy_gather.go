@@ -60,7 +60,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	}
 	// The budgets, keys and Secrets are read from the cache without copies: a fleet of
 	// 50,000 keys would copy them all on every reconcile. Nothing here writes to them;
-	// patchStatus copies the one it writes.
+	// the status writers copy the one they write.
 	var budgets twv1alpha1.TokenBudgetList
 	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: client.ObjectKeyFromObject(tp).String()},
 		client.UnsafeDisableDeepCopy); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,36 +27,52 @@ func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg st
 	meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation})
 }
 
-// patchStatus writes a status only when it changed. It replaces the whole status (a
-// conflict is retried by the next reconcile), so zero values such as readyReplicas: 0
-// are stored too.
-func (r *TokenProxyReconciler) patchStatus(ctx context.Context, obj client.Object, current, desired any) error {
-	if equality.Semantic.DeepEqual(current, desired) {
+// writeProxyStatus writes st as the TokenProxy's status when it differs semantically
+// from the status tp holds. It replaces the whole status (a conflict is retried by
+// the next reconcile), so zero values such as readyReplicas: 0 are stored too. tp is
+// not changed: a copy is written.
+func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alpha1.TokenProxy, st *twv1alpha1.TokenProxyStatus) error {
+	if equality.Semantic.DeepEqual(&tp.Status, st) {
 		return nil
 	}
-	switch o := obj.(type) {
-	case *twv1alpha1.TokenBudget:
-		// A fleet's budgets are the cache's own objects (gather lists them without
-		// copies): the one written is copied first. It is a merge patch of what
-		// changed: the usage controller writes status.usage concurrently
-		// (tokenbudget_usage.go), which must neither make this write conflict nor be
-		// overwritten by it.
-		o = o.DeepCopy()
-		patch := client.MergeFrom(o.DeepCopy())
-		o.Status = *desired.(*twv1alpha1.TokenBudgetStatus)
-		if err := r.Status().Patch(ctx, o, patch); err != nil {
-			return fmt.Errorf("patch status of %s: %w", o.GetName(), err)
-		}
-		return nil
-	case *twv1alpha1.ApiKey:
-		o = o.DeepCopy()
-		o.Status = *desired.(*twv1alpha1.ApiKeyStatus)
-		obj = o
-	case *twv1alpha1.TokenProxy:
-		o.Status = *desired.(*twv1alpha1.TokenProxyStatus)
+	o := tp.DeepCopy()
+	o.Status = *st
+	if err := r.Status().Update(ctx, o); err != nil {
+		return fmt.Errorf("patch status of %s: %w", o.Name, err)
 	}
-	if err := r.Status().Update(ctx, obj); err != nil {
-		return fmt.Errorf("patch status of %s: %w", obj.GetName(), err)
+	return nil
+}
+
+// writeBudgetStatus writes st as the TokenBudget's status when it differs
+// semantically from the status b holds: a merge patch of what changed, because the
+// usage controller writes status.usage concurrently (tokenbudget_usage.go), which
+// must neither make this write conflict nor be overwritten by it. b, which may be
+// the cache's own object (gather lists budgets without copies), is not changed: a
+// copy is written.
+func (r *TokenProxyReconciler) writeBudgetStatus(ctx context.Context, b *twv1alpha1.TokenBudget, st *twv1alpha1.TokenBudgetStatus) error {
+	if equality.Semantic.DeepEqual(&b.Status, st) {
+		return nil
+	}
+	o := b.DeepCopy()
+	patch := client.MergeFrom(o.DeepCopy())
+	o.Status = *st
+	if err := r.Status().Patch(ctx, o, patch); err != nil {
+		return fmt.Errorf("patch status of %s: %w", o.Name, err)
+	}
+	return nil
+}
+
+// writeKeyStatus writes st as the ApiKey's status when it differs semantically from
+// the status k holds, replacing the whole status. k, which may be the cache's own
+// object, is not changed: a copy is written.
+func (r *TokenProxyReconciler) writeKeyStatus(ctx context.Context, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus) error {
+	if equality.Semantic.DeepEqual(&k.Status, st) {
+		return nil
+	}
+	o := k.DeepCopy()
+	o.Status = *st
+	if err := r.Status().Update(ctx, o); err != nil {
+		return fmt.Errorf("patch status of %s: %w", o.Name, err)
 	}
 	return nil
 }
@@ -73,9 +88,8 @@ func storageOf(tp *twv1alpha1.TokenProxy) twv1alpha1.StorageType {
 // fleetStatus is the TokenProxy's status: its Deployment's replicas and readiness,
 // the config in force and its Enforced condition (when the config was written and the
 // reports read: rs not nil), Accepted, and Degraded from the failed steps.
-func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome, deploy *appsv1.Deployment,
-	rs *reports, ss *steps,
-) *twv1alpha1.TokenProxyStatus {
+func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alpha1.TokenProxyStatus {
+	tp, g, cfg, deploy := s.tp, s.gathered, s.cfg, s.deploy
 	st := tp.Status.DeepCopy()
 	st.ObservedGeneration = tp.Generation
 	st.Storage = storageOf(tp)
@@ -123,7 +137,7 @@ func (r *TokenProxyReconciler) fleetStatus(tp *twv1alpha1.TokenProxy, g *gathere
 		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonNotReady,
 			fmt.Sprintf("%d of %d proxies ready", ready, want), tp.Generation)
 	}
-	r.setDegraded(tp, &st.Conditions, ss)
+	r.setDegraded(tp, &st.Conditions, &s.steps)
 	return st
 }
 
@@ -150,24 +164,23 @@ func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64
 // reconcileStatuses writes the statuses: the fleet's budgets and keys when the config
 // was written (their conditions name its generation), and the TokenProxy's in one
 // write. It returns when a replica's report Lease expires.
-func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome,
-	deploy *appsv1.Deployment, ss *steps,
-) (time.Duration, error) {
+func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetScope) (time.Duration, error) {
+	tp := s.tp
 	now := time.Now()
 	var rs *reports
-	if cfg.written {
+	if s.cfg.written {
 		var err error
-		if rs, err = r.readReports(ctx, tp, now, cfg.generation, cfg.digest); ss.record(stepStatus, err) {
-			ss.record(stepStatus, r.writeObjectStatuses(ctx, tp, g, cfg.generation, rs))
+		if rs, err = r.readReports(ctx, s, now); s.steps.record(stepStatus, err) {
+			s.steps.record(stepStatus, r.writeObjectStatuses(ctx, s, rs))
 		} else {
 			rs = nil
 		}
 	}
-	st := r.fleetStatus(tp, g, cfg, deploy, rs, ss)
+	st := r.fleetStatus(s, rs)
 	// A newly recorded durable epoch goes into the config at once: the next reconcile
 	// renders it.
 	epochsChanged := !equality.Semantic.DeepEqual(st.DurableEpochs, tp.Status.DurableEpochs)
-	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
+	if err := r.writeProxyStatus(ctx, tp, st); err != nil {
 		return 0, err
 	}
 	if rs == nil {
@@ -182,13 +195,6 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, tp *twv1al
 // markProxyNotFound sets Accepted=False/ProxyNotFound on the objects that reference a
 // fleet that does not exist.
 func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
-	// An object in another namespace is told the fleet's namespace too.
-	notFound := func(o client.Object) string {
-		if foreign(o) {
-			return fmt.Sprintf("TokenProxy %s not found", name)
-		}
-		return fmt.Sprintf("TokenProxy %s not found", name.Name)
-	}
 	var budgets twv1alpha1.TokenBudgetList
 	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: name.String()}); err != nil {
 		return err
@@ -196,14 +202,10 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 	for i := range budgets.Items {
 		b := &budgets.Items[i]
 		st := b.Status.DeepCopy()
-		st.ObservedGeneration = b.Generation
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
 		st.Summary = summary(b, false, 1)
-		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
-		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(b), b.Generation)
-		st.ConfigGeneration = 0
-		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(b), b.Generation)
-		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
+		proxyNotFound(b, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
+		if err := r.writeBudgetStatus(ctx, b, st); err != nil {
 			return err
 		}
 	}
@@ -214,15 +216,26 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 	for i := range keys.Items {
 		k := &keys.Items[i]
 		st := k.Status.DeepCopy()
-		st.ObservedGeneration = k.Generation
-		setCondition(&st.Conditions, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
-		setCondition(&st.Conditions, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, notFound(k), k.Generation)
-		st.ConfigGeneration = 0
-		setCondition(&st.Conditions, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+notFound(k), k.Generation)
-		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
+		proxyNotFound(k, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
+		if err := r.writeKeyStatus(ctx, k, st); err != nil {
 			return err
 		}
 	}
 	log.FromContext(ctx).V(1).Info("TokenProxy not found; marked its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
 	return nil
+}
+
+// proxyNotFound sets what a missing fleet means in the status of a budget or key
+// that references it: its generation observed, in no config, and Accepted, Ready
+// and Enforced False. An object in another namespace is told the fleet's namespace too.
+func proxyNotFound(o client.Object, fleet types.NamespacedName, observed, configGen *int64, conds *[]metav1.Condition) {
+	msg := fmt.Sprintf("TokenProxy %s not found", fleet.Name)
+	if foreign(o) {
+		msg = fmt.Sprintf("TokenProxy %s not found", fleet)
+	}
+	gen := o.GetGeneration()
+	*observed, *configGen = gen, 0
+	setCondition(conds, twv1alpha1.ConditionAccepted, false, twv1alpha1.ReasonProxyNotFound, msg, gen)
+	setCondition(conds, twv1alpha1.ConditionReady, false, twv1alpha1.ReasonProxyNotFound, msg, gen)
+	setCondition(conds, twv1alpha1.ConditionEnforced, false, twv1alpha1.ReasonNotInConfig, "Not in a fleet's config: "+msg, gen)
 }

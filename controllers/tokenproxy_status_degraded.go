@@ -52,7 +52,7 @@ func (r *TokenProxyReconciler) reportUnread(ctx context.Context, tp *twv1alpha1.
 	ss := steps{failed: []stepFailure{{step: stepRead, err: readErr}}}
 	st := tp.Status.DeepCopy()
 	r.setDegraded(tp, &st.Conditions, &ss)
-	if err := r.patchStatus(ctx, tp, &tp.Status, st); err != nil {
+	if err := r.writeProxyStatus(ctx, tp, st); err != nil {
 		return errors.Join(readErr, err)
 	}
 	return ss.err()

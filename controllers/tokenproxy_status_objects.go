@@ -21,9 +21,10 @@ import (
 )
 
 // writeObjectStatuses writes the status of every TokenBudget and ApiKey the fleet
-// read, once its config of generation generation is written, and records events for
-// what an operator must act on.
-func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, generation int64, rs *reports) error {
+// read, once its config (of generation s.cfg.generation) is written, and records
+// events for what an operator must act on.
+func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleetScope, rs *reports) error {
+	tp, g, generation := s.tp, s.gathered, s.cfg.generation
 	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
 	storage := storageOf(tp)
 	inForce := g.divisor
@@ -55,7 +56,7 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 			b.Status.Conditions, generation)
 		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
 		setEnforced(&st.Conditions, "budget", v, st.ConfigGeneration, rs, b.Generation)
-		if err := r.patchStatus(ctx, b, &b.Status, st); err != nil {
+		if err := r.writeBudgetStatus(ctx, b, st); err != nil {
 			return err
 		}
 	}
@@ -99,7 +100,7 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, tp *twv1
 			remembered++
 			continue
 		}
-		if err := r.patchStatus(ctx, k, &k.Status, st); err != nil {
+		if err := r.writeKeyStatus(ctx, k, st); err != nil {
 			return err
 		}
 	}

@@ -77,9 +77,10 @@ func (rs *reports) loaded(g int64) (n int32, behind *replicaReport) {
 }
 
 // readReports reads the fleet's Leases: the live ones are the replica set; expired
-// ones are deleted (a replica that comes back recreates its Lease). generation and
-// digest are those of the document in the fleet's ConfigMap.
-func (r *TokenProxyReconciler) readReports(ctx context.Context, tp *twv1alpha1.TokenProxy, now time.Time, generation int64, digest string) (*reports, error) {
+// ones are deleted (a replica that comes back recreates its Lease). s.cfg holds the
+// generation and digest of the document in the fleet's ConfigMap.
+func (r *TokenProxyReconciler) readReports(ctx context.Context, s *fleetScope, now time.Time) (*reports, error) {
+	tp, generation, digest := s.tp, s.cfg.generation, s.cfg.digest
 	var leases coordinationv1.LeaseList
 	if err := r.List(ctx, &leases, client.InNamespace(tp.Namespace),
 		client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: proxyName(tp)}); err != nil {

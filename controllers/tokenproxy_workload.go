@@ -47,16 +47,17 @@ func selectorLabels(tp *twv1alpha1.TokenProxy) map[string]string {
 // ConfigMap, nothing else), the Deployment, the client and admin Services and the
 // PodDisruptionBudget, each step whatever the others did. It returns the Deployment
 // as applied, or as read when applying it failed (nil when there is none).
-func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, tp *twv1alpha1.TokenProxy, g *gathered, cfg configOutcome, ss *steps) *appsv1.Deployment {
-	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp, cfg))
-	deploy, err := r.applyDeployment(ctx, tp, g.credentials)
+func (r *TokenProxyReconciler) reconcileWorkload(ctx context.Context, s *fleetScope) {
+	tp, ss := s.tp, &s.steps
+	ss.record(stepRBAC, r.applyPodIdentity(ctx, tp, s.cfg))
+	deploy, err := r.applyDeployment(ctx, tp, s.credentials)
 	if !ss.record(stepDeployment, err) {
-		deploy = g.deployment
+		deploy = s.deployment
 	}
+	s.deploy = deploy
 	ss.record(stepServices, r.applyServices(ctx, tp))
 	ss.record(stepDisruptionBudget, r.applyDisruptionBudget(ctx, tp))
 	ss.record(stepNetworkPolicy, r.applyNetworkPolicy(ctx, tp))
-	return deploy
 }
 
 // podTemplate fills in the proxy pod: the proxy watching its ConfigMap, probes on the
