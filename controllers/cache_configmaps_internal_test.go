@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
@@ -55,9 +56,9 @@ func TestSlimConfigMap(t *testing.T) {
 		t.Error("a whole chunk is not compared by its text")
 	}
 	// The fleet's own ConfigMap stays whole.
-	fleetCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"}, Data: map[string]string{configKey: text}}
+	fleetCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"}, Data: map[string]string{render.ConfigKey: text}}
 	o, _ = slimConfigMap(fleetCM)
-	if o.(*corev1.ConfigMap).Data[configKey] != text {
+	if o.(*corev1.ConfigMap).Data[render.ConfigKey] != text {
 		t.Error("the fleet's ConfigMap is not cached whole")
 	}
 }

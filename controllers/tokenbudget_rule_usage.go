@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
@@ -32,7 +33,7 @@ func oneCounter(b *twv1alpha1.TokenBudget) bool {
 	if b.Spec.CountBy != "" {
 		return false
 	}
-	return b.Spec.Dimension == twv1alpha1.DimensionGlobal || len(subjectsOf(b)) == 1
+	return b.Spec.Dimension == twv1alpha1.DimensionGlobal || len(render.SubjectsOf(b)) == 1
 }
 
 // windowCapacity is what a window's counter holds for the fleet: a rolling window's
@@ -50,11 +51,11 @@ func windowCapacity(w config.Window) float64 {
 // share of each rolling counter, and are added up.
 func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.TokenBudgetUsage {
 	u := &twv1alpha1.TokenBudgetUsage{ObservedAt: metav1.NewTime(now)}
-	single, hide := oneCounter(b), foreign(b)
+	single, hide := oneCounter(b), render.Foreign(b)
 	most, mostAt, bestFrac := int32(-1), int32(-1), -1.0
-	for _, g := range groups(b) {
-		rule := b.Namespace + "/" + b.Name + g.suffix
-		for i, w := range g.windows {
+	for _, g := range render.Groups(b) {
+		rule := b.Namespace + "/" + b.Name + g.Suffix
+		for i, w := range g.Windows {
 			key := ruleWindow{rule, i}
 			used := map[counterOf][2]float64{} // [memory sum, shared max]
 			var refused int64
@@ -92,7 +93,7 @@ func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.T
 					top, topUsed = c, s
 				}
 			}
-			wu := twv1alpha1.WindowUsage{Window: windowText(g.amount, w, w.Limit), Refused: refused}
+			wu := twv1alpha1.WindowUsage{Window: render.WindowText(g.Amount, w, w.Limit), Refused: refused}
 			pu := periodUsage(topUsed, capacity)
 			if pu == nil {
 				continue // no allowance: nothing to show
@@ -107,7 +108,7 @@ func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.T
 				wu.UsedPercent = ptr.To(pu.UsedPercent)
 				most = max(most, pu.UsedPercent)
 				if topUsed > 0 {
-					wu.Used = amountText(g.amount, topUsed)
+					wu.Used = amountText(g.Amount, topUsed)
 				}
 				if !single && topUsed > 0 {
 					wu.TopConsumer = counterName(b, top)
@@ -161,7 +162,7 @@ func amountText(amount twv1alpha1.Amount, v float64) string {
 	case twv1alpha1.AmountCost:
 		return "$" + strconv.FormatFloat(v, 'f', 2, 64)
 	case twv1alpha1.AmountRequests:
-		return compact(math.Round(v)) + " req"
+		return render.Compact(math.Round(v)) + " req"
 	}
-	return compact(math.Round(v))
+	return render.Compact(math.Round(v))
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/report"
 )
 
@@ -64,7 +65,7 @@ func (r *TokenProxyReconciler) setupUsage(mgr ctrl.Manager) error {
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
 			builder.WithPredicates(usageReportChanged())).
 		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
-			return []ctrl.Request{{NamespacedName: proxyOf(o)}}
+			return []ctrl.Request{{NamespacedName: render.ProxyOf(o)}}
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(ur)
 }
@@ -119,7 +120,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// The replicas report the buckets of the config's limits by dimension and
 		// model, and a budget in the rule shape by its rules' windows.
 		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
-			if rulesShaped(b) {
+			if render.RulesShaped(b) {
 				want = sumRuleUsage(b, reports, now)
 			} else {
 				want = sumUsage(b, reports, now)
@@ -138,7 +139,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			return ctrl.Result{}, fmt.Errorf("patch the usage of TokenBudget %s: %w", displayName(b), err)
+			return ctrl.Result{}, fmt.Errorf("patch the usage of TokenBudget %s: %w", render.DisplayName(b), err)
 		}
 		r.mu.Lock()
 		r.written[b.UID] = now
@@ -310,7 +311,7 @@ func sumUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time)
 		}
 	}
 
-	foreignBudget := foreign(b)
+	foreignBudget := render.Foreign(b)
 	if !perSubject {
 		u.Minute = periodUsage(minute[0]+minute[1], float64(b.Spec.TokensPerMinute))
 		u.Day = periodUsage(day[0]+day[1], float64(b.Spec.TokensPerDay))

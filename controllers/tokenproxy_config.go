@@ -22,11 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // How the config travels (issue 14). A document of at most config.MaxInline bytes
-// stays whole under configKey in the fleet's ConfigMap <fleet>-proxy, as it always
+// stays whole under render.ConfigKey in the fleet's ConfigMap <fleet>-proxy, as it always
 // has: most fleets, read with kubectl as before. A larger one (a ConfigMap holds at
 // most 1 MiB, about 5,000 keys) is cut into chunks (config.Split), each an immutable
 // ConfigMap <fleet>-proxy-<hash of its content> labelled chunkOfLabel, and the fleet's
@@ -121,7 +122,7 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		}
 		w = configWrite{generation: cfg.Generation, digest: digest}
 		if len(doc) <= config.MaxInline {
-			data = map[string]string{configKey: string(doc)}
+			data = map[string]string{render.ConfigKey: string(doc)}
 		} else {
 			chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
 			for _, c := range chunks {
@@ -220,7 +221,7 @@ func (e *encoder) at(g int64) ([]byte, error) {
 // documentOf reads the fleet's ConfigMap as written: the digest of its document and,
 // for a manifest, the chunks it names. A manifest that does not parse has digest "".
 func documentOf(cm *corev1.ConfigMap) (digest string, chunks []string) {
-	if doc, ok := cm.Data[configKey]; ok {
+	if doc, ok := cm.Data[render.ConfigKey]; ok {
 		return config.Digest([]byte(doc)), nil
 	}
 	if mdoc, ok := cm.Data[config.ManifestKey]; ok {
@@ -349,7 +350,7 @@ func (r *TokenProxyReconciler) reconcileConfig(ctx context.Context, s *fleetScop
 func (r *TokenProxyReconciler) configStep(ctx context.Context, s *fleetScope) configOutcome {
 	tp, g := s.tp, s.gathered
 	fleet := client.ObjectKeyFromObject(tp)
-	inputs := renderInputs(&g.fleet)
+	inputs := renderInputs(&g.Fleet)
 	if m, ok := r.configs.get(fleet); ok && m.inputs == inputs {
 		// The same document as the last reconcile's: refused again, or still written.
 		if m.outcome.refused != nil {
@@ -360,7 +361,7 @@ func (r *TokenProxyReconciler) configStep(ctx context.Context, s *fleetScope) co
 		}
 	}
 	r.configs.forget(fleet)
-	cfg := render(&g.fleet)
+	cfg := render.Render(&g.Fleet)
 	r.defaultTracing(cfg, tp)
 	if err := checkRendered(cfg); err != nil {
 		out := configOutcome{refused: err}

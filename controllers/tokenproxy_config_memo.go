@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // Most reconciles of a large fleet change nothing in its document: they follow the
@@ -55,7 +56,7 @@ func (c *configMemos) forget(fleet types.NamespacedName) { c.m.Delete(fleet) }
 // renderInputs is the SHA-256 of everything render reads: the TokenProxy's identity,
 // spec (by its generation) and durable epochs, the division, and each budget and key
 // in force, in order, by identity and spec generation, with each key's hash.
-func renderInputs(f *fleet) [sha256.Size]byte {
+func renderInputs(f *render.Fleet) [sha256.Size]byte {
 	h := sha256.New()
 	// The inputs are written through one buffer, without a copy of each string.
 	buf := make([]byte, 0, 32<<10)
@@ -76,28 +77,28 @@ func renderInputs(f *fleet) [sha256.Size]byte {
 		}
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
 	}
-	p := f.proxy
+	p := f.Proxy
 	str(string(p.UID))
 	str(p.Namespace)
 	str(p.Name)
 	num(p.Generation)
 	epochs, _ := json.Marshal(p.Status.DurableEpochs)
 	str(string(epochs))
-	num(f.divisor)
-	num(int64(len(f.budgets)))
-	for _, b := range f.budgets {
+	num(f.Divisor)
+	num(int64(len(f.Budgets)))
+	for _, b := range f.Budgets {
 		str(string(b.UID))
 		str(b.Namespace)
 		str(b.Name)
 		num(b.Generation)
 	}
-	num(int64(len(f.keys)))
-	for _, k := range f.keys {
-		str(string(k.key.UID))
-		str(k.key.Namespace)
-		str(k.key.Name)
-		num(k.key.Generation)
-		str(k.hash)
+	num(int64(len(f.Keys)))
+	for _, k := range f.Keys {
+		str(string(k.Key.UID))
+		str(k.Key.Namespace)
+		str(k.Key.Name)
+		num(k.Key.Generation)
+		str(k.Hash)
 	}
 	flush()
 	var sum [sha256.Size]byte

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // Field indexes.
@@ -88,7 +89,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 		r.indexes.keySecrets = r.indexes.keys.AddIndexers(keySecretIndexers) == nil
 	}
 	toProxy := func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: proxyOf(o)}}
+		return []reconcile.Request{{NamespacedName: render.ProxyOf(o)}}
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&twv1alpha1.TokenProxy{}).

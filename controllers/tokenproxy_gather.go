@@ -16,16 +16,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // gathered is what one fleet is rendered from, and the verdict on every object read.
 type gathered struct {
-	fleet
+	render.Fleet
 	// allBudgets and allKeys are every object that references the fleet, accepted or
 	// not: the ones whose status this reconcile writes.
 	allBudgets     []*twv1alpha1.TokenBudget
 	allKeys        []keyRead
-	budgetVerdicts map[string]verdict // by TokenBudget objectKey
+	budgetVerdicts map[string]verdict // by TokenBudget render.ObjectKey
 	// credentials are what the pods read from Secrets.
 	credentials credentials
 	// deployment is the fleet's Deployment as read, nil when there is none.
@@ -55,7 +56,7 @@ type verdict struct {
 // failed: nothing is rendered then.
 func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenProxy) (*gathered, error) {
 	g := &gathered{
-		fleet:          fleet{proxy: tp},
+		Fleet:          render.Fleet{Proxy: tp},
 		budgetVerdicts: map[string]verdict{},
 	}
 	// The budgets, keys and Secrets are read from the cache without copies: a fleet of
@@ -77,7 +78,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 			return nil, err
 		}
 		if !ok {
-			g.budgetVerdicts[objectKey(b)] = v
+			g.budgetVerdicts[render.ObjectKey(b)] = v
 			continue
 		}
 		allowed = append(allowed, b)
@@ -88,19 +89,19 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	// A budget the fleet cannot enforce is not in force, so it conflicts with none.
 	enforceable := allowed[:0:0]
 	for _, b := range allowed {
-		if v, ok := fleetVerdict(tp, b, g.divisor); !ok {
-			g.budgetVerdicts[objectKey(b)] = v
+		if v, ok := fleetVerdict(tp, b, g.Divisor); !ok {
+			g.budgetVerdicts[render.ObjectKey(b)] = v
 			continue
 		}
 		enforceable = append(enforceable, b)
 	}
-	winners, losers, conflicted := resolveConflicts(enforceable)
-	g.budgets = winners
+	winners, losers, conflicted := render.ResolveConflicts(enforceable)
+	g.Budgets = winners
 	for _, b := range winners {
-		g.budgetVerdicts[objectKey(b)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
+		g.budgetVerdicts[render.ObjectKey(b)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}
 	}
 	for _, b := range losers {
-		g.budgetVerdicts[objectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: conflicted[objectKey(b)]}
+		g.budgetVerdicts[render.ObjectKey(b)] = verdict{reason: twv1alpha1.ReasonConflicted, message: conflicted[render.ObjectKey(b)]}
 	}
 
 	keys, err := r.fleetKeys(ctx, tp)
@@ -110,7 +111,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	inForce := verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
 	secrets := map[string]map[string]*corev1.Secret{} // read through the client: by namespace and name
 	g.allKeys = make([]keyRead, 0, len(keys))
-	g.keys = make([]keyInput, 0, len(keys))
+	g.Keys = make([]render.KeyInput, 0, len(keys))
 	for _, k := range keys {
 		if !k.DeletionTimestamp.IsZero() {
 			continue
@@ -144,14 +145,14 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
-		g.keys = append(g.keys, keyInput{key: k, hash: hash, read: len(g.allKeys) - 1})
+		g.Keys = append(g.Keys, render.KeyInput{Key: k, Hash: hash, Read: len(g.allKeys) - 1})
 		read.fingerprint = hash[:8]
 		read.verdict = inForce
 	}
-	var lostKeys []keyInput
-	g.keys, lostKeys = resolveKeyConflicts(g.keys)
+	var lostKeys []render.KeyInput
+	g.Keys, lostKeys = render.ResolveKeyConflicts(g.Keys)
 	for _, l := range lostKeys {
-		g.allKeys[l.read].verdict = verdict{reason: twv1alpha1.ReasonConflicted, message: l.conflict}
+		g.allKeys[l.Read].verdict = verdict{reason: twv1alpha1.ReasonConflicted, message: l.Conflict}
 	}
 
 	creds, err := r.readCredentials(ctx, tp)
@@ -170,11 +171,11 @@ func (r *TokenProxyReconciler) readDeployment(ctx context.Context, tp *twv1alpha
 	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: proxyName(tp)}, &deploy)
 	switch {
 	case apierrors.IsNotFound(err):
-		g.divisor = divisor(tp, nil)
+		g.Divisor = divisor(tp, nil)
 	case err != nil:
 		return fmt.Errorf("get Deployment: %w", err)
 	default:
-		g.divisor = divisor(tp, &deploy)
+		g.Divisor = divisor(tp, &deploy)
 		g.deployment = &deploy
 	}
 	return nil
@@ -195,7 +196,7 @@ func (r *TokenProxyReconciler) apiKeySecrets(ctx context.Context, namespace stri
 	return out, nil
 }
 
-// byObjectKey returns pointers to the items, in the order of their objectKey
+// byObjectKey returns pointers to the items, in the order of their render.ObjectKey
 // (namespace/name), without making the keys: a fleet of 50,000 keys sorts on every
 // reconcile.
 func byObjectKey[T any, P interface {

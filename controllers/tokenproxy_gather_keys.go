@@ -67,7 +67,7 @@ func (o *keyOrders) of(fleet types.NamespacedName) *keyOrder {
 func (o *keyOrders) forget(fleet types.NamespacedName) { o.m.Delete(fleet) }
 
 // sorted returns objs, the fleet's ApiKeys in any order, in the order of their
-// objectKey, and remembers that order.
+// render.ObjectKey, and remembers that order.
 func (o *keyOrder) sorted(objs []*twv1alpha1.ApiKey) []*twv1alpha1.ApiKey {
 	out := make([]*twv1alpha1.ApiKey, len(o.names))
 	var added []*twv1alpha1.ApiKey
@@ -113,7 +113,7 @@ func compareKeys(a, b *twv1alpha1.ApiKey) int {
 }
 
 // fleetKeys returns the ApiKeys that reference the fleet, in the order of their
-// objectKey, as the cache holds them: not to be written to.
+// render.ObjectKey, as the cache holds them: not to be written to.
 func (r *TokenProxyReconciler) fleetKeys(ctx context.Context, tp *twv1alpha1.TokenProxy) ([]*twv1alpha1.ApiKey, error) {
 	fleet := client.ObjectKeyFromObject(tp)
 	var objs []*twv1alpha1.ApiKey

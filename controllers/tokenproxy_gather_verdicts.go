@@ -6,6 +6,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // Scoped reads (issue 13): the operator caches only the Secrets labelled for its use
@@ -29,55 +32,8 @@ import (
 // managedByLabel is on every object the operator creates for a fleet (labels()).
 const managedByLabel = "app.kubernetes.io/managed-by"
 
-// proxyRefOf returns an object's reference to its fleet.
-func proxyRefOf(o client.Object) twv1alpha1.ProxyReference {
-	switch v := o.(type) {
-	case *twv1alpha1.TokenBudget:
-		return v.Spec.ProxyRef
-	case *twv1alpha1.ApiKey:
-		return v.Spec.ProxyRef
-	}
-	return twv1alpha1.ProxyReference{}
-}
-
-// proxyOf is the fleet an object references: in its own namespace unless the
-// reference names another.
-func proxyOf(o client.Object) types.NamespacedName {
-	ref := proxyRefOf(o)
-	ns := ref.Namespace
-	if ns == "" {
-		ns = o.GetNamespace()
-	}
-	return types.NamespacedName{Namespace: ns, Name: ref.Name}
-}
-
 // proxyRefIndex is the index function of proxyRefField: "namespace/name" of the fleet.
-func proxyRefIndex(o client.Object) []string { return []string{proxyOf(o).String()} }
-
-// foreign is true for an object outside its fleet's namespace.
-func foreign(o client.Object) bool { return proxyOf(o).Namespace != o.GetNamespace() }
-
-// displayName names an object in its fleet's messages: its name in the fleet's
-// namespace, namespace/name in another.
-func displayName(o client.Object) string {
-	if foreign(o) {
-		return o.GetNamespace() + "/" + o.GetName()
-	}
-	return o.GetName()
-}
-
-// renderedName is a key's name in the proxy config, unique in the fleet: its name in
-// the fleet's namespace, namespace_name in another (neither a namespace nor an object
-// name holds '_', and the config's names do not allow '/').
-func renderedName(o client.Object) string {
-	if foreign(o) {
-		return o.GetNamespace() + "_" + o.GetName()
-	}
-	return o.GetName()
-}
-
-// objectKey keys an object in the verdict maps of one fleet.
-func objectKey(o client.Object) string { return client.ObjectKeyFromObject(o).String() }
+func proxyRefIndex(o client.Object) []string { return []string{render.ProxyOf(o).String()} }
 
 // namespaceVerdict refuses an object whose namespace the fleet does not accept
 // objects from; ok is true when it is accepted.
@@ -158,4 +114,101 @@ func (r *TokenProxyReconciler) proxiesOfNamespace(ctx context.Context, _ client.
 		}
 	}
 	return out
+}
+
+// fleetVerdict refuses a rules-shaped budget that its fleet cannot enforce, saying
+// what to change; ok when the fleet can.
+func fleetVerdict(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, divisor int64) (v verdict, ok bool) {
+	if !render.RulesShaped(b) {
+		return verdict{}, true
+	}
+	fleetName := fmt.Sprintf("TokenProxy %s", tp.Name)
+	if render.Foreign(b) {
+		fleetName = fmt.Sprintf("TokenProxy %s/%s", tp.Namespace, tp.Name)
+	}
+	if render.Durable(b) && tp.Spec.Storage.Type != twv1alpha1.StorageRedis {
+		return verdict{reason: twv1alpha1.ReasonNeedsRedis, message: fmt.Sprintf(
+			"A calendar window or a Cost amount must never reset to full because a proxy restarted, so it needs a fleet with Redis storage, and %s uses %s storage: "+
+				"set the TokenProxy's spec.storage.type to Redis, or use rolling windows of tokens or requests", fleetName, storageOf(tp))}, false
+	}
+	if render.AmountOf(b) == twv1alpha1.AmountCost {
+		if msg := unpriced(tp, b, fleetName); msg != "" {
+			return verdict{reason: twv1alpha1.ReasonModelNotPriced, message: msg}, false
+		}
+	}
+	// What else the proxy would refuse (a time zone it does not know, a name too long).
+	c := render.Render(&render.Fleet{Proxy: tp, Budgets: []*twv1alpha1.TokenBudget{b}, Divisor: divisor})
+	c.Default()
+	if err := c.Validate(); err != nil {
+		var lines []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if strings.HasPrefix(l, "rate_limiting.rules[") {
+				lines = append(lines, specField(l))
+			}
+		}
+		if len(lines) > 0 {
+			return verdict{reason: twv1alpha1.ReasonInvalidBudget,
+				message: "The proxy would refuse this budget: " + strings.Join(lines, "; ")}, false
+		}
+	}
+	return verdict{}, true
+}
+
+// unpriced says which models a Cost budget governs that its fleet gives no price,
+// and what to do; "" when every one has a price.
+func unpriced(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, fleetName string) string {
+	priced := map[string]bool{}
+	for _, m := range tp.Spec.Models {
+		priced[m.Name] = m.Price != nil
+	}
+	models := b.Spec.Models
+	if len(models) == 0 && b.Spec.Dimension == twv1alpha1.DimensionPerModel {
+		models = render.SubjectsOf(b)
+	}
+	if len(models) == 0 {
+		if len(tp.Spec.Models) == 0 {
+			return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s lists no models: "+
+				"add the models this budget governs, with their prices, to the TokenProxy's spec.models, and name them in this budget's models", fleetName)
+		}
+		for _, m := range tp.Spec.Models {
+			if m.Price == nil {
+				models = append(models, m.Name)
+			}
+		}
+		if len(models) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("A Cost budget without models governs every model of its fleet, and %s has no price for %s: "+
+			"give it a price in the TokenProxy's spec.models, or name the priced models in this budget's models", fleetName, quoteList(models))
+	}
+	var missing []string
+	for _, m := range models {
+		if !priced[m] {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s has no price for %s: "+
+		"add it with a price to the TokenProxy's spec.models, or remove it from this budget", fleetName, quoteList(missing))
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return "model " + q[0]
+	}
+	return "models " + strings.Join(q, ", ")
+}
+
+// specField names a config error's field as the TokenBudget spells it.
+func specField(line string) string {
+	i := strings.Index(line, "]")
+	line = "spec" + line[i+1:]
+	return strings.NewReplacer("burst_seconds", "burstSeconds", "time_zone", "timeZone", "day_of_month", "dayOfMonth",
+		"count_by", "countBy").Replace(line)
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg string, generation int64) {
@@ -99,7 +100,7 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 		r.setFleetAccepted(tp, &st.Conditions, g.credentials)
 	}
 	if cfg.written {
-		st.Divisor, st.Budgets, st.Keys, st.ConfigGeneration = g.divisor, 0, 0, cfg.generation
+		st.Divisor, st.Budgets, st.Keys, st.ConfigGeneration = g.Divisor, 0, 0, cfg.generation
 		for _, v := range g.budgetVerdicts {
 			if v.accepted {
 				st.Budgets++
@@ -203,7 +204,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		b := &budgets.Items[i]
 		st := b.Status.DeepCopy()
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
-		st.Summary = summary(b, false, 1)
+		st.Summary = render.Summary(b, false, 1)
 		proxyNotFound(b, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
 		if err := r.writeBudgetStatus(ctx, b, st); err != nil {
 			return err
@@ -230,7 +231,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 // and Enforced False. An object in another namespace is told the fleet's namespace too.
 func proxyNotFound(o client.Object, fleet types.NamespacedName, observed, configGen *int64, conds *[]metav1.Condition) {
 	msg := fmt.Sprintf("TokenProxy %s not found", fleet.Name)
-	if foreign(o) {
+	if render.Foreign(o) {
 		msg = fmt.Sprintf("TokenProxy %s not found", fleet)
 	}
 	gen := o.GetGeneration()

@@ -93,16 +93,6 @@ func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports, now time.Time
 	return out
 }
 
-// epochOf is the recorded epoch of a group; "" when none is.
-func epochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
-	for _, e := range epochs {
-		if e.Group == group {
-			return e.Epoch
-		}
-	}
-	return ""
-}
-
 // setFenced sets DurableBudgetsFenced from the live replicas' reports: True while one
 // fences its durable budgets.
 func setFenced(st *twv1alpha1.TokenProxyStatus, rs *reports, gen int64) {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
@@ -27,8 +28,8 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 	tp, g, generation := s.tp, s.gathered, s.cfg.generation
 	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
 	storage := storageOf(tp)
-	inForce := g.divisor
-	placement := fmt.Sprintf("memory storage: each of the %d replicas enforces 1/%d of it", g.divisor, g.divisor)
+	inForce := g.Divisor
+	placement := fmt.Sprintf("memory storage: each of the %d replicas enforces 1/%d of it", g.Divisor, g.Divisor)
 	if redis {
 		inForce = 1
 		placement = "Redis storage: the replicas share the fleet total"
@@ -38,7 +39,7 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 	inConfig := func(contentGen int64) string { return fmt.Sprintf("In the fleet's config (generation %d)", contentGen) }
 
 	for _, b := range g.allBudgets {
-		v := g.budgetVerdicts[objectKey(b)]
+		v := g.budgetVerdicts[render.ObjectKey(b)]
 		st := b.Status.DeepCopy()
 		st.ObservedGeneration = b.Generation
 		st.Storage = storage
@@ -51,7 +52,7 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 				TokensPerDay:    allowance(tpd, inForce),
 			}
 		}
-		st.Summary = summary(b, v.accepted, inForce)
+		st.Summary = render.Summary(b, v.accepted, inForce)
 		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
 			b.Status.Conditions, generation)
 		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
@@ -175,11 +176,11 @@ func (r *TokenProxyReconciler) applyVerdict(tp *twv1alpha1.TokenProxy, obj clien
 // tokenWindows are a budget's rolling minute and day limits of the Tokens amount, the
 // ones status.perReplica reports (0: none).
 func tokenWindows(b *twv1alpha1.TokenBudget) (minute, day int64) {
-	for _, g := range groups(b) {
-		if g.amount != twv1alpha1.AmountTokens {
+	for _, g := range render.Groups(b) {
+		if g.Amount != twv1alpha1.AmountTokens {
 			continue
 		}
-		for _, w := range g.windows {
+		for _, w := range g.Windows {
 			switch {
 			case w.Rolling == nil:
 			case w.Rolling.Period == config.PeriodMinute && minute == 0:

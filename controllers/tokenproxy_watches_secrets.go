@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // A Secret labelled for ApiKeys used to reconcile every fleet that may hold a key of
@@ -55,7 +56,7 @@ func (r *TokenProxyReconciler) fleetsOfKeySecret(namespace, name string) (out []
 		if !isKey {
 			continue
 		}
-		req := reconcile.Request{NamespacedName: proxyOf(k)}
+		req := reconcile.Request{NamespacedName: render.ProxyOf(k)}
 		if !slices.Contains(out, req) {
 			out = append(out, req)
 		}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // generationAnnotation on the ConfigMap records the rendered config's generation.
@@ -77,7 +78,7 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	// The replica reports itself in the Lease <ConfigMap>-<pod name> (proxy/report), the
 	// only report Lease its pod-bound token may create (config/admission): the pod's
 	// name, not the host name, which the kubelet cuts to 63 characters.
-	env := []corev1.EnvVar{{Name: podNameEnv, ValueFrom: &corev1.EnvVarSource{
+	env := []corev1.EnvVar{{Name: render.PodNameEnv, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}}
 	secretEnv := func(envName string, ref *twv1alpha1.SecretKeyReference) corev1.EnvVar {
 		return corev1.EnvVar{Name: envName, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -85,14 +86,14 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	}
 	for _, u := range tp.Spec.Upstreams {
 		if u.CredentialSecretRef != nil {
-			env = append(env, secretEnv(upstreamCredentialEnv(u.Name), u.CredentialSecretRef))
+			env = append(env, secretEnv(render.UpstreamCredentialEnv(u.Name), u.CredentialSecretRef))
 		}
 	}
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.PasswordSecretRef != nil {
-		env = append(env, secretEnv(redisPasswordEnv, rs.PasswordSecretRef))
+		env = append(env, secretEnv(render.RedisPasswordEnv, rs.PasswordSecretRef))
 	}
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
-		env = append(env, secretEnv(redisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
+		env = append(env, secretEnv(render.RedisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
 	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
@@ -113,8 +114,8 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			Args:  []string{"--configmap", tp.Namespace + "/" + name},
 			Env:   env,
 			Ports: []corev1.ContainerPort{
-				{Name: "http", ContainerPort: proxyPort, Protocol: corev1.ProtocolTCP},
-				{Name: "admin", ContainerPort: adminPort, Protocol: corev1.ProtocolTCP},
+				{Name: "http", ContainerPort: render.ProxyPort, Protocol: corev1.ProtocolTCP},
+				{Name: "admin", ContainerPort: render.AdminPort, Protocol: corev1.ProtocolTCP},
 			},
 			ReadinessProbe: probe("/readyz"),
 			LivenessProbe:  probe("/healthz"),
@@ -257,5 +258,5 @@ const (
 // kills it: an upstream with a capacity adds the longest queue wait of any class to its
 // timeout.
 func terminationGraceSeconds(tp *twv1alpha1.TokenProxy) int64 {
-	return proxyDrainDelaySeconds + int64(drainConfig(tp).DrainTimeout()/time.Second) + terminationMarginSeconds
+	return proxyDrainDelaySeconds + int64(render.DrainConfig(tp).DrainTimeout()/time.Second) + terminationMarginSeconds
 }

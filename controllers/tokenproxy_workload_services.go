@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // adminServiceName is the Service of the proxies' admin port (/metrics, /healthz,
@@ -40,8 +41,8 @@ func (r *TokenProxyReconciler) applyServices(ctx context.Context, tp *twv1alpha1
 		labels map[string]string
 		port   corev1.ServicePort
 	}{
-		{proxyName(tp), labels(tp), corev1.ServicePort{Name: "http", Port: proxyPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
-		{adminServiceName(tp), adminLabels(tp), corev1.ServicePort{Name: "admin", Port: adminPort, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP}},
+		{proxyName(tp), labels(tp), corev1.ServicePort{Name: "http", Port: render.ProxyPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
+		{adminServiceName(tp), adminLabels(tp), corev1.ServicePort{Name: "admin", Port: render.AdminPort, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP}},
 	} {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: tp.Namespace}}
 		if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error {
@@ -99,9 +100,9 @@ func (r *TokenProxyReconciler) applyNetworkPolicy(ctx context.Context, tp *twv1a
 	port := func(n int) []networkingv1.NetworkPolicyPort {
 		return []networkingv1.NetworkPolicyPort{{Protocol: tcp, Port: ptr.To(intstr.FromInt(n))}}
 	}
-	rules := []networkingv1.NetworkPolicyIngressRule{{Ports: port(proxyPort), From: spec.ClientFrom}}
+	rules := []networkingv1.NetworkPolicyIngressRule{{Ports: port(render.ProxyPort), From: spec.ClientFrom}}
 	if len(spec.AdminFrom) > 0 {
-		rules = append(rules, networkingv1.NetworkPolicyIngressRule{Ports: port(adminPort), From: spec.AdminFrom})
+		rules = append(rules, networkingv1.NetworkPolicyIngressRule{Ports: port(render.AdminPort), From: spec.AdminFrom})
 	}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, np, func() error {
 		np.Labels = labels(tp)

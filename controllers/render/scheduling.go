@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"strings"
@@ -60,9 +60,9 @@ func renderKeyScheduling(s *twv1alpha1.ApiKeySpec, k *config.APIKey) {
 	k.RunMaxSteps = s.RunMaxSteps
 }
 
-// drainConfig is what of a fleet's config sizes its pods' drain: the upstreams'
+// DrainConfig is what of a fleet's config sizes its pods' drain: the upstreams'
 // timeouts and capacities and the scheduling's longest wait.
-func drainConfig(tp *twv1alpha1.TokenProxy) *config.Config {
+func DrainConfig(tp *twv1alpha1.TokenProxy) *config.Config {
 	c := &config.Config{}
 	for _, u := range tp.Spec.Upstreams {
 		c.Upstreams = append(c.Upstreams, config.Upstream{TimeoutSeconds: u.TimeoutSeconds, Capacity: renderCapacity(u.Capacity)})

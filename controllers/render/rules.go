@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"fmt"
@@ -23,15 +23,15 @@ import (
 // named <namespace>/<name> (the shorthand's request rate, beside a token amount, is a
 // second rule named <namespace>/<name>/requests).
 
-// rulesShaped reports whether a budget renders into rules.
-func rulesShaped(b *twv1alpha1.TokenBudget) bool {
+// RulesShaped reports whether a budget renders into rules.
+func RulesShaped(b *twv1alpha1.TokenBudget) bool {
 	s := &b.Spec
 	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 ||
 		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn || s.FallbackModel != ""
 }
 
-// amountOf is a budget's amount, defaulted.
-func amountOf(b *twv1alpha1.TokenBudget) twv1alpha1.Amount {
+// AmountOf is a budget's amount, defaulted.
+func AmountOf(b *twv1alpha1.TokenBudget) twv1alpha1.Amount {
 	if b.Spec.Amount == "" {
 		return twv1alpha1.AmountTokens
 	}
@@ -46,35 +46,35 @@ func actionOf(b *twv1alpha1.TokenBudget) twv1alpha1.Action {
 	return b.Spec.Action
 }
 
-// ruleGroup is the windows of one amount of a budget: one rule.
-type ruleGroup struct {
-	suffix  string
-	amount  twv1alpha1.Amount
-	windows []config.Window
+// RuleGroup is the windows of one amount of a budget: one rule.
+type RuleGroup struct {
+	Suffix  string
+	Amount  twv1alpha1.Amount
+	Windows []config.Window
 }
 
-// groups are a budget's windows by amount: its windows, or the windows its shorthand
+// Groups are a budget's windows by amount: its windows, or the windows its shorthand
 // fields stand for (the token fields count the budget's amount, requestsPerSecond
 // counts requests, with burstCapacity as the bucket's burst).
-func groups(b *twv1alpha1.TokenBudget) []ruleGroup {
+func Groups(b *twv1alpha1.TokenBudget) []RuleGroup {
 	s := &b.Spec
-	amount := amountOf(b)
+	amount := AmountOf(b)
 	if len(s.Windows) > 0 {
-		g := ruleGroup{amount: amount}
+		g := RuleGroup{Amount: amount}
 		for _, w := range s.Windows {
-			g.windows = append(g.windows, configWindow(w))
+			g.Windows = append(g.Windows, configWindow(w))
 		}
-		return []ruleGroup{g}
+		return []RuleGroup{g}
 	}
-	main := ruleGroup{amount: amount}
+	main := RuleGroup{Amount: amount}
 	if s.TokensPerMinute > 0 {
-		main.windows = append(main.windows, config.Window{Limit: float64(s.TokensPerMinute), Rolling: &config.Rolling{Period: config.PeriodMinute}})
+		main.Windows = append(main.Windows, config.Window{Limit: float64(s.TokensPerMinute), Rolling: &config.Rolling{Period: config.PeriodMinute}})
 	}
 	if s.TokensPerDay > 0 {
-		main.windows = append(main.windows, config.Window{Limit: float64(s.TokensPerDay), Rolling: &config.Rolling{Period: config.PeriodDay}})
+		main.Windows = append(main.Windows, config.Window{Limit: float64(s.TokensPerDay), Rolling: &config.Rolling{Period: config.PeriodDay}})
 	}
-	var out []ruleGroup
-	if len(main.windows) > 0 {
+	var out []RuleGroup
+	if len(main.Windows) > 0 {
 		out = append(out, main)
 	}
 	if s.RequestsPerSecond > 0 {
@@ -84,12 +84,12 @@ func groups(b *twv1alpha1.TokenBudget) []ruleGroup {
 		}
 		switch {
 		case amount == twv1alpha1.AmountRequests:
-			main.windows = append(main.windows, w)
-			out = []ruleGroup{main}
+			main.Windows = append(main.Windows, w)
+			out = []RuleGroup{main}
 		case len(out) > 0:
-			out = append(out, ruleGroup{suffix: "/requests", amount: twv1alpha1.AmountRequests, windows: []config.Window{w}})
+			out = append(out, RuleGroup{Suffix: "/requests", Amount: twv1alpha1.AmountRequests, Windows: []config.Window{w}})
 		default:
-			out = append(out, ruleGroup{amount: twv1alpha1.AmountRequests, windows: []config.Window{w}})
+			out = append(out, RuleGroup{Amount: twv1alpha1.AmountRequests, Windows: []config.Window{w}})
 		}
 	}
 	return out
@@ -135,9 +135,9 @@ var configAmounts = map[twv1alpha1.Amount]config.Amount{
 	twv1alpha1.AmountCost: config.AmountCost,
 }
 
-// subjectsOf are the budget's named subjects: its subjects, or a PerModel budget's
+// SubjectsOf are the budget's named subjects: its subjects, or a PerModel budget's
 // model; none for each subject.
-func subjectsOf(b *twv1alpha1.TokenBudget) []string {
+func SubjectsOf(b *twv1alpha1.TokenBudget) []string {
 	if len(b.Spec.Subjects) > 0 {
 		return b.Spec.Subjects
 	}
@@ -153,133 +153,36 @@ func subjectsOf(b *twv1alpha1.TokenBudget) []string {
 func budgetRules(b *twv1alpha1.TokenBudget) []config.Rule {
 	s := &b.Spec
 	dim := ruleDimensions[s.Dimension]
-	subjects := slices.Clone(subjectsOf(b))
+	subjects := slices.Clone(SubjectsOf(b))
 	if dim == config.RuleAPIKey {
-		home := proxyOf(b).Namespace + "/"
+		home := ProxyOf(b).Namespace + "/"
 		for i, k := range subjects {
 			subjects[i] = strings.Replace(strings.TrimPrefix(k, home), "/", "_", 1)
 		}
 	}
 	var out []config.Rule
-	for _, g := range groups(b) {
+	for _, g := range Groups(b) {
 		out = append(out, config.Rule{
-			Name:      b.Namespace + "/" + b.Name + g.suffix,
+			Name:      b.Namespace + "/" + b.Name + g.Suffix,
 			Dimension: dim,
 			Subjects:  subjects,
 			CountBy:   countByDimensions[s.CountBy],
 			Models:    slices.Clone(s.Models),
-			Amount:    configAmounts[g.amount],
+			Amount:    configAmounts[g.Amount],
 			Action:    config.Action(strings.ToLower(string(actionOf(b)))),
-			Windows:   g.windows,
-			// A model's fallback (render_models.go).
+			Windows:   g.Windows,
+			// A model's fallback (models.go).
 			FallbackModel: s.FallbackModel,
 		})
 	}
 	return out
 }
 
-// durable reports whether a budget must not lose its state: a calendar window or a
+// Durable reports whether a budget must not lose its state: a calendar window or a
 // Cost amount, which only Redis holds durably.
-func durable(b *twv1alpha1.TokenBudget) bool {
-	return amountOf(b) == twv1alpha1.AmountCost ||
+func Durable(b *twv1alpha1.TokenBudget) bool {
+	return AmountOf(b) == twv1alpha1.AmountCost ||
 		slices.ContainsFunc(b.Spec.Windows, func(w twv1alpha1.BudgetWindow) bool { return w.Calendar != nil })
-}
-
-// fleetVerdict refuses a rules-shaped budget that its fleet cannot enforce, saying
-// what to change; ok when the fleet can.
-func fleetVerdict(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, divisor int64) (v verdict, ok bool) {
-	if !rulesShaped(b) {
-		return verdict{}, true
-	}
-	fleetName := fmt.Sprintf("TokenProxy %s", tp.Name)
-	if foreign(b) {
-		fleetName = fmt.Sprintf("TokenProxy %s/%s", tp.Namespace, tp.Name)
-	}
-	if durable(b) && tp.Spec.Storage.Type != twv1alpha1.StorageRedis {
-		return verdict{reason: twv1alpha1.ReasonNeedsRedis, message: fmt.Sprintf(
-			"A calendar window or a Cost amount must never reset to full because a proxy restarted, so it needs a fleet with Redis storage, and %s uses %s storage: "+
-				"set the TokenProxy's spec.storage.type to Redis, or use rolling windows of tokens or requests", fleetName, storageOf(tp))}, false
-	}
-	if amountOf(b) == twv1alpha1.AmountCost {
-		if msg := unpriced(tp, b, fleetName); msg != "" {
-			return verdict{reason: twv1alpha1.ReasonModelNotPriced, message: msg}, false
-		}
-	}
-	// What else the proxy would refuse (a time zone it does not know, a name too long).
-	c := render(&fleet{proxy: tp, budgets: []*twv1alpha1.TokenBudget{b}, divisor: divisor})
-	c.Default()
-	if err := c.Validate(); err != nil {
-		var lines []string
-		for _, l := range strings.Split(err.Error(), "\n") {
-			if strings.HasPrefix(l, "rate_limiting.rules[") {
-				lines = append(lines, specField(l))
-			}
-		}
-		if len(lines) > 0 {
-			return verdict{reason: twv1alpha1.ReasonInvalidBudget,
-				message: "The proxy would refuse this budget: " + strings.Join(lines, "; ")}, false
-		}
-	}
-	return verdict{}, true
-}
-
-// unpriced says which models a Cost budget governs that its fleet gives no price,
-// and what to do; "" when every one has a price.
-func unpriced(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, fleetName string) string {
-	priced := map[string]bool{}
-	for _, m := range tp.Spec.Models {
-		priced[m.Name] = m.Price != nil
-	}
-	models := b.Spec.Models
-	if len(models) == 0 && b.Spec.Dimension == twv1alpha1.DimensionPerModel {
-		models = subjectsOf(b)
-	}
-	if len(models) == 0 {
-		if len(tp.Spec.Models) == 0 {
-			return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s lists no models: "+
-				"add the models this budget governs, with their prices, to the TokenProxy's spec.models, and name them in this budget's models", fleetName)
-		}
-		for _, m := range tp.Spec.Models {
-			if m.Price == nil {
-				models = append(models, m.Name)
-			}
-		}
-		if len(models) == 0 {
-			return ""
-		}
-		return fmt.Sprintf("A Cost budget without models governs every model of its fleet, and %s has no price for %s: "+
-			"give it a price in the TokenProxy's spec.models, or name the priced models in this budget's models", fleetName, quoteList(models))
-	}
-	var missing []string
-	for _, m := range models {
-		if !priced[m] {
-			missing = append(missing, m)
-		}
-	}
-	if len(missing) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("A Cost budget counts US dollars at its models' prices, and %s has no price for %s: "+
-		"add it with a price to the TokenProxy's spec.models, or remove it from this budget", fleetName, quoteList(missing))
-}
-
-func quoteList(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	if len(q) == 1 {
-		return "model " + q[0]
-	}
-	return "models " + strings.Join(q, ", ")
-}
-
-// specField names a config error's field as the TokenBudget spells it.
-func specField(line string) string {
-	i := strings.Index(line, "]")
-	line = "spec" + line[i+1:]
-	return strings.NewReplacer("burst_seconds", "burstSeconds", "time_zone", "timeZone", "day_of_month", "dayOfMonth",
-		"count_by", "countBy").Replace(line)
 }
 
 // slot is one counter a budget sets, on which two budgets conflict.
@@ -313,7 +216,7 @@ var amountWords = map[twv1alpha1.Amount]string{
 func slots(b *twv1alpha1.TokenBudget) []slot {
 	s := &b.Spec
 	var out []slot
-	if !rulesShaped(b) {
+	if !RulesShaped(b) {
 		what := "the same dimension " + string(s.Dimension)
 		if s.Model != "" {
 			what += " for model " + s.Model
@@ -329,13 +232,13 @@ func slots(b *twv1alpha1.TokenBudget) []slot {
 	if len(models) > 0 {
 		scope += " on " + strings.Join(models, ",")
 	}
-	subjects := subjectsOf(b)
+	subjects := SubjectsOf(b)
 	each := len(subjects) == 0
 	if each {
 		subjects = []string{""}
 	}
-	for _, g := range groups(b) {
-		for _, w := range g.windows {
+	for _, g := range Groups(b) {
+		for _, w := range g.Windows {
 			for _, subj := range subjects {
 				who := "each " + dimensionNouns[s.Dimension]
 				switch {
@@ -345,8 +248,8 @@ func slots(b *twv1alpha1.TokenBudget) []slot {
 					who = dimensionNouns[s.Dimension] + " " + subj
 				}
 				key := strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), subj,
-					string(g.amount), windowKey(w), string(actionOf(b))}, "|")
-				what := fmt.Sprintf("the same budget: %s%s, %s per %s", who, scope, amountWords[g.amount], windowWord(w))
+					string(g.Amount), windowKey(w), string(actionOf(b))}, "|")
+				what := fmt.Sprintf("the same budget: %s%s, %s per %s", who, scope, amountWords[g.Amount], windowWord(w))
 				if actionOf(b) == twv1alpha1.ActionWarn {
 					what += " (warn)"
 				}
@@ -371,13 +274,13 @@ func windowWord(w config.Window) string {
 	return "calendar " + string(w.Calendar.Every)
 }
 
-// summary is a budget in words, for kubectl get; perReplica only when it is in force,
+// Summary is a budget in words, for kubectl get; perReplica only when it is in force,
 // with each replica's share under memory storage (divisor) and the fleet total under
 // Redis (divisor 1).
-func summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.BudgetSummary {
+func Summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.BudgetSummary {
 	s := &b.Spec
 	sum := twv1alpha1.BudgetSummary{Action: string(actionOf(b))}
-	switch subjects := subjectsOf(b); {
+	switch subjects := SubjectsOf(b); {
 	case s.Dimension == twv1alpha1.DimensionGlobal:
 		sum.Subjects = "fleet"
 	case len(subjects) > 0:
@@ -391,23 +294,23 @@ func summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.
 	if len(s.Models) > 0 {
 		sum.Subjects += " on " + strings.Join(s.Models, ",")
 	}
-	gs := groups(b)
+	gs := Groups(b)
 	var amounts, windows, shares []string
 	for _, g := range gs {
-		amounts = append(amounts, amountWords[g.amount])
-		for _, w := range g.windows {
-			windows = append(windows, windowText(g.amount, w, w.Limit))
+		amounts = append(amounts, amountWords[g.Amount])
+		for _, w := range g.Windows {
+			windows = append(windows, WindowText(g.Amount, w, w.Limit))
 			share := w.Limit
 			// The limits shape's request rate is each replica's; every other rolling window
 			// is a fleet total, divided under memory storage.
-			perReplicaRate := !rulesShaped(b) && g.amount == twv1alpha1.AmountRequests
+			perReplicaRate := !RulesShaped(b) && g.Amount == twv1alpha1.AmountRequests
 			if w.Rolling != nil && !perReplicaRate && divisor > 1 {
 				share = w.Limit / float64(divisor)
-				if g.amount != twv1alpha1.AmountCost {
+				if g.Amount != twv1alpha1.AmountCost {
 					share = math.Floor(share)
 				}
 			}
-			shares = append(shares, windowText(g.amount, w, share))
+			shares = append(shares, WindowText(g.Amount, w, share))
 		}
 	}
 	sum.Amount = strings.Join(amounts, ", ")
@@ -420,16 +323,16 @@ func summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.
 
 var periodUnits = map[config.Period]string{config.PeriodSecond: "s", config.PeriodMinute: "min", config.PeriodHour: "h", config.PeriodDay: "day"}
 
-// windowText is one window in words: "600k/min burst 20s", "$1000/month", "50 req/min".
-func windowText(amount twv1alpha1.Amount, w config.Window, limit float64) string {
+// WindowText is one window in words: "600k/min burst 20s", "$1000/month", "50 req/min".
+func WindowText(amount twv1alpha1.Amount, w config.Window, limit float64) string {
 	var n string
 	switch amount {
 	case twv1alpha1.AmountCost:
 		n = "$" + dollars(limit)
 	case twv1alpha1.AmountRequests:
-		n = compact(limit) + " req"
+		n = Compact(limit) + " req"
 	default:
-		n = compact(limit)
+		n = Compact(limit)
 	}
 	if r := w.Rolling; r != nil {
 		t := n + "/" + periodUnits[r.Period]
@@ -455,8 +358,8 @@ func windowText(amount twv1alpha1.Amount, w config.Window, limit float64) string
 	return t
 }
 
-// compact writes a whole number short when that loses nothing: 600k, 2.4M, 1666666.
-func compact(v float64) string {
+// Compact writes a whole number short when that loses nothing: 600k, 2.4M, 1666666.
+func Compact(v float64) string {
 	n := int64(v)
 	for _, u := range []struct {
 		size int64
@@ -478,4 +381,14 @@ func dollars(v float64) string {
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// EpochOf is the recorded epoch of a group; "" when none is.
+func EpochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
+	for _, e := range epochs {
+		if e.Group == group {
+			return e.Epoch
+		}
+	}
+	return ""
 }

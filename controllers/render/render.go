@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"fmt"
@@ -16,50 +16,50 @@ import (
 
 // Ports of the proxy container.
 const (
-	proxyPort = 8080
-	adminPort = 9090
-	// configKey is the ConfigMap key that holds the proxy config document.
-	configKey = "proxy.yaml"
-	// podNameEnv is the proxy's environment variable with its pod's name, the replica
+	ProxyPort = 8080
+	AdminPort = 9090
+	// ConfigKey is the ConfigMap key that holds the proxy config document.
+	ConfigKey = "proxy.yaml"
+	// PodNameEnv is the proxy's environment variable with its pod's name, the replica
 	// name of its report Lease.
-	podNameEnv = "POD_NAME"
-	// redisPasswordEnv is the proxy's environment variable with the Redis password.
-	redisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
-	// redisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
+	PodNameEnv = "POD_NAME"
+	// RedisPasswordEnv is the proxy's environment variable with the Redis password.
+	RedisPasswordEnv = "TOKENWARDEN_REDIS_PASSWORD"
+	// RedisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
 	// password.
-	redisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
+	RedisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
 )
 
-// keyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
-type keyInput struct {
-	key  *twv1alpha1.ApiKey
-	hash string
-	// conflict says, for a key that lost to an older one with the same hash, which.
-	conflict string
-	// read is the key's index in gathered.allKeys.
-	read int
+// KeyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
+type KeyInput struct {
+	Key  *twv1alpha1.ApiKey
+	Hash string
+	// Conflict says, for a key that lost to an older one with the same hash, which.
+	Conflict string
+	// Read is the caller's index of the key among every key it read.
+	Read int
 }
 
-// fleet is everything the proxy config of one TokenProxy is rendered from.
-type fleet struct {
-	proxy   *twv1alpha1.TokenProxy
-	budgets []*twv1alpha1.TokenBudget // accepted, in creation order
-	keys    []keyInput                // accepted, by name
-	divisor int64
+// Fleet is everything the proxy config of one TokenProxy is rendered from.
+type Fleet struct {
+	Proxy   *twv1alpha1.TokenProxy
+	Budgets []*twv1alpha1.TokenBudget // accepted, in creation order
+	Keys    []KeyInput                // accepted, by name
+	Divisor int64
 }
 
-// upstreamCredentialEnv is the environment variable that carries an upstream's key.
-func upstreamCredentialEnv(name string) string {
+// UpstreamCredentialEnv is the environment variable that carries an upstream's key.
+func UpstreamCredentialEnv(name string) string {
 	return "TOKENWARDEN_UPSTREAM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_KEY"
 }
 
-// render builds the proxy config document of a fleet. It holds key hashes only, never
+// Render builds the proxy config document of a fleet. It holds key hashes only, never
 // a key; upstream and Redis credentials are referenced by environment variable.
-func render(f *fleet) *config.Config {
-	p := f.proxy
+func Render(f *Fleet) *config.Config {
+	p := f.Proxy
 	c := &config.Config{
-		Listen:       fmt.Sprintf("0.0.0.0:%d", proxyPort),
-		AdminListen:  fmt.Sprintf("0.0.0.0:%d", adminPort),
+		Listen:       fmt.Sprintf("0.0.0.0:%d", ProxyPort),
+		AdminListen:  fmt.Sprintf("0.0.0.0:%d", AdminPort),
 		MaxBodyBytes: p.Spec.MaxBodyBytes,
 		Auth: config.Auth{
 			Mode:           config.AuthRequired,
@@ -73,7 +73,7 @@ func render(f *fleet) *config.Config {
 		cu := config.Upstream{Name: u.Name, URL: u.URL, Models: slices.Clone(u.Models), TimeoutSeconds: u.TimeoutSeconds,
 			Capacity: renderCapacity(u.Capacity)}
 		if u.CredentialSecretRef != nil {
-			cu.AuthHeaderEnv = upstreamCredentialEnv(u.Name)
+			cu.AuthHeaderEnv = UpstreamCredentialEnv(u.Name)
 		}
 		cu.Provider = renderProvider(u.Provider)
 		c.Upstreams = append(c.Upstreams, cu)
@@ -90,11 +90,11 @@ func render(f *fleet) *config.Config {
 		}
 		c.Models = append(c.Models, cm)
 	}
-	c.APIKeys = make([]config.APIKey, 0, len(f.keys))
-	for _, k := range f.keys {
-		s := &k.key.Spec
+	c.APIKeys = make([]config.APIKey, 0, len(f.Keys))
+	for _, k := range f.Keys {
+		s := &k.Key.Spec
 		c.APIKeys = append(c.APIKeys, config.APIKey{
-			Name: renderedName(k.key), KeySHA256: k.hash, User: s.User, Team: s.Team,
+			Name: RenderedName(k.Key), KeySHA256: k.Hash, User: s.User, Team: s.Team,
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
@@ -103,11 +103,11 @@ func render(f *fleet) *config.Config {
 	renderScheduling(p.Spec.Scheduling, c)
 	rl := &c.RateLimiting
 	rl.Storage = config.StorageMemory
-	rl.BudgetDivision.Replicas = f.divisor
+	rl.BudgetDivision.Replicas = f.Divisor
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
 	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
-	renderObservability(c, p.Spec.Observability)
+	Observability(c, p.Spec.Observability)
 	if w := p.Spec.CachedInputWeight; w != nil {
 		v := quantityFloat(*w)
 		rl.CachedInputWeight = &v
@@ -123,19 +123,19 @@ func render(f *fleet) *config.Config {
 		rl.Storage = config.StorageRedis
 		rl.Redis = config.Redis{URL: r.URL, FallbackToMemory: r.FallbackToMemory, KeyPrefix: p.Namespace + "/" + p.Name}
 		// The epoch of the durable counters, as the fleet recorded it (trust fence).
-		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
+		rl.Redis.Epoch = EpochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
-			rl.Redis.PasswordEnv = redisPasswordEnv
+			rl.Redis.PasswordEnv = RedisPasswordEnv
 		}
 		if r.SentinelPasswordSecretRef != nil {
-			rl.Redis.SentinelPasswordEnv = redisSentinelPasswordEnv
+			rl.Redis.SentinelPasswordEnv = RedisSentinelPasswordEnv
 		}
 		if r.HotBudgetSlicePercent != nil {
 			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
 		}
 	}
-	for _, b := range f.budgets {
-		if rulesShaped(b) {
+	for _, b := range f.Budgets {
+		if RulesShaped(b) {
 			rl.Rules = append(rl.Rules, budgetRules(b)...)
 			continue
 		}
@@ -166,10 +166,10 @@ func render(f *fleet) *config.Config {
 	return c
 }
 
-// resolveConflicts orders budgets oldest first (creation time, then name) and splits
+// ResolveConflicts orders budgets oldest first (creation time, then name) and splits
 // them into the winners, which keep every slot they set (slots), and the losers,
-// which share a slot with an older winner: conflicted says why, by loser's objectKey.
-func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, conflicted map[string]string) {
+// which share a slot with an older winner: conflicted says why, by loser's ObjectKey.
+func ResolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, conflicted map[string]string) {
 	sorted := slices.Clone(budgets)
 	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int { return olderFirst(a, b) })
 	owner := map[string]string{}
@@ -179,7 +179,7 @@ func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv
 		lost := false
 		for _, s := range ss {
 			if w, taken := owner[s.key]; taken {
-				conflicted[objectKey(b)] = fmt.Sprintf("TokenBudget %s is older and sets %s", w, s.what)
+				conflicted[ObjectKey(b)] = fmt.Sprintf("TokenBudget %s is older and sets %s", w, s.what)
 				lost = true
 				break
 			}
@@ -189,7 +189,7 @@ func resolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv
 			continue
 		}
 		for _, s := range ss {
-			owner[s.key] = displayName(b)
+			owner[s.key] = DisplayName(b)
 		}
 		winners = append(winners, b)
 	}
@@ -209,11 +209,11 @@ func olderFirst(a, b metav1.Object) int {
 	return strings.Compare(a.GetNamespace(), b.GetNamespace())
 }
 
-// resolveKeyConflicts keeps, of the keys whose Secrets hold the same key, the oldest
+// ResolveKeyConflicts keeps, of the keys whose Secrets hold the same key, the oldest
 // (creation time, then name): the proxy refuses a document with one hash twice, which
 // would freeze the whole fleet on its last config. The winners keep their order; each
 // loser names its winner, never the key.
-func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
+func ResolveKeyConflicts(keys []KeyInput) (winners, losers []KeyInput) {
 	// Keys sharing a hash are found by sorting the keys by hash, without a map of
 	// every hash: most fleets have none, and a 50,000-key fleet reads every key on
 	// every reconcile.
@@ -221,21 +221,21 @@ func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
 	for i := range byHash {
 		byHash[i] = int32(i)
 	}
-	slices.SortFunc(byHash, func(a, b int32) int { return strings.Compare(keys[a].hash, keys[b].hash) })
+	slices.SortFunc(byHash, func(a, b int32) int { return strings.Compare(keys[a].Hash, keys[b].Hash) })
 	var lost map[int32]string
 	for start := 0; start < len(byHash); {
 		end := start + 1
-		for end < len(byHash) && keys[byHash[end]].hash == keys[byHash[start]].hash {
+		for end < len(byHash) && keys[byHash[end]].Hash == keys[byHash[start]].Hash {
 			end++
 		}
 		if end-start > 1 {
 			group := slices.Clone(byHash[start:end])
-			slices.SortStableFunc(group, func(a, b int32) int { return olderFirst(keys[a].key, keys[b].key) })
+			slices.SortStableFunc(group, func(a, b int32) int { return olderFirst(keys[a].Key, keys[b].Key) })
 			if lost == nil {
 				lost = map[int32]string{}
 			}
 			for _, i := range group[1:] {
-				lost[i] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", displayName(keys[group[0]].key))
+				lost[i] = fmt.Sprintf("ApiKey %s is older and its Secret holds the same key", DisplayName(keys[group[0]].Key))
 			}
 		}
 		start = end
@@ -245,7 +245,7 @@ func resolveKeyConflicts(keys []keyInput) (winners, losers []keyInput) {
 	}
 	for i, k := range keys {
 		if msg, ok := lost[int32(i)]; ok {
-			k.conflict = msg
+			k.Conflict = msg
 			losers = append(losers, k)
 			continue
 		}

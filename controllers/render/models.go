@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"

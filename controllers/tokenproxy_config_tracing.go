@@ -11,33 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
-
-// renderObservability renders spec.observability into the document's observability
-// block; an unset spec leaves the block out, so the document does not change.
-func renderObservability(c *config.Config, o *twv1alpha1.ObservabilitySpec) {
-	if o == nil {
-		return
-	}
-	out := &c.Observability
-	out.RefusalAudit.PerKey = o.RefusalsPerKey
-	if a := o.AccessLog; a != nil {
-		out.AccessLog.Disabled = a.Disabled
-		if a.SampleRatio != nil {
-			v := quantityFloat(*a.SampleRatio)
-			out.AccessLog.SampleRatio = &v
-		}
-	}
-	if t := o.Tracing; t != nil {
-		out.Tracing = config.Tracing{Enabled: t.Enabled, Protocol: string(t.Protocol), Endpoint: t.Endpoint,
-			Insecure: t.Insecure, ServiceName: t.ServiceName}
-		if t.SampleRatio != nil {
-			v := quantityFloat(*t.SampleRatio)
-			out.Tracing.SampleRatio = &v
-		}
-	}
-}
 
 // ProxyTracingFlags binds the operator's --proxy-tracing-* flags, the tracing of
 // every fleet whose TokenProxy sets no spec.observability.tracing (the chart's
@@ -78,6 +54,6 @@ func (r *TokenProxyReconciler) defaultTracing(c *config.Config, tp *twv1alpha1.T
 	}
 	o := twv1alpha1.ObservabilitySpec{Tracing: r.DefaultTracing}
 	var rendered config.Config
-	renderObservability(&rendered, &o)
+	render.Observability(&rendered, &o)
 	c.Observability.Tracing = rendered.Observability.Tracing
 }
