@@ -76,7 +76,7 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		return configWrite{}, err
 	}
 	if laid != nil {
-		// A chunked document, laid out from each key's line (config_layout.go).
+		// A chunked document, laid out from each key's line (tokenproxy_config_layout.go).
 		cfg.Generation = prev
 		digest, err := laid.digest(prev)
 		if err != nil {

@@ -67,7 +67,7 @@ type TokenProxyReconciler struct {
 	keyOrders keyOrders
 	// configs is each fleet's last config outcome and its inputs (tokenproxy_config_memo.go).
 	configs configMemos
-	// layouts is each fleet's chunked document, key by key (config_layout.go).
+	// layouts is each fleet's chunked document, key by key (tokenproxy_config_layout.go).
 	layouts docLayouts
 }
 
