@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // CacheOptions are the manager's cache options the reconciler needs (see also
@@ -37,7 +38,7 @@ func CacheOptions() cache.Options {
 // SecretUsageLabel set to one of its values, owned objects only with the operator's
 // label, and no managed fields, except on Deployments (applyDeployment compares the
 // fields it owns, which it reads from them); ApiKey Secrets hold only hashes
-// (slimSecret), config chunks only their text's hash (slimConfigMap), and ApiKeys
+// (slimSecret), config chunks only their text's hash (render.SlimConfigMap), and ApiKeys
 // share their repeated strings (slimAPIKey). byObject adds the callers' selections.
 func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options {
 	usage, err := k8slabels.NewRequirement(twv1alpha1.SecretUsageLabel, selection.In,
@@ -51,7 +52,7 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
 		byObject[o] = cache.ByObject{Label: owned}
 	}
-	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: slimConfigMap}
+	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: render.SlimConfigMap}
 	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimAPIKey}
 	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
 	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}

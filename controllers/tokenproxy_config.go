@@ -5,8 +5,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,16 +28,12 @@ import (
 // stays whole under render.ConfigKey in the fleet's ConfigMap <fleet>-proxy, as it always
 // has: most fleets, read with kubectl as before. A larger one (a ConfigMap holds at
 // most 1 MiB, about 5,000 keys) is cut into chunks (config.Split), each an immutable
-// ConfigMap <fleet>-proxy-<hash of its content> labelled chunkOfLabel, and the fleet's
+// ConfigMap <fleet>-proxy-<hash of its content> labelled render.ChunkOfLabel, and the fleet's
 // ConfigMap holds the manifest that names them. The write order keeps every replica on
 // a whole document: the chunks, then the Role that lets the pods get them, then the
 // manifest; a replica applies a manifest once it holds every chunk it names. The
 // chunks of the previous manifest stay (and readable) until the next change, so a
 // replica still reading it is not cut short; older ones are deleted.
-
-// chunkOfLabel on a chunk ConfigMap names the fleet's ConfigMap whose manifest it
-// belongs to.
-const chunkOfLabel = "tokenwarden.io/config-chunk-of"
 
 // previousChunksAnnotation on the fleet's ConfigMap names the chunks of the document
 // before the current one, comma-separated: kept, and readable, until the next change.
@@ -71,14 +65,14 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 	var w configWrite
 	var data map[string]string
 	var current []string
-	laid, err := r.layouts.of(client.ObjectKeyFromObject(tp)).lay(cfg, name)
+	laid, err := r.layouts.Of(client.ObjectKeyFromObject(tp)).Lay(cfg, name)
 	if err != nil {
 		return configWrite{}, err
 	}
 	if laid != nil {
 		// A chunked document, laid out from each key's line (tokenproxy_config_layout.go).
 		cfg.Generation = prev
-		digest, err := laid.digest(prev)
+		digest, err := laid.Digest(prev)
 		if err != nil {
 			return configWrite{}, err
 		}
@@ -86,8 +80,8 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 			cfg.Generation = prev + 1
 			previous = liveChunks
 		}
-		chunks := laid.chunks(cfg.Generation)
-		m, err := laid.manifest(cfg.Generation, chunks)
+		chunks := laid.Chunks(cfg.Generation)
+		m, err := laid.Manifest(cfg.Generation, chunks)
 		if err != nil {
 			return configWrite{}, err
 		}
@@ -104,17 +98,17 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		data = map[string]string{config.ManifestKey: string(mdoc)}
 		current = m.Chunks
 	} else {
-		enc, err := newEncoder(cfg)
+		enc, err := render.NewEncoder(cfg)
 		if err != nil {
 			return configWrite{}, err
 		}
-		doc, err := enc.at(prev)
+		doc, err := enc.At(prev)
 		if err != nil {
 			return configWrite{}, err
 		}
 		digest := config.Digest(doc)
 		if liveDigest != digest {
-			if doc, err = enc.at(prev + 1); err != nil {
+			if doc, err = enc.At(prev + 1); err != nil {
 				return configWrite{}, err
 			}
 			digest = config.Digest(doc)
@@ -126,7 +120,7 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		} else {
 			chunks, m := config.Split(doc, cfg.Generation, name, config.MaxInline)
 			for _, c := range chunks {
-				if err := r.createChunk(ctx, tp, splitChunk(c)); err != nil {
+				if err := r.createChunk(ctx, tp, render.SplitChunk(c)); err != nil {
 					return configWrite{}, err
 				}
 			}
@@ -170,52 +164,6 @@ func (r *TokenProxyReconciler) applyConfig(ctx context.Context, tp *twv1alpha1.T
 		return configWrite{}, err
 	}
 	return w, nil
-}
-
-// splitChunk is a chunk of config.Split as a docChunk.
-func splitChunk(c config.Chunk) docChunk {
-	sum := sha256.Sum256(c.Data)
-	return docChunk{name: c.Name, sum: hex.EncodeToString(sum[:]), text: func() []byte { return c.Data }}
-}
-
-// encode renders the document: as YAML, for people to read, when it fits in the
-// fleet's ConfigMap; else as JSON (also YAML, and the same document), which the
-// operator writes and every replica parses several times faster than YAML, with a
-// fifth of the allocations, at 50,000 keys (docs/benchmarks.md).
-func encode(cfg *config.Config) ([]byte, error) {
-	doc, err := cfg.Render()
-	if err != nil || len(doc) > config.MaxInline {
-		return doc, err
-	}
-	return cfg.Marshal()
-}
-
-// encoder encodes one rendered Config at any generation, as encode would, rendering
-// its JSON once: a large fleet's document is encoded once per change, not once per
-// generation tried.
-type encoder struct {
-	cfg *config.Config
-	// json is cfg's Render at generation 0.
-	json []byte
-}
-
-func newEncoder(cfg *config.Config) (*encoder, error) {
-	c := *cfg
-	c.Generation = 0
-	doc, err := c.Render()
-	if err != nil {
-		return nil, err
-	}
-	return &encoder{cfg: cfg, json: doc}, nil
-}
-
-// at is encode of the Config at generation g; it sets cfg.Generation to g.
-func (e *encoder) at(g int64) ([]byte, error) {
-	e.cfg.Generation = g
-	if doc := config.WithGeneration(e.json, g); len(doc) > config.MaxInline {
-		return doc, nil
-	}
-	return e.cfg.Marshal()
 }
 
 // documentOf reads the fleet's ConfigMap as written: the digest of its document and,
@@ -263,21 +211,21 @@ func (e *chunkTakenError) Error() string {
 // its content's. A ConfigMap of that name that this fleet's operator did not write is
 // an error (chunkTakenError): neither used, since the pods would be granted reading
 // a ConfigMap that is not the fleet's, nor overwritten.
-func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.TokenProxy, c docChunk) error {
+func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.TokenProxy, c render.DocChunk) error {
 	var have corev1.ConfigMap
-	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.name}, &have)
+	err := r.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.Name}, &have)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("get ConfigMap %s: %w", c.name, err)
+		return fmt.Errorf("get ConfigMap %s: %w", c.Name, err)
 	}
 	if err == nil {
 		return r.checkChunk(tp, &have, c)
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: tp.Namespace, Labels: labels(tp)},
-		Data:       map[string]string{config.ChunkKey: string(c.text())},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: tp.Namespace, Labels: labels(tp)},
+		Data:       map[string]string{config.ChunkKey: string(c.Text())},
 		Immutable:  ptr.To(true),
 	}
-	cm.Labels[chunkOfLabel] = proxyName(tp)
+	cm.Labels[render.ChunkOfLabel] = proxyName(tp)
 	if err := controllerutil.SetControllerReference(tp, cm, r.Scheme()); err != nil {
 		return err
 	}
@@ -285,32 +233,32 @@ func (r *TokenProxyReconciler) createChunk(ctx context.Context, tp *twv1alpha1.T
 	if apierrors.IsAlreadyExists(err) {
 		// The cache holds only the operator's ConfigMaps, and may lag its own creates:
 		// the API server tells whose this one is.
-		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.name}, &have); err != nil {
-			return fmt.Errorf("get ConfigMap %s: %w", c.name, err)
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: tp.Namespace, Name: c.Name}, &have); err != nil {
+			return fmt.Errorf("get ConfigMap %s: %w", c.Name, err)
 		}
 		return r.checkChunk(tp, &have, c)
 	}
 	if err != nil {
-		return fmt.Errorf("create config chunk %s: %w", c.name, err)
+		return fmt.Errorf("create config chunk %s: %w", c.Name, err)
 	}
 	return nil
 }
 
 // checkChunk returns nil when have is the chunk c as the operator wrote it for the
 // fleet, and a chunkTakenError otherwise.
-func (r *TokenProxyReconciler) checkChunk(tp *twv1alpha1.TokenProxy, have *corev1.ConfigMap, c docChunk) error {
-	owned := metav1.IsControlledBy(have, tp) && have.Labels[chunkOfLabel] == proxyName(tp)
-	same := holdsChunkSum(have, c.sum)
+func (r *TokenProxyReconciler) checkChunk(tp *twv1alpha1.TokenProxy, have *corev1.ConfigMap, c render.DocChunk) error {
+	owned := metav1.IsControlledBy(have, tp) && have.Labels[render.ChunkOfLabel] == proxyName(tp)
+	same := render.HoldsChunkSum(have, c.Sum)
 	if owned && same {
 		return nil
 	}
-	return &chunkTakenError{namespace: tp.Namespace, name: c.name, fleet: tp.Name, owned: owned, sameContent: same}
+	return &chunkTakenError{namespace: tp.Namespace, name: c.Name, fleet: tp.Name, owned: owned, sameContent: same}
 }
 
 // deleteChunks deletes the fleet's chunks that keep does not name.
 func (r *TokenProxyReconciler) deleteChunks(ctx context.Context, tp *twv1alpha1.TokenProxy, keep []string) error {
 	var cms corev1.ConfigMapList
-	if err := r.List(ctx, &cms, client.InNamespace(tp.Namespace), client.MatchingLabels{chunkOfLabel: proxyName(tp)}); err != nil {
+	if err := r.List(ctx, &cms, client.InNamespace(tp.Namespace), client.MatchingLabels{render.ChunkOfLabel: proxyName(tp)}); err != nil {
 		return fmt.Errorf("list config chunks: %w", err)
 	}
 	for i := range cms.Items {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
@@ -26,7 +27,7 @@ import (
 func checkRendered(cfg *config.Config) error {
 	shell := *cfg
 	shell.APIKeys = nil
-	doc, err := encode(&shell)
+	doc, err := render.Encode(&shell)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func (r *TokenProxyReconciler) configUnchanged(ctx context.Context, tp *twv1alph
 		return true
 	}
 	var cms corev1.ConfigMapList
-	if err := r.List(ctx, &cms, client.InNamespace(tp.Namespace), client.MatchingLabels{chunkOfLabel: proxyName(tp)},
+	if err := r.List(ctx, &cms, client.InNamespace(tp.Namespace), client.MatchingLabels{render.ChunkOfLabel: proxyName(tp)},
 		client.UnsafeDisableDeepCopy); err != nil {
 		return false
 	}

@@ -68,7 +68,7 @@ type TokenProxyReconciler struct {
 	// configs is each fleet's last config outcome and its inputs (tokenproxy_config_memo.go).
 	configs configMemos
 	// layouts is each fleet's chunked document, key by key (tokenproxy_config_layout.go).
-	layouts docLayouts
+	layouts render.DocLayouts
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -143,7 +143,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.keyStatuses.Delete(req.NamespacedName)
 			r.keyOrders.forget(req.NamespacedName)
 			r.configs.forget(req.NamespacedName)
-			r.layouts.forget(req.NamespacedName)
+			r.layouts.Forget(req.NamespacedName)
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}

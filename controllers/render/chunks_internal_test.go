@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"strings"
@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
@@ -21,11 +20,11 @@ func TestSlimConfigMap(t *testing.T) {
 	chunk := func() *corev1.ConfigMap {
 		return &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy-0123456789abcdef", Namespace: "ns",
-				Labels: map[string]string{chunkOfLabel: "fleet-proxy"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
+				Labels: map[string]string{ChunkOfLabel: "fleet-proxy"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}},
 			Data: map[string]string{config.ChunkKey: text},
 		}
 	}
-	o, err := slimConfigMap(chunk())
+	o, err := SlimConfigMap(chunk())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,29 +35,29 @@ func TestSlimConfigMap(t *testing.T) {
 	if cached.ManagedFields != nil {
 		t.Error("managed fields are cached")
 	}
-	if !holdsChunk(cached, []byte(text)) {
+	if !HoldsChunk(cached, []byte(text)) {
 		t.Error("the cached chunk does not hold its own text")
 	}
-	if holdsChunk(cached, []byte(text+" ")) {
+	if HoldsChunk(cached, []byte(text+" ")) {
 		t.Error("the cached chunk holds other text")
 	}
 	// Transforming twice (a relist) changes nothing.
-	again, err := slimConfigMap(cached)
+	again, err := SlimConfigMap(cached)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !holdsChunk(again.(*corev1.ConfigMap), []byte(text)) {
+	if !HoldsChunk(again.(*corev1.ConfigMap), []byte(text)) {
 		t.Error("a second transform lost the chunk's hash")
 	}
 	// As read from the API server, whole.
 	whole := chunk()
-	if !holdsChunk(whole, []byte(text)) || holdsChunk(whole, []byte("other")) {
+	if !HoldsChunk(whole, []byte(text)) || HoldsChunk(whole, []byte("other")) {
 		t.Error("a whole chunk is not compared by its text")
 	}
 	// The fleet's own ConfigMap stays whole.
-	fleetCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"}, Data: map[string]string{render.ConfigKey: text}}
-	o, _ = slimConfigMap(fleetCM)
-	if o.(*corev1.ConfigMap).Data[render.ConfigKey] != text {
+	fleetCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy"}, Data: map[string]string{ConfigKey: text}}
+	o, _ = SlimConfigMap(fleetCM)
+	if o.(*corev1.ConfigMap).Data[ConfigKey] != text {
 		t.Error("the fleet's ConfigMap is not cached whole")
 	}
 }

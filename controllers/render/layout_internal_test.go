@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"bytes"
@@ -30,24 +30,24 @@ func layoutConfig(n int, skip ...int) *config.Config {
 }
 
 // assembled is the document the proxy puts together from a layout's chunks, and the
-// chunks' names.
-func assembled(t *testing.T, d *laidDoc, g int64) ([]byte, []string) {
+// Chunks' names.
+func assembled(t *testing.T, d *LaidDoc, g int64) ([]byte, []string) {
 	t.Helper()
-	chunks := d.chunks(g)
-	m, err := d.manifest(g, chunks)
+	chunks := d.Chunks(g)
+	m, err := d.Manifest(g, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	texts := map[string][]byte{}
 	for _, c := range chunks {
-		text := c.text()
+		text := c.Text()
 		if len(text) > config.MaxInline {
-			t.Fatalf("chunk %s holds %d bytes, more than %d", c.name, len(text), config.MaxInline)
+			t.Fatalf("chunk %s holds %d bytes, more than %d", c.Name, len(text), config.MaxInline)
 		}
-		if !config.ChunkMatches(c.name, text) || !holdsChunkSum(slimChunk(t, c.name, text), c.sum) {
-			t.Fatalf("chunk %s is not named after its text", c.name)
+		if !config.ChunkMatches(c.Name, text) || !HoldsChunkSum(slimChunk(t, c.Name, text), c.Sum) {
+			t.Fatalf("chunk %s is not named after its text", c.Name)
 		}
-		texts[c.name] = text
+		texts[c.Name] = text
 	}
 	doc, err := m.Assemble(func(name string) ([]byte, bool) { b, ok := texts[name]; return b, ok })
 	if err != nil {
@@ -63,9 +63,9 @@ func assembled(t *testing.T, d *laidDoc, g int64) ([]byte, []string) {
 // bytes at every generation, which the proxy parses; an added, changed or deleted key
 // changes only the chunk it is in (and the tail, which holds the generation).
 func TestLayoutIsRender(t *testing.T) {
-	var l docLayout
+	var l DocLayout
 	cfg := layoutConfig(12000)
-	d, err := l.lay(cfg, "fleet-proxy")
+	d, err := l.Lay(cfg, "fleet-proxy")
 	if err != nil || d == nil {
 		t.Fatalf("no layout (%v)", err)
 	}
@@ -93,7 +93,7 @@ func TestLayoutIsRender(t *testing.T) {
 	changed := func(what string, c *config.Config, wantNew int) {
 		t.Helper()
 		g++
-		d, err := l.lay(c, "fleet-proxy")
+		d, err := l.Lay(c, "fleet-proxy")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestLayoutIsRender(t *testing.T) {
 	}
 
 	// A document that fits inline is not laid out.
-	if d, _ := l.lay(layoutConfig(100), "fleet-proxy"); d != nil {
+	if d, _ := l.Lay(layoutConfig(100), "fleet-proxy"); d != nil {
 		t.Fatal("a small document was laid out in chunks")
 	}
 }
@@ -144,9 +144,9 @@ func mustRender(t *testing.T, c *config.Config) []byte {
 // slimChunk is a chunk's ConfigMap as the cache holds it.
 func slimChunk(t *testing.T, name string, text []byte) *corev1.ConfigMap {
 	t.Helper()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{chunkOfLabel: "fleet-proxy"}},
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ChunkOfLabel: "fleet-proxy"}},
 		Data: map[string]string{config.ChunkKey: string(text)}}
-	o, err := slimConfigMap(cm)
+	o, err := SlimConfigMap(cm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,35 +155,35 @@ func slimChunk(t *testing.T, name string, text []byte) *corev1.ConfigMap {
 
 // BenchmarkOneKeyAdded is the config step's document work for one key added to a
 // 50,000-key fleet (and removed again, alternately): whole, as before the layout
-// (encode, digest, split by size, hash every chunk to compare it with the cache), and
+// (Encode, digest, split by size, hash every chunk to compare it with the cache), and
 // laid out key by key.
 func BenchmarkOneKeyAdded(b *testing.B) {
 	with, without := layoutConfig(50000), layoutConfig(50000, 25000)
 	b.Run("whole", func(b *testing.B) {
 		for i := range b.N {
 			cfg := []*config.Config{with, without}[i%2]
-			enc, err := newEncoder(cfg)
+			enc, err := NewEncoder(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
-			doc, _ := enc.at(int64(i))
+			doc, _ := enc.At(int64(i))
 			_ = config.Digest(doc)
 			chunks, _ := config.Split(doc, int64(i), "fleet-proxy", config.MaxInline)
 			for _, c := range chunks {
-				_ = splitChunk(c)
+				_ = SplitChunk(c)
 			}
 		}
 	})
 	b.Run("laid", func(b *testing.B) {
-		var l docLayout
+		var l DocLayout
 		for i := range b.N {
 			cfg := []*config.Config{with, without}[i%2]
-			d, err := l.lay(cfg, "fleet-proxy")
+			d, err := l.Lay(cfg, "fleet-proxy")
 			if err != nil {
 				b.Fatal(err)
 			}
-			_, _ = d.digest(int64(i))
-			_ = d.chunks(int64(i))
+			_, _ = d.Digest(int64(i))
+			_ = d.Chunks(int64(i))
 		}
 	})
 }

@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package controllers
+package render
 
 import (
 	"bytes"
@@ -20,13 +20,13 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
-// A change to a large fleet (one key added, changed or deleted) used to encode the
+// A change to a large fleet (one key added, changed or deleted) used to Encode the
 // whole document (about 7 MB at 50,000 keys), cut it into chunks by size, so that a
 // key added in the middle of the name order shifted every chunk after it, and hash
 // every chunk again (issue 14). A chunked document is now laid out from each key's
 // JSON line, encoded once while the key renders the same (keyFragment), and cut at
 // keys chosen by their name (a chunk ends after a key whose name hashes to a multiple
-// of the number of such keys that make chunkTargetBytes), so a key added, changed or deleted changes only the chunk it is
+// Of the number of such keys that make chunkTargetBytes), so a key added, changed or deleted changes only the chunk it is
 // in: the others keep their bytes, their names, and their hashes, which are not
 // computed again. The members after the keys and the generation are a chunk of their
 // own (the tail). The bytes are those of config.Config.Render, whatever the cuts: the
@@ -91,26 +91,28 @@ const (
 	keysClosing  = "\n],\n"
 )
 
-// docLayout is a fleet's memo of its chunked document: each key's fragment, by the
+// DocLayout is a fleet's memo of its chunked document: each key's fragment, by the
 // key's rendered name, and the chunks of keys of the last layout, by their first key.
-type docLayout struct {
+type DocLayout struct {
 	frags  map[string]*keyFragment
 	chunks map[*keyFragment]*keyChunk
 }
 
-// docLayouts holds each fleet's docLayout, by TokenProxy namespace and name. A fleet
+// DocLayouts holds each fleet's DocLayout, by TokenProxy namespace and name. A fleet
 // is reconciled by one worker at a time.
-type docLayouts struct{ m sync.Map }
+type DocLayouts struct{ m sync.Map }
 
-func (l *docLayouts) of(fleet types.NamespacedName) *docLayout {
-	v, _ := l.m.LoadOrStore(fleet, &docLayout{})
-	return v.(*docLayout)
+// Of is the fleet's layout, made empty the first time.
+func (l *DocLayouts) Of(fleet types.NamespacedName) *DocLayout {
+	v, _ := l.m.LoadOrStore(fleet, &DocLayout{})
+	return v.(*DocLayout)
 }
 
-func (l *docLayouts) forget(fleet types.NamespacedName) { l.m.Delete(fleet) }
+// Forget drops the fleet's layout.
+func (l *DocLayouts) Forget(fleet types.NamespacedName) { l.m.Delete(fleet) }
 
-// laidDoc is a rendered document laid out in chunks, at any generation.
-type laidDoc struct {
+// LaidDoc is a rendered document laid out in chunks, at any generation.
+type LaidDoc struct {
 	prefix string
 	keys   []*keyChunk
 	// tail is what follows the keys up to the generation: the closing of the keys'
@@ -121,10 +123,10 @@ type laidDoc struct {
 	size int
 }
 
-// lay encodes the keys of cfg that the layout does not hold as they are, and lays the
+// Lay encodes the keys of cfg that the layout does not hold as they are, and lays the
 // document out in chunks named after prefix. It returns nil when the document fits
 // inline (config.MaxInline), or has no keys: such a document is encoded whole.
-func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
+func (l *DocLayout) Lay(cfg *config.Config, prefix string) (*LaidDoc, error) {
 	if len(cfg.APIKeys) == 0 {
 		l.frags, l.chunks = nil, nil
 		return nil, nil
@@ -168,7 +170,7 @@ func (l *docLayout) lay(cfg *config.Config, prefix string) (*laidDoc, error) {
 		return nil, nil
 	}
 
-	d := &laidDoc{prefix: prefix, tail: tail, size: size}
+	d := &LaidDoc{prefix: prefix, tail: tail, size: size}
 	chunks := make(map[*keyFragment]*keyChunk, len(l.chunks))
 	h := sha256.New()
 	var cur *keyChunk
@@ -230,9 +232,9 @@ func ending(g int64) []byte {
 	return fmt.Appendf(nil, ",\n\"generation\":%d}\n", g)
 }
 
-// digest is the config.Digest of the document at generation g, without hashing the
+// Digest is the config.Digest of the document at generation g, without hashing the
 // bytes before the generation again.
-func (d *laidDoc) digest(g int64) (string, error) {
+func (d *LaidDoc) Digest(g int64) (string, error) {
 	h := sha256.New()
 	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(d.body); err != nil {
 		return "", err
@@ -245,40 +247,40 @@ func sumOf(h hash.Hash, last []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// docChunk is one chunk of a laid out document: its name, the hex SHA-256 of its text,
+// DocChunk is one chunk of a laid out document: its name, the hex SHA-256 of its text,
 // and its text, made when asked for.
-type docChunk struct {
-	name string
-	sum  string
-	text func() []byte
+type DocChunk struct {
+	Name string
+	Sum  string
+	Text func() []byte
 }
 
-// chunks are the document's chunks at generation g, in order: the keys' chunks, then
+// Chunks are the document's chunks at generation g, in order: the keys' chunks, then
 // the tail with the generation (cut at line breaks should it exceed
 // config.MaxInline).
-func (d *laidDoc) chunks(g int64) []docChunk {
-	out := make([]docChunk, 0, len(d.keys)+1)
+func (d *LaidDoc) Chunks(g int64) []DocChunk {
+	out := make([]DocChunk, 0, len(d.keys)+1)
 	for _, c := range d.keys {
-		out = append(out, docChunk{name: c.name, sum: c.sum, text: c.text})
+		out = append(out, DocChunk{Name: c.name, Sum: c.sum, Text: c.text})
 	}
 	tail := append(slices.Clone(d.tail), ending(g)...)
 	parts, _ := config.Split(tail, g, d.prefix, config.MaxInline)
 	for _, p := range parts {
 		sum := sha256.Sum256(p.Data)
-		out = append(out, docChunk{name: p.Name, sum: hex.EncodeToString(sum[:]), text: func() []byte { return p.Data }})
+		out = append(out, DocChunk{Name: p.Name, Sum: hex.EncodeToString(sum[:]), Text: func() []byte { return p.Data }})
 	}
 	return out
 }
 
-// manifest is the document's manifest at generation g.
-func (d *laidDoc) manifest(g int64, chunks []docChunk) (*config.Manifest, error) {
-	digest, err := d.digest(g)
+// Manifest is the document's manifest at generation g.
+func (d *LaidDoc) Manifest(g int64, chunks []DocChunk) (*config.Manifest, error) {
+	digest, err := d.Digest(g)
 	if err != nil {
 		return nil, err
 	}
 	m := &config.Manifest{Generation: g, Digest: digest, Size: int64(d.size + len(ending(g)) - len("}\n"))}
 	for _, c := range chunks {
-		m.Chunks = append(m.Chunks, c.name)
+		m.Chunks = append(m.Chunks, c.Name)
 	}
 	return m, nil
 }
