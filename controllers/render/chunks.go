@@ -18,11 +18,11 @@ import (
 // instead of the text (issue 14): a 50,000-key fleet's chunks are its whole document
 // twice (the current and the previous one), about 14 MB that the cache held besides
 // what the proxies read from the API server. The transform marks such a ConfigMap with
-// HashedChunkAnnotation; a ConfigMap read from the API server (apiReader) is whole.
+// hashedChunkAnnotation; a ConfigMap read from the API server (apiReader) is whole.
 
-// HashedChunkAnnotation marks a cached chunk ConfigMap whose config.ChunkKey value is
+// hashedChunkAnnotation marks a cached chunk ConfigMap whose config.ChunkKey value is
 // the hex SHA-256 of the chunk's text. It exists only in the cache.
-const HashedChunkAnnotation = "tokenwarden.io/cached-chunk"
+const hashedChunkAnnotation = "tokenwarden.io/cached-chunk"
 
 // SlimConfigMap is the cache transform of ConfigMaps: no managed fields, and a chunk's
 // text replaced by its hex SHA-256.
@@ -32,7 +32,7 @@ func SlimConfigMap(o any) (any, error) {
 		return o, nil
 	}
 	cm.ManagedFields = nil
-	if cm.Labels[ChunkOfLabel] == "" || cm.Annotations[HashedChunkAnnotation] != "" {
+	if cm.Labels[ChunkOfLabel] == "" || cm.Annotations[hashedChunkAnnotation] != "" {
 		return cm, nil
 	}
 	text, ok := cm.Data[config.ChunkKey]
@@ -50,21 +50,21 @@ func SlimConfigMap(o any) (any, error) {
 	for k, v := range cm.Annotations {
 		annotations[k] = v
 	}
-	annotations[HashedChunkAnnotation] = "sha256"
+	annotations[hashedChunkAnnotation] = "sha256"
 	cm.Annotations = annotations
 	return cm, nil
 }
 
 var _ toolscache.TransformFunc = SlimConfigMap
 
-// HoldsChunk tells whether a chunk ConfigMap, as the cache holds it (SlimConfigMap) or
+// holdsChunk tells whether a chunk ConfigMap, as the cache holds it (SlimConfigMap) or
 // as read whole, holds text under config.ChunkKey.
-func HoldsChunk(cm *corev1.ConfigMap, text []byte) bool {
+func holdsChunk(cm *corev1.ConfigMap, text []byte) bool {
 	have, ok := cm.Data[config.ChunkKey]
 	if !ok {
 		return false
 	}
-	if cm.Annotations[HashedChunkAnnotation] != "" {
+	if cm.Annotations[hashedChunkAnnotation] != "" {
 		sum := sha256.Sum256(text)
 		return have == hex.EncodeToString(sum[:])
 	}
@@ -79,7 +79,7 @@ func HoldsChunkSum(cm *corev1.ConfigMap, sum string) bool {
 	if !ok {
 		return false
 	}
-	if cm.Annotations[HashedChunkAnnotation] != "" {
+	if cm.Annotations[hashedChunkAnnotation] != "" {
 		return have == sum
 	}
 	h := sha256.Sum256([]byte(have))

@@ -35,10 +35,10 @@ func TestSlimConfigMap(t *testing.T) {
 	if cached.ManagedFields != nil {
 		t.Error("managed fields are cached")
 	}
-	if !HoldsChunk(cached, []byte(text)) {
+	if !holdsChunk(cached, []byte(text)) {
 		t.Error("the cached chunk does not hold its own text")
 	}
-	if HoldsChunk(cached, []byte(text+" ")) {
+	if holdsChunk(cached, []byte(text+" ")) {
 		t.Error("the cached chunk holds other text")
 	}
 	// Transforming twice (a relist) changes nothing.
@@ -46,12 +46,12 @@ func TestSlimConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !HoldsChunk(again.(*corev1.ConfigMap), []byte(text)) {
+	if !holdsChunk(again.(*corev1.ConfigMap), []byte(text)) {
 		t.Error("a second transform lost the chunk's hash")
 	}
 	// As read from the API server, whole.
 	whole := chunk()
-	if !HoldsChunk(whole, []byte(text)) || HoldsChunk(whole, []byte("other")) {
+	if !holdsChunk(whole, []byte(text)) || holdsChunk(whole, []byte("other")) {
 		t.Error("a whole chunk is not compared by its text")
 	}
 	// The fleet's own ConfigMap stays whole.

@@ -383,8 +383,8 @@ func dollars(v float64) string {
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
-// EpochOf is the recorded epoch of a group; "" when none is.
-func EpochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
+// epochOf is the recorded epoch of a group; "" when none is.
+func epochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
 	for _, e := range epochs {
 		if e.Group == group {
 			return e.Epoch
