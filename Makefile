@@ -1,4 +1,4 @@
-# tokenwarden: the operator (bin/manager) and the proxy (bin/proxy).
+# tokenwarden: the operator (bin/manager), the proxy (bin/proxy) and the kubectl plugin (bin/kubectl-tokenwarden).
 # `make help` lists the targets.
 
 SHELL := /usr/bin/env bash -o pipefail
@@ -63,9 +63,10 @@ verify: ## Regenerate everything generated and fail if the tree changed (generat
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/manager (the operator) and bin/proxy.
+build: ## Build bin/manager (the operator), bin/proxy and bin/kubectl-tokenwarden (the kubectl plugin).
 	$(GO) build -o $(BIN)/manager .
 	$(GO) build -o $(BIN)/proxy ./proxy/cmd/proxy
+	$(GO) build -o $(BIN)/kubectl-tokenwarden ./cmd/kubectl-tokenwarden
 	$(GO) build -o $(BIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: run
