@@ -66,7 +66,7 @@ verify: ## Regenerate everything generated and fail if the tree changed (generat
 build: ## Build bin/manager (the operator), bin/proxy and bin/kubectl-tokenwarden (the kubectl plugin).
 	$(GO) build -o $(BIN)/manager .
 	$(GO) build -o $(BIN)/proxy ./proxy/cmd/proxy
-	$(GO) build -o $(BIN)/kubectl-tokenwarden ./cmd/kubectl-tokenwarden
+	$(GO) build -o $(BIN)/kubectl-tokenwarden ./plugin/cmd/kubectl-tokenwarden
 	$(GO) build -o $(BIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: run

@@ -61,7 +61,7 @@ func run(m *testing.M) int {
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = filepath.Join(dir, "bin")
 	// The plugin as `make build` builds it.
-	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "kubectl-tokenwarden"), "../cmd/kubectl-tokenwarden")
+	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "kubectl-tokenwarden"), "./cmd/kubectl-tokenwarden")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the plugin: %v\n%s", err, out)
 		return 1
