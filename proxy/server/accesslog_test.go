@@ -152,6 +152,7 @@ var _ = Describe("The access log", func() {
 		Expect(l).NotTo(HaveKey("tokens_reserved"))
 		Expect(l).NotTo(HaveKey("settlement"))
 		Expect(l).NotTo(HaveKey("upstream_latency_ms"))
+		Expect(l).NotTo(HaveKey("upstream"), "no upstream was sent the request")
 		Expect(h.llm.Requests()).To(BeEmpty())
 	})
 

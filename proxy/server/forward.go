@@ -57,6 +57,9 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 	}
 }
 
+// handOff records that the request is handed to up, the upstream the access log names.
+func (ex *exchange) handOff(up *upstream) { ex.rec.upstream = up.name }
+
 // onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
 // limit headers with this proxy's, releases the hold of a failed answer, and wraps a
 // successful body so that it settles on what the body reports.

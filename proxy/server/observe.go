@@ -89,17 +89,19 @@ type accessRecord struct {
 	// unlogged: sampling or the config leaves the request out of the access log.
 	unlogged bool
 	// upstreamStart and upstreamHeaders time the upstream call: forwarded, answered.
-	upstreamStart    time.Time
-	upstreamHeaders  time.Time
-	upstreamID       string
-	finished         time.Time
-	bytesIn          int64
-	bytesOut         int64
-	status           int
-	route            string
-	model            string
-	apiKey           string
-	user, team       string
+	upstreamStart   time.Time
+	upstreamHeaders time.Time
+	upstreamID      string
+	finished        time.Time
+	bytesIn         int64
+	bytesOut        int64
+	status          int
+	route           string
+	model           string
+	apiKey          string
+	user, team      string
+	// upstream is the upstream the request was last handed to (handOff); empty when
+	// nothing was forwarded.
 	upstream         string
 	reserved         int64
 	traceID          trace.TraceID
@@ -563,9 +565,6 @@ func (s *Server) observe(ex *exchange, rt *runtime) {
 	rec.status = ex.status
 	rec.bytesOut = ex.cw.n
 	rec.model = ex.est.Model
-	if ex.upstream != nil {
-		rec.upstream = ex.upstream.name
-	}
 	if ex.span != nil {
 		s.tracing.end(ex)
 	}

@@ -259,6 +259,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 		if ex.try.rename != "" {
 			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
 		}
+		ex.handOff(ex.upstream)
 		ex.upstream.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -285,6 +286,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 			out = ex.attemptRequest(r, c)
 		}
 		first = false
+		ex.handOff(c.up)
 		c.up.proxy.ServeHTTP(w, out)
 		if !ex.try.retry {
 			return

@@ -6,6 +6,8 @@ package server
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -59,12 +61,25 @@ func (t *tracing) admitted(sp trace.Span, ex *exchange, err error) {
 }
 
 // upstream starts the span of the upstream call; its context goes upstream as the
-// traceparent.
+// traceparent. server.address is the upstream's host and server.port its port, as
+// the semantic conventions put them.
 func (t *tracing) upstream(ctx context.Context, ex *exchange) context.Context {
+	u := ex.upstream.target
 	ctx, ex.upSpan = t.tracer.Start(ctx, "tokenwarden.upstream "+ex.upstream.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("tokenwarden.upstream", ex.upstream.name),
-			attribute.String("server.address", ex.upstream.target.Host)))
+			attribute.String("server.address", u.Hostname()), attribute.Int("server.port", port(u))))
 	return ctx
+}
+
+// port is a URL's port: the one it names, or its scheme's.
+func port(u *url.URL) int {
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return p
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
 }
 
 // inject writes the upstream span's trace context into the upstream request.

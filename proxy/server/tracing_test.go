@@ -6,6 +6,8 @@ package server_test
 import (
 	"context"
 	"encoding/hex"
+	"net/url"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -84,6 +86,15 @@ var _ = Describe("Traces", func() {
 			up := spans["tokenwarden.upstream default"]
 			Expect(up).NotTo(BeNil())
 			Expect(up.Kind).To(Equal(tracepb.Span_SPAN_KIND_CLIENT))
+			backend, err := url.Parse(h.backend.URL)
+			Expect(err).NotTo(HaveOccurred())
+			port, err := strconv.Atoi(backend.Port())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(attrs(up)).To(And(
+				HaveKeyWithValue("tokenwarden.upstream", "default"),
+				HaveKeyWithValue("server.address", backend.Hostname()),
+				HaveKeyWithValue("server.port", int64(port)),
+			), "the host in server.address, the port in server.port")
 			Expect(up.ParentSpanId).To(Equal(srv.SpanId))
 			Expect(h.llm.Requests()[0].Header.Get("Traceparent")).To(
 				Equal("00-"+clientTrace+"-"+hex.EncodeToString(up.SpanId)+"-01"), "the upstream call is the upstream's parent")
