@@ -157,7 +157,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		UpstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokenwarden_upstream_duration_seconds",
-			Help:    "Time from forwarding a request to the upstream's response headers, by upstream.",
+			Help:    "Time from handing a request to the upstream (after any wait for its capacity) to the upstream's response headers, by upstream.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

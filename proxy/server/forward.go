@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
@@ -57,8 +58,12 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 	}
 }
 
-// handOff records that the request is handed to up, the upstream the access log names.
-func (ex *exchange) handOff(up *upstream) { ex.rec.upstream = up.name }
+// handOff records that the request is handed to up at the time at: the upstream the
+// access log names, and the start of the upstream latency (an earlier attempt's answer
+// is forgotten).
+func (ex *exchange) handOff(up *upstream, at time.Time) {
+	ex.rec.upstream, ex.rec.upstreamStart, ex.rec.upstreamHeaders = up.name, at, time.Time{}
+}
 
 // onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
 // limit headers with this proxy's, releases the hold of a failed answer, and wraps a
@@ -73,7 +78,7 @@ func onResponse(resp *http.Response) error {
 	ex.upstreamAnswered(resp.Header)
 	// A learned capacity learns from the answer (proxy/schedule/learn.go).
 	ex.slot.Answered(resp.StatusCode)
-	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(s.clock.Now().Sub(ex.start).Seconds())
+	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(ex.rec.upstreamHeaders.Sub(ex.rec.upstreamStart).Seconds())
 	if err := ex.attemptAnswered(resp); err != nil {
 		return err
 	}

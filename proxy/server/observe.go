@@ -88,7 +88,9 @@ type accessRecord struct {
 	debt, debtDollars float64
 	// unlogged: sampling or the config leaves the request out of the access log.
 	unlogged bool
-	// upstreamStart and upstreamHeaders time the upstream call: forwarded, answered.
+	// start and finished are the request's arrival and end; upstreamStart and
+	// upstreamHeaders time the upstream call of its last attempt: forwarded, answered.
+	// All come from the server's clock.
 	upstreamStart   time.Time
 	upstreamHeaders time.Time
 	upstreamID      string
@@ -521,7 +523,6 @@ func (c *counter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // serve, with the span in its context.
 func (ex *exchange) begin(w http.ResponseWriter, r *http.Request) *http.Request {
 	rec := &ex.rec
-	rec.start = time.Now()
 	rec.method = r.Method
 	rec.route = ex.route.name
 	id, same := requestID(r)
@@ -561,7 +562,6 @@ func (ex *exchange) admitted(id *budget.Identity, dec *budget.Decision) {
 // server span. It runs once the request is answered.
 func (s *Server) observe(ex *exchange, rt *runtime) {
 	rec := &ex.rec
-	rec.finished = time.Now()
 	rec.status = ex.status
 	rec.bytesOut = ex.cw.n
 	rec.model = ex.est.Model
@@ -626,7 +626,7 @@ func (s *Server) FlushAccessLog(ctx context.Context) { s.access.flush(ctx) }
 // upstreamAnswered records the upstream's answer: when its headers came, and its own
 // request id.
 func (ex *exchange) upstreamAnswered(h http.Header) {
-	ex.rec.upstreamHeaders = time.Now()
+	ex.rec.upstreamHeaders = ex.s.clock.Now()
 	if v := h.Get(forwardedIDHeader); v != "" {
 		ex.rec.upstreamID = v
 	}

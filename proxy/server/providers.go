@@ -156,9 +156,7 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 
 // tooLong answers a pre-check's refusal and counts it.
 func (ex *exchange) tooLong(w http.ResponseWriter, mr *modelRoute, limit, msg string, details map[string]any) {
-	if p := ex.s.providers(); p != nil {
-		p.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
-	}
+	ex.s.metrics.Providers.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
 	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusalBody{limitType: limit, details: details})
 }
 
@@ -240,30 +238,27 @@ func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
 	}
 	secs := int64(math.Ceil(wait.Seconds()))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	if p := ex.s.providers(); p != nil {
-		p.Unavailable.WithLabelValues(mr.name).Inc()
-	}
+	ex.s.metrics.Providers.Unavailable.WithLabelValues(mr.name).Inc()
 	ex.fail(w, http.StatusServiceUnavailable, "upstreams_unavailable",
 		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.name, secs),
 		&refusalBody{limitType: "upstreams", details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
 }
 
-// forward sends the request upstream. A registered model's request goes to its first
-// available upstream; an error before any byte reached the client (a connection
-// error, a timeout, a 5xx or a 429 answer) moves it to the next, with the same
-// reservation, which is settled once on the attempt that served it. A stream that
-// began is never replayed.
-func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
+// forward sends the request upstream, handed off at now. A registered model's request
+// goes to its first available upstream; an error before any byte reached the client
+// (a connection error, a timeout, a 5xx or a 429 answer) moves it to the next, with
+// the same reservation, which is settled once on the attempt that served it. A stream
+// that began is never replayed.
+func (ex *exchange) forward(w http.ResponseWriter, r *http.Request, now time.Time) {
 	mr := ex.try.model
 	if mr == nil {
 		if ex.try.rename != "" {
 			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
 		}
-		ex.handOff(ex.upstream)
+		ex.handOff(ex.upstream, now)
 		ex.upstream.proxy.ServeHTTP(w, r)
 		return
 	}
-	now := ex.s.clock.Now()
 	first := true
 	for i := ex.try.first; ; i++ {
 		j, _ := ex.next(i, now, true)
@@ -274,9 +269,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 		i = j
 		c := &mr.candidates[i]
 		if !first {
-			if p := ex.s.providers(); p != nil {
-				p.Failovers.WithLabelValues(mr.name).Inc()
-			}
+			ex.s.metrics.Providers.Failovers.WithLabelValues(mr.name).Inc()
 		}
 		k, _ := ex.next(i+1, now, false)
 		ex.try.more, ex.try.retry, ex.try.cand = k >= 0, false, c
@@ -286,7 +279,7 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request) {
 			out = ex.attemptRequest(r, c)
 		}
 		first = false
-		ex.handOff(c.up)
+		ex.handOff(c.up, now)
 		c.up.proxy.ServeHTTP(w, out)
 		if !ex.try.retry {
 			return
@@ -388,14 +381,6 @@ func (ex *exchange) attemptFailed(r *http.Request, err error) bool {
 		return true
 	}
 	return false
-}
-
-// providers is the registry's metrics, nil without metrics.
-func (s *Server) providers() *metrics.Providers {
-	if s.metrics == nil {
-		return nil
-	}
-	return s.metrics.Providers
 }
 
 // upstreamHealth is each registry upstream's health, for the metrics and the report.

@@ -56,12 +56,10 @@ func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget
 	try.rename = to
 	try.fallback = "fallback(" + from + " -> " + to + ", budget)"
 	ex.try, ex.upstream, ex.est.Model = try, up, to
-	if p := ex.s.providers(); p != nil {
-		label := "other"
-		if ex.rt.knownModels[from] {
-			label = from
-		}
-		p.Fallbacks.WithLabelValues(label, to).Inc()
+	label := "other"
+	if ex.rt.knownModels[from] {
+		label = from
 	}
+	ex.s.metrics.Providers.Fallbacks.WithLabelValues(label, to).Inc()
 	return next
 }

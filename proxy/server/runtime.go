@@ -255,13 +255,11 @@ func (s *Server) applyLive(rt *runtime, origin string) {
 		s.log.Info("No config change waits for a restart any more", "origin", origin)
 	}
 	r.pending = rt.restartRequired
-	if s.metrics != nil {
-		v := 0.0
-		if len(rt.restartRequired) > 0 {
-			v = 1
-		}
-		s.metrics.RestartRequired.Set(v)
+	v := 0.0
+	if len(rt.restartRequired) > 0 {
+		v = 1
 	}
+	s.metrics.RestartRequired.Set(v)
 }
 
 // route picks the upstream of a model: the one that lists it, else the catch-all. With

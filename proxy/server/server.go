@@ -95,10 +95,13 @@ type Options struct {
 	Store budget.Store
 	// Memory is the replica-local store (the Store itself, or the fallback of a shared
 	// one); a reload applies max_buckets to it.
-	Memory  *budget.Memory
+	Memory *budget.Memory
+	// Metrics is required: every request is counted.
 	Metrics *metrics.Metrics
-	Clock   budget.Clock
-	Logger  *slog.Logger
+	// Clock measures everything about a request, its latencies included (default: the
+	// system clock).
+	Clock  budget.Clock
+	Logger *slog.Logger
 	// AsyncSettle is for stores that make a network call: a settlement that waits for
 	// the store's answer runs on a detached goroutine (a refund to a store that sends
 	// refunds without waiting, budget.RefundSender, does not).
@@ -174,11 +177,9 @@ func New(o Options) *Server {
 		refusals: o.Refusals,
 		health:   health.NewRegistry(),
 		access:   newAccessLog(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
-		tracing:  newTracing(o.TracerProvider),
+		tracing:  newTracing(o.TracerProvider, o.Clock),
 	}
-	if o.Metrics != nil {
-		o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
-	}
+	o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	// The access log's writer ends with the server: no request can send to it then.
 	goruntime.AddCleanup(s, (*accessLog).stop, s.access)
 	return s
@@ -249,7 +250,6 @@ type exchange struct {
 	slot  schedule.Slot
 	agent agentState
 	key   string
-	start time.Time
 	// try is a registered model's failover state (providers.go).
 	try attempt
 	// status is the upstream's status, or the proxy's own answer.
@@ -269,10 +269,11 @@ type exchange struct {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := s.clock.Now()
 	rt := s.rt.Load()
 	rtInfo := classify(r.URL)
-	ex := &exchange{s: s, rt: rt, route: rtInfo, start: start}
+	ex := &exchange{s: s, rt: rt, route: rtInfo}
+	// Every latency of the request is measured on the injected clock, from this arrival.
+	ex.rec.start = s.clock.Now()
 	ex.cw.ResponseWriter = w
 	w = &ex.cw
 	r = ex.begin(w, r)
@@ -284,8 +285,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ex.status == 0 {
 			ex.status = http.StatusBadGateway
 		}
+		ex.rec.finished = s.clock.Now()
 		s.metrics.Requests.WithLabelValues(ex.route.name, metrics.Code(ex.status)).Inc()
-		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(s.clock.Now().Sub(start).Seconds())
+		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(ex.rec.finished.Sub(ex.rec.start).Seconds())
 		ex.rec.bytesIn = max(r.ContentLength, 0)
 		s.observe(ex, rt)
 	}()
@@ -363,7 +365,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	actx := r.Context()
 	var asp trace.Span
 	if s.tracing != nil {
-		actx, asp = s.tracing.admission(actx)
+		actx, asp = s.tracing.admission(actx, s.clock.Now())
 	}
 	dec, err := s.limiter.Admit(actx, rt.policy, id, ask)
 	if err == nil && dec.Refusal != nil && len(rt.fallbacks) > 0 {
@@ -373,7 +375,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.admitted(&id, &dec)
 	}
 	if asp != nil {
-		s.tracing.admitted(asp, ex, err)
+		s.tracing.admitted(asp, ex, err, s.clock.Now())
 	}
 	if err != nil {
 		var unavailable *budget.UnavailableError
@@ -416,13 +418,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The hand-off to the upstream: its latency is measured from here, after any wait
+	// for its capacity (the queue wait's own histogram), so the two never overlap.
 	ctx := r.Context()
+	at := s.clock.Now()
 	if s.tracing != nil {
-		ctx = s.tracing.upstream(ctx, ex)
+		ctx = s.tracing.upstream(ctx, ex, at)
 	}
 	ctx = context.WithValue(ctx, holdKey{}, ex)
-	ex.rec.upstreamStart = time.Now()
-	ex.forward(w, r.WithContext(ctx))
+	ex.forward(w, r.WithContext(ctx), at)
 }
 
 // credential reads the client's key from Authorization: Bearer or x-api-key.

@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
 // tracerName is the instrumentation scope of the proxy's spans.
@@ -20,36 +23,59 @@ const tracerName = "github.com/tokenwarden/tokenwarden/proxy/server"
 
 // tracing makes a request's spans: a server span, with children for admission and
 // the upstream call. W3C trace context is taken from the client and sent upstream.
+//
+// The spans are timed on the server's clock. On the system clock the SDK's own
+// timestamps are that clock's readings, and cost no allocation; on another clock
+// (stamp) each span is given the request's own timestamps.
 type tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TraceContext
+	stamp  bool
 }
 
-func newTracing(tp trace.TracerProvider) *tracing {
+func newTracing(tp trace.TracerProvider, clock budget.Clock) *tracing {
 	if tp == nil {
 		return nil
 	}
-	return &tracing{tracer: tp.Tracer(tracerName)}
+	_, system := clock.(budget.SystemClock)
+	return &tracing{tracer: tp.Tracer(tracerName), stamp: !system}
+}
+
+// begin starts a span at the time at.
+func (t *tracing) begin(ctx context.Context, name string, at time.Time, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.stamp {
+		opts = append(opts, trace.WithTimestamp(at))
+	}
+	return t.tracer.Start(ctx, name, opts...)
+}
+
+// finish ends a span at the time at.
+func (t *tracing) finish(sp trace.Span, at time.Time) {
+	if t.stamp {
+		sp.End(trace.WithTimestamp(at))
+		return
+	}
+	sp.End()
 }
 
 // start begins the server span, the child of the client's traceparent when it sent
 // one.
 func (t *tracing) start(ex *exchange, r *http.Request) *http.Request {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, ex.span = t.tracer.Start(ctx, "tokenwarden "+ex.route.name, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, ex.span = t.begin(ctx, "tokenwarden "+ex.route.name, ex.rec.start, trace.WithSpanKind(trace.SpanKindServer))
 	if sc := ex.span.SpanContext(); sc.IsSampled() {
 		ex.rec.traceID = sc.TraceID()
 	}
 	return r.WithContext(ctx)
 }
 
-// admission starts the admission span; the store's round trip runs inside it.
-func (t *tracing) admission(ctx context.Context) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "tokenwarden.admission", trace.WithSpanKind(trace.SpanKindInternal))
+// admission starts the admission span at now; the store's round trip runs inside it.
+func (t *tracing) admission(ctx context.Context, now time.Time) (context.Context, trace.Span) {
+	return t.begin(ctx, "tokenwarden.admission", now, trace.WithSpanKind(trace.SpanKindInternal))
 }
 
-// admitted ends the admission span with its outcome.
-func (t *tracing) admitted(sp trace.Span, ex *exchange, err error) {
+// admitted ends the admission span at now with its outcome.
+func (t *tracing) admitted(sp trace.Span, ex *exchange, err error, now time.Time) {
 	if err != nil {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, "the budget store could not decide")
@@ -57,15 +83,15 @@ func (t *tracing) admitted(sp trace.Span, ex *exchange, err error) {
 		sp.SetAttributes(attribute.String("tokenwarden.decision", ex.rec.decision.String()),
 			attribute.Int64("tokenwarden.tokens_reserved", ex.rec.reserved))
 	}
-	sp.End()
+	t.finish(sp, now)
 }
 
-// upstream starts the span of the upstream call; its context goes upstream as the
-// traceparent. server.address is the upstream's host and server.port its port, as
-// the semantic conventions put them.
-func (t *tracing) upstream(ctx context.Context, ex *exchange) context.Context {
+// upstream starts the span of the upstream call at the hand-off at; its context goes
+// upstream as the traceparent. server.address is the upstream's host and server.port
+// its port, as the semantic conventions put them.
+func (t *tracing) upstream(ctx context.Context, ex *exchange, at time.Time) context.Context {
 	u := ex.upstream.target
-	ctx, ex.upSpan = t.tracer.Start(ctx, "tokenwarden.upstream "+ex.upstream.name, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, ex.upSpan = t.begin(ctx, "tokenwarden.upstream "+ex.upstream.name, at, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("tokenwarden.upstream", ex.upstream.name),
 			attribute.String("server.address", u.Hostname()), attribute.Int("server.port", port(u))))
 	return ctx
@@ -107,7 +133,7 @@ func (t *tracing) end(ex *exchange) {
 		if rec.upstreamHeaders.IsZero() {
 			ex.upSpan.SetStatus(codes.Error, "the upstream did not answer")
 		}
-		ex.upSpan.End()
+		t.finish(ex.upSpan, rec.finished)
 	}
 	sp := ex.span
 	if !sp.IsRecording() {
@@ -174,7 +200,7 @@ func (t *tracing) end(ex *exchange) {
 	if rec.status >= 500 {
 		sp.SetStatus(codes.Error, rec.errCode)
 	}
-	sp.End()
+	t.finish(sp, rec.finished)
 }
 
 // refusalAttrs name what refused a request, never a shared rule's name.

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"strconv"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -100,6 +101,9 @@ var _ = Describe("Traces", func() {
 				Equal("00-"+clientTrace+"-"+hex.EncodeToString(up.SpanId)+"-01"), "the upstream call is the upstream's parent")
 
 			Expect(out.logged(id(r))).To(HaveKeyWithValue("trace_id", clientTrace))
+			for _, sp := range spans {
+				Expect(time.Unix(0, int64(sp.StartTimeUnixNano)).UTC()).To(Equal(h.clock.Now()), "%s is timed on the server's clock", sp.Name)
+			}
 		},
 		Entry("over OTLP/gRPC", config.TracingGRPC),
 		Entry("over OTLP/HTTP", config.TracingHTTP),
