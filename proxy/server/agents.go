@@ -20,6 +20,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
 
@@ -147,7 +148,7 @@ func (ex *exchange) refuseAgent(w http.ResponseWriter, status int, code, limitTy
 	details["class"] = ex.agent.class.String()
 	// The code again, for the Anthropic shape, which has no code field.
 	details["reason"] = code
-	ex.fail(w, status, code, msg, &refusalBody{limitType: limitType, details: details})
+	ex.fail(w, status, code, msg, &refusal.Body{LimitType: limitType, Details: details})
 }
 
 // endAgent ends the request's part in the limits for agents when its handler returns.

@@ -66,20 +66,6 @@ func TestContentCodings(t *testing.T) {
 	}
 }
 
-func TestStripUpstreamLimits(t *testing.T) {
-	h := http.Header{"X-Ratelimit-Remaining-Tokens": {"1"}, "Anthropic-Ratelimit-Requests-Limit": {"1"}, "Ratelimit": {"x"},
-		"Retry-After": {"3"}, "Retry-After-Ms": {"3000"}, "X-Request-Id": {"r"}, "x-ratelimit-limit-requests": {"1"}}
-	failed := h.Clone()
-	stripUpstreamLimits(h, true)
-	if len(h) != 1 || h.Get("X-Request-Id") != "r" {
-		t.Errorf("a 2xx kept %v", h)
-	}
-	stripUpstreamLimits(failed, false)
-	if len(failed) != 3 || failed.Get("Retry-After") != "3" || failed.Get("Retry-After-Ms") != "3000" {
-		t.Errorf("a failed answer kept %v", failed)
-	}
-}
-
 // compressed is data compressed with a coding, written in pieces with flushes, as a
 // stream would be.
 func compressed(t *testing.T, coding string, data []byte) []byte {

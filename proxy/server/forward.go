@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
@@ -42,7 +43,7 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-Api-Key")
 			if up.credential != "" {
-				if ex != nil && ex.route.family == Anthropic {
+				if ex != nil && ex.route.family == refusal.Anthropic {
 					pr.Out.Header.Set("X-Api-Key", up.credential)
 				} else {
 					pr.Out.Header.Set("Authorization", "Bearer "+up.credential)
@@ -83,10 +84,10 @@ func onResponse(resp *http.Response) error {
 		return err
 	}
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
-	stripUpstreamLimits(resp.Header, success)
+	refusal.StripUpstreamLimits(resp.Header, success)
 	// The proxy's own headers go straight to the client's answer: the reverse proxy
 	// copies the upstream's with an allocation for each.
-	setLimitHeaders(ex.cw.Header(), &ex.dec, s.clock.Now(), ex.route.family)
+	refusal.SetLimitHeaders(ex.cw.Header(), &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
 		ex.release()
 		return nil
@@ -313,26 +314,4 @@ func (b *bufferPool) Put(p []byte) {
 	}
 	*h = p
 	b.p.Put(h)
-}
-
-// stripUpstreamLimits removes the upstream's rate limit headers (x-ratelimit-*,
-// anthropic-ratelimit-*, the IETF RateLimit fields): they describe the provider
-// account, not the tenant, and only this proxy's own headers describe budgets. A
-// successful answer loses Retry-After and retry-after-ms too; a failed one (an upstream
-// 429 or 503) keeps them, because they tell the client when the upstream will take the
-// request again.
-func stripUpstreamLimits(h http.Header, success bool) {
-	for k := range h {
-		if hasPrefixFold(k, "x-ratelimit") || hasPrefixFold(k, "anthropic-ratelimit") || hasPrefixFold(k, "ratelimit") ||
-			// An upstream that is itself a tokenwarden speaks of its own fleet's rules,
-			// upstreams and request ids; only this proxy speaks them to its client.
-			hasPrefixFold(k, "x-tokenwarden-") ||
-			success && (strings.EqualFold(k, "retry-after") || strings.EqualFold(k, "retry-after-ms")) {
-			delete(h, k)
-		}
-	}
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
 )
 
@@ -49,12 +50,12 @@ type candidate struct {
 }
 
 // serves reports whether the candidate speaks the route's API family.
-func (c *candidate) serves(f Family) bool {
+func (c *candidate) serves(f refusal.Family) bool {
 	switch c.up.provider {
 	case config.ProviderOpenAI:
-		return f == OpenAI
+		return f == refusal.OpenAI
 	case config.ProviderAnthropic:
-		return f == Anthropic
+		return f == refusal.Anthropic
 	}
 	return true
 }
@@ -157,7 +158,7 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 // tooLong answers a pre-check's refusal and counts it.
 func (ex *exchange) tooLong(w http.ResponseWriter, mr *modelRoute, limit, msg string, details map[string]any) {
 	ex.s.metrics.Providers.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
-	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusalBody{limitType: limit, details: details})
+	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusal.Body{LimitType: limit, Details: details})
 }
 
 // choose picks the upstream of a registered model: the first that speaks the route's
@@ -172,7 +173,7 @@ func (ex *exchange) choose(w http.ResponseWriter) bool {
 	ex.try.model = mr
 	if !slices.ContainsFunc(mr.candidates, func(c candidate) bool { return c.serves(ex.route.family) }) {
 		api := "OpenAI"
-		if ex.route.family == Anthropic {
+		if ex.route.family == refusal.Anthropic {
 			api = "Anthropic"
 		}
 		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
@@ -241,7 +242,7 @@ func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
 	ex.s.metrics.Providers.Unavailable.WithLabelValues(mr.name).Inc()
 	ex.fail(w, http.StatusServiceUnavailable, "upstreams_unavailable",
 		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.name, secs),
-		&refusalBody{limitType: "upstreams", details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
+		&refusal.Body{LimitType: "upstreams", Details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
 }
 
 // forward sends the request upstream, handed off at now. A registered model's request

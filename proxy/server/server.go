@@ -33,23 +33,14 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
-)
-
-// Family is an API family: it decides the shape of error bodies and the upstream
-// credential header.
-type Family uint8
-
-// API families.
-const (
-	OpenAI Family = iota
-	Anthropic
 )
 
 // route is what the proxy knows of a request path.
 type route struct {
 	name    string // the metrics label: the charged path, or "other"
-	family  Family
+	family  refusal.Family
 	charged bool
 	// stripPrefix is removed from the path before forwarding (/anthropic).
 	stripPrefix string
@@ -58,12 +49,12 @@ type route struct {
 }
 
 var chargedRoutes = map[string]route{
-	"/v1/chat/completions":   {name: "/v1/chat/completions", family: OpenAI, charged: true},
-	"/v1/completions":        {name: "/v1/completions", family: OpenAI, charged: true},
-	"/v1/responses":          {name: "/v1/responses", family: OpenAI, charged: true},
-	"/v1/responses/compact":  {name: "/v1/responses/compact", family: OpenAI, charged: true},
-	"/v1/messages":           {name: "/v1/messages", family: Anthropic, charged: true},
-	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: Anthropic, charged: true, stripPrefix: "/anthropic"},
+	"/v1/chat/completions":   {name: "/v1/chat/completions", family: refusal.OpenAI, charged: true},
+	"/v1/completions":        {name: "/v1/completions", family: refusal.OpenAI, charged: true},
+	"/v1/responses":          {name: "/v1/responses", family: refusal.OpenAI, charged: true},
+	"/v1/responses/compact":  {name: "/v1/responses/compact", family: refusal.OpenAI, charged: true},
+	"/v1/messages":           {name: "/v1/messages", family: refusal.Anthropic, charged: true},
+	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: refusal.Anthropic, charged: true, stripPrefix: "/anthropic"},
 }
 
 // classify reads a request path in its canonical form (paths.go): a charged route
@@ -82,11 +73,11 @@ func classify(u *url.URL) route {
 	}
 	switch {
 	case strings.HasPrefix(p, "/anthropic/"):
-		return route{name: "other", family: Anthropic, stripPrefix: "/anthropic", path: p}
+		return route{name: "other", family: refusal.Anthropic, stripPrefix: "/anthropic", path: p}
 	case strings.HasPrefix(p, "/v1/messages/"):
-		return route{name: "other", family: Anthropic, path: p}
+		return route{name: "other", family: refusal.Anthropic, path: p}
 	}
-	return route{name: "other", family: OpenAI, path: p}
+	return route{name: "other", family: refusal.OpenAI, path: p}
 }
 
 // Options configure a Server.
@@ -571,6 +562,6 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 	if errors.Is(err, schedule.ErrQueueFull) {
 		code, msg = "queue_full", "the queue for the upstream "+ex.upstream.name+"'s capacity is full; retry later"
 	}
-	ex.fail(w, http.StatusTooManyRequests, code, msg, &refusalBody{limitType: "queue", details: details})
+	ex.fail(w, http.StatusTooManyRequests, code, msg, &refusal.Body{LimitType: "queue", Details: details})
 	return false
 }

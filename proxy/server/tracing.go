@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 )
 
 // tracerName is the instrumentation scope of the proxy's spans.
@@ -151,7 +152,7 @@ func (t *tracing) end(ex *exchange) {
 	op := operation(rec.route)
 	if op != "" {
 		provider := "openai"
-		if ex.route.family == Anthropic {
+		if ex.route.family == refusal.Anthropic {
 			provider = "anthropic"
 		}
 		attrs = append(attrs, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.provider.name", provider))

@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package server
+package refusal
 
 import (
 	"fmt"
@@ -27,5 +27,19 @@ func TestHeaderWriterValuesPastItsBuffer(t *testing.T) {
 		if got := h.Get(k); got != v {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
+	}
+}
+
+func TestStripUpstreamLimits(t *testing.T) {
+	h := http.Header{"X-Ratelimit-Remaining-Tokens": {"1"}, "Anthropic-Ratelimit-Requests-Limit": {"1"}, "Ratelimit": {"x"},
+		"Retry-After": {"3"}, "Retry-After-Ms": {"3000"}, "X-Request-Id": {"r"}, "x-ratelimit-limit-requests": {"1"}}
+	failed := h.Clone()
+	StripUpstreamLimits(h, true)
+	if len(h) != 1 || h.Get("X-Request-Id") != "r" {
+		t.Errorf("a 2xx kept %v", h)
+	}
+	StripUpstreamLimits(failed, false)
+	if len(failed) != 3 || failed.Get("Retry-After") != "3" || failed.Get("Retry-After-Ms") != "3000" {
+		t.Errorf("a failed answer kept %v", failed)
 	}
 }
