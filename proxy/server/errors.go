@@ -18,7 +18,7 @@ func (ex *exchange) fail(w http.ResponseWriter, status int, code, msg string, b 
 	if b != nil {
 		ex.countRefusal(code, b.LimitType)
 	}
-	ex.rec.errCode, ex.rec.errMsg = code, msg
+	ex.rec.ErrCode, ex.rec.ErrMsg = code, msg
 	refusal.Write(w, ex.route.family, status, code, msg, b)
 }
 
@@ -31,6 +31,6 @@ func (ex *exchange) tooLarge(w http.ResponseWriter, limit int64) {
 func (ex *exchange) refuse(w http.ResponseWriter, r *budget.Refusal) {
 	msg, b, secs := refusal.Budget(w.Header(), r, &refusal.Request{Decision: &ex.dec, Family: ex.route.family,
 		Tokens: ex.est.Total(), Model: ex.est.Model, Patience: ex.rt.retryPatience, Now: ex.s.clock.Now()})
-	ex.rec.retryAfterSecond = secs
+	ex.rec.RetryAfterSecond = secs
 	ex.fail(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg, b)
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
@@ -63,7 +64,7 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 // access log names, and the start of the upstream latency (an earlier attempt's answer
 // is forgotten).
 func (ex *exchange) handOff(up *upstream, at time.Time) {
-	ex.rec.upstream, ex.rec.upstreamStart, ex.rec.upstreamHeaders = up.name, at, time.Time{}
+	ex.rec.Upstream, ex.rec.UpstreamStart, ex.rec.UpstreamHeaders = up.name, at, time.Time{}
 }
 
 // onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
@@ -79,7 +80,7 @@ func onResponse(resp *http.Response) error {
 	ex.upstreamAnswered(resp.Header)
 	// A learned capacity learns from the answer (proxy/schedule/learn.go).
 	ex.slot.Answered(resp.StatusCode)
-	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(ex.rec.upstreamHeaders.Sub(ex.rec.upstreamStart).Seconds())
+	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(ex.rec.UpstreamHeaders.Sub(ex.rec.UpstreamStart).Seconds())
 	if err := ex.attemptAnswered(resp); err != nil {
 		return err
 	}
@@ -247,14 +248,14 @@ func (st *settler) finish() {
 		u, verdict = st.reader.Settlement(ex.est.Input, end)
 	}
 	st.giveBack()
-	ex.rec.end = end
+	ex.rec.End = end
 	switch verdict {
 	case usage.Settle:
 		ex.settle(u)
 	case usage.Reserve:
 		// The reservation stands: the request is charged what it reserved.
 		ex.settle(usage.Usage{Input: ex.est.Input, Output: ex.est.Output})
-		ex.rec.settlement = settledReserved
+		ex.rec.Settlement = accesslog.SettledReserved
 	default:
 		ex.release()
 	}
@@ -262,7 +263,7 @@ func (st *settler) finish() {
 
 func (ex *exchange) settle(u usage.Usage) {
 	s := ex.s
-	ex.rec.used, ex.rec.settlement = u, settledUsage
+	ex.rec.Used, ex.rec.Settlement = u, accesslog.SettledUsage
 	// The upstream's capacity is given back with the tokens served.
 	ex.slot.Done(u.Input, u.Output)
 	ex.settleRun(u.Input + u.Output)
@@ -287,7 +288,7 @@ func (ex *exchange) release() {
 	ex.slot.Done(0, 0)
 	ex.releaseRun()
 	if ex.hold.Release() {
-		ex.rec.settlement = released
+		ex.rec.Settlement = accesslog.Released
 		ex.s.metrics.Released()
 	}
 }

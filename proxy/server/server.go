@@ -28,6 +28,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
@@ -142,11 +143,11 @@ type Server struct {
 	health *health.Registry
 	// agents is the state of the limits for agents (agents.go).
 	agents agents
-	// access, tracing and audit tell about each request (observe.go); tracing is nil
-	// when it is off.
-	access  *accessLog
+	// access, tracing and audit tell about each request (observe.go, proxy/accesslog);
+	// tracing is nil when it is off.
+	access  *accesslog.Writer
 	tracing *tracing
-	audit   audit
+	audit   accesslog.Audit
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -167,12 +168,12 @@ func New(o Options) *Server {
 		restart:  newRestartState(o),
 		refusals: o.Refusals,
 		health:   health.NewRegistry(),
-		access:   newAccessLog(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
+		access:   accesslog.New(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
 		tracing:  newTracing(o.TracerProvider, o.Clock),
 	}
 	o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	// The access log's writer ends with the server: no request can send to it then.
-	goruntime.AddCleanup(s, (*accessLog).stop, s.access)
+	goruntime.AddCleanup(s, (*accesslog.Writer).Stop, s.access)
 	return s
 }
 
@@ -247,7 +248,7 @@ type exchange struct {
 	status int
 	// rec is what the access log tells of the request; cw counts the bytes sent; span
 	// and upSpan are the request's server span and its upstream call's, when traced.
-	rec    accessRecord
+	rec    accesslog.Record
 	cw     counter
 	span   trace.Span
 	upSpan trace.Span
@@ -264,7 +265,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rtInfo := classify(r.URL)
 	ex := &exchange{s: s, rt: rt, route: rtInfo}
 	// Every latency of the request is measured on the injected clock, from this arrival.
-	ex.rec.start = s.clock.Now()
+	ex.rec.Start = s.clock.Now()
 	ex.cw.ResponseWriter = w
 	w = &ex.cw
 	r = ex.begin(w, r)
@@ -276,10 +277,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ex.status == 0 {
 			ex.status = http.StatusBadGateway
 		}
-		ex.rec.finished = s.clock.Now()
+		ex.rec.Finished = s.clock.Now()
 		s.metrics.Requests.WithLabelValues(ex.route.name, metrics.Code(ex.status)).Inc()
-		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(ex.rec.finished.Sub(ex.rec.start).Seconds())
-		ex.rec.bytesIn = max(r.ContentLength, 0)
+		s.metrics.RequestDuration.WithLabelValues(ex.route.name).Observe(ex.rec.Finished.Sub(ex.rec.Start).Seconds())
+		ex.rec.BytesIn = max(r.ContentLength, 0)
 		s.observe(ex, rt)
 	}()
 	if rt == nil {
@@ -296,7 +297,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ex.key = key.Name
-		ex.rec.apiKey, ex.rec.user, ex.rec.team = key.Name, key.User, key.Team
+		ex.rec.APIKey, ex.rec.User, ex.rec.Team = key.Name, key.User, key.Team
 	} else if rt.authMode == config.AuthRequired {
 		ex.fail(w, http.StatusUnauthorized, "authentication", "an API key is required: send it as Authorization: Bearer KEY or x-api-key: KEY", nil)
 		return
@@ -553,7 +554,7 @@ func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Sc
 		return false
 	}
 	secs := int64(math.Ceil(we.RetryAfter.Seconds()))
-	ex.rec.decision, ex.rec.queue, ex.rec.retryAfterSecond = refused, true, secs
+	ex.rec.Decision, ex.rec.Queue, ex.rec.RetryAfterSecond = accesslog.Refused, true, secs
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(we.RetryAfter.Milliseconds(), 10))

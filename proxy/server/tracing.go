@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 )
@@ -63,9 +64,9 @@ func (t *tracing) finish(sp trace.Span, at time.Time) {
 // one.
 func (t *tracing) start(ex *exchange, r *http.Request) *http.Request {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, ex.span = t.begin(ctx, "tokenwarden "+ex.route.name, ex.rec.start, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, ex.span = t.begin(ctx, "tokenwarden "+ex.route.name, ex.rec.Start, trace.WithSpanKind(trace.SpanKindServer))
 	if sc := ex.span.SpanContext(); sc.IsSampled() {
-		ex.rec.traceID = sc.TraceID()
+		ex.rec.TraceID = sc.TraceID()
 	}
 	return r.WithContext(ctx)
 }
@@ -81,8 +82,8 @@ func (t *tracing) admitted(sp trace.Span, ex *exchange, err error, now time.Time
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, "the budget store could not decide")
 	} else {
-		sp.SetAttributes(attribute.String("tokenwarden.decision", ex.rec.decision.String()),
-			attribute.Int64("tokenwarden.tokens_reserved", ex.rec.reserved))
+		sp.SetAttributes(attribute.String("tokenwarden.decision", ex.rec.Decision.String()),
+			attribute.Int64("tokenwarden.tokens_reserved", ex.rec.Reserved))
 	}
 	t.finish(sp, now)
 }
@@ -130,11 +131,11 @@ func operation(route string) string {
 func (t *tracing) end(ex *exchange) {
 	rec := &ex.rec
 	if ex.upSpan != nil {
-		ex.upSpan.SetAttributes(attribute.Int("http.response.status_code", rec.status))
-		if rec.upstreamHeaders.IsZero() {
+		ex.upSpan.SetAttributes(attribute.Int("http.response.status_code", rec.Status))
+		if rec.UpstreamHeaders.IsZero() {
 			ex.upSpan.SetStatus(codes.Error, "the upstream did not answer")
 		}
-		t.finish(ex.upSpan, rec.finished)
+		t.finish(ex.upSpan, rec.Finished)
 	}
 	sp := ex.span
 	if !sp.IsRecording() {
@@ -144,12 +145,12 @@ func (t *tracing) end(ex *exchange) {
 	}
 	attrs := make([]attribute.KeyValue, 0, 20)
 	attrs = append(attrs,
-		attribute.String("http.request.method", rec.method),
-		attribute.String("http.route", rec.route),
-		attribute.Int("http.response.status_code", rec.status),
-		attribute.String("tokenwarden.request_id", rec.requestID),
-		attribute.String("tokenwarden.decision", rec.decision.String()))
-	op := operation(rec.route)
+		attribute.String("http.request.method", rec.Method),
+		attribute.String("http.route", rec.Route),
+		attribute.Int("http.response.status_code", rec.Status),
+		attribute.String("tokenwarden.request_id", rec.RequestID),
+		attribute.String("tokenwarden.decision", rec.Decision.String()))
+	op := operation(rec.Route)
 	if op != "" {
 		provider := "openai"
 		if ex.route.family == refusal.Anthropic {
@@ -157,10 +158,10 @@ func (t *tracing) end(ex *exchange) {
 		}
 		attrs = append(attrs, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.provider.name", provider))
 	}
-	if rec.model != "" {
-		attrs = append(attrs, attribute.String("gen_ai.request.model", rec.model))
+	if rec.Model != "" {
+		attrs = append(attrs, attribute.String("gen_ai.request.model", rec.Model))
 		if op != "" {
-			sp.SetName(op + " " + rec.model)
+			sp.SetName(op + " " + rec.Model)
 		}
 	}
 	if ex.est.Output > 0 {
@@ -169,45 +170,45 @@ func (t *tracing) end(ex *exchange) {
 	if ex.est.Stream {
 		attrs = append(attrs, attribute.Bool("tokenwarden.stream", true))
 	}
-	if rec.apiKey != "" {
-		attrs = append(attrs, attribute.String("tokenwarden.api_key", rec.apiKey))
+	if rec.APIKey != "" {
+		attrs = append(attrs, attribute.String("tokenwarden.api_key", rec.APIKey))
 	}
-	if rec.user != "" {
-		attrs = append(attrs, attribute.String("user.id", rec.user))
+	if rec.User != "" {
+		attrs = append(attrs, attribute.String("user.id", rec.User))
 	}
-	if rec.team != "" {
-		attrs = append(attrs, attribute.String("tokenwarden.team", rec.team))
+	if rec.Team != "" {
+		attrs = append(attrs, attribute.String("tokenwarden.team", rec.Team))
 	}
-	if rec.reserved > 0 {
-		attrs = append(attrs, attribute.Int64("tokenwarden.tokens_reserved", rec.reserved))
+	if rec.Reserved > 0 {
+		attrs = append(attrs, attribute.Int64("tokenwarden.tokens_reserved", rec.Reserved))
 	}
-	if rec.settlement != notSettled {
-		attrs = append(attrs, attribute.String("tokenwarden.settlement", settlementNames[rec.settlement]))
-		if rec.settlement == settledUsage {
-			attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", rec.used.Input),
-				attribute.Int64("gen_ai.usage.output_tokens", rec.used.Output))
-			if rec.used.Cached > 0 {
-				attrs = append(attrs, attribute.Int64("gen_ai.usage.cache_read.input_tokens", rec.used.Cached))
+	if rec.Settlement != accesslog.NotSettled {
+		attrs = append(attrs, attribute.String("tokenwarden.settlement", rec.Settlement.String()))
+		if rec.Settlement == accesslog.SettledUsage {
+			attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", rec.Used.Input),
+				attribute.Int64("gen_ai.usage.output_tokens", rec.Used.Output))
+			if rec.Used.Cached > 0 {
+				attrs = append(attrs, attribute.Int64("gen_ai.usage.cache_read.input_tokens", rec.Used.Cached))
 			}
 		}
 	}
-	if rec.decision == refused {
+	if rec.Decision == accesslog.Refused {
 		attrs = append(attrs, refusalAttrs(rec)...)
 	}
-	if rec.errCode != "" {
-		attrs = append(attrs, attribute.String("error.type", rec.errCode))
+	if rec.ErrCode != "" {
+		attrs = append(attrs, attribute.String("error.type", rec.ErrCode))
 	}
 	sp.SetAttributes(attrs...)
-	if rec.status >= 500 {
-		sp.SetStatus(codes.Error, rec.errCode)
+	if rec.Status >= 500 {
+		sp.SetStatus(codes.Error, rec.ErrCode)
 	}
-	t.finish(sp, rec.finished)
+	t.finish(sp, rec.Finished)
 }
 
 // refusalAttrs name what refused a request, never a shared rule's name.
-func refusalAttrs(rec *accessRecord) []attribute.KeyValue {
-	r := rec.refusal
-	if rec.queue || r == nil {
+func refusalAttrs(rec *accesslog.Record) []attribute.KeyValue {
+	r := rec.Refusal
+	if rec.Queue || r == nil {
 		return []attribute.KeyValue{attribute.String("tokenwarden.refusal.limit", "queue")}
 	}
 	out := []attribute.KeyValue{attribute.String("tokenwarden.refusal.dimension", r.Dimension.String())}

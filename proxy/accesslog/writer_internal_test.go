@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-package server
+package accesslog
 
 import (
 	"encoding/json"
