@@ -137,22 +137,41 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 		ex.tokenize(mr.tok)
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
-	if mr.maxOut > 0 && out > mr.maxOut {
-		ex.tooLong(w, mr, "max_output_tokens", fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
+	switch mr.overLimit(in, out) {
+	case limitModelOutput:
+		ex.tooLong(w, mr, limitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
 			map[string]any{"max_output_tokens": mr.maxOut, "requested_output_tokens": out})
 		return false
-	}
-	if mr.window > 0 && in+out > mr.window {
+	case limitContextWindow:
 		details := map[string]any{"context_window": mr.window, "input_tokens_at_least": in, "requested_output_tokens": out}
 		msg := fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
 			in, out, in+out, mr.window, mr.name)
 		if out == 0 {
 			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name)
 		}
-		ex.tooLong(w, mr, "context_window", msg, details)
+		ex.tooLong(w, mr, limitContextWindow, msg, details)
 		return false
 	}
 	return true
+}
+
+// The limits of a model that a request may not fit, as refusals name them.
+const (
+	limitModelOutput   = "max_output_tokens"
+	limitContextWindow = "context_window"
+)
+
+// overLimit is the model's limit that a request of at least in input tokens asking
+// for out output tokens cannot fit: more output than the model generates, or input
+// plus output over the context window; empty when it fits (or the model sets neither).
+func (mr *modelRoute) overLimit(in, out int64) string {
+	switch {
+	case mr.maxOut > 0 && out > mr.maxOut:
+		return limitModelOutput
+	case mr.window > 0 && in+out > mr.window:
+		return limitContextWindow
+	}
+	return ""
 }
 
 // tooLong answers a pre-check's refusal and counts it.

@@ -25,8 +25,7 @@ func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget
 		return dec
 	}
 	mr := ex.rt.models[to]
-	if mr != nil && ((mr.maxOut > 0 && ex.est.OutputCap > mr.maxOut) ||
-		(mr.window > 0 && ex.est.InputLower+ex.est.OutputCap > mr.window)) {
+	if mr != nil && mr.overLimit(ex.est.InputLower, ex.est.OutputCap) != "" {
 		return dec
 	}
 	up := ex.rt.route(to)
