@@ -276,19 +276,31 @@ var _ = Describe("Store checks", func() {
 		})
 	})
 
-	Describe("through Sentinel", func() {
-		It("checks the primary the sentinels name", func() {
+	DescribeTable("through Sentinel, the primary the sentinels name is checked",
+		func(policy, mode, want string) {
 			st := redisserver.StartSentinel(GinkgoT(), 1, 1)
 			setUser(st.Data, "checker", checkerCommands)
-			lru(st.Primary(GinkgoT()))
-			c := openChecked(st.URL(), redisstore.CheckEnforce, "checker")
+			setUser(st.Data, "fleet", userCommands)
+			do(st.Primary(GinkgoT()), "CONFIG", "SET", "maxmemory-policy", policy)
+			c := openChecked(fleetURL(st.URL(), "fleet"), mode, "checker")
 			r := c.result(redisstore.CheckMaxmemoryPolicy)
-			Expect(r.Result).To(Equal(redisstore.CheckFail))
-			Expect(r.Detail).To(Equal("the primary of tokenwarden: maxmemory-policy is allkeys-lru, want noeviction"))
-			Expect(storeFenced(c.admit("alice"))).To(HavePrefix("maxmemory_policy: "))
+			Expect(r.Result).To(Equal(want))
+			Expect(c.result(redisstore.CheckDestructiveCommands).Result).To(Equal(redisstore.CheckPass))
+			fence := storeFenced(c.admit("alice"))
+			if want == redisstore.CheckFail {
+				Expect(r.Detail).To(Equal("the primary of tokenwarden: maxmemory-policy is allkeys-lru, want noeviction"))
+			}
+			if want == redisstore.CheckFail && mode == redisstore.CheckEnforce {
+				Expect(fence).To(HavePrefix("maxmemory_policy: "))
+			} else {
+				Expect(fence).To(BeEmpty())
+			}
 			Expect(c.admit("bob")).To(Succeed())
-		})
-	})
+		},
+		Entry("allkeys-lru, enforce: fenced", "allkeys-lru", redisstore.CheckEnforce, redisstore.CheckFail),
+		Entry("allkeys-lru, report: reported", "allkeys-lru", redisstore.CheckReport, redisstore.CheckFail),
+		Entry("noeviction, enforce: passes", "noeviction", redisstore.CheckEnforce, redisstore.CheckPass),
+	)
 })
 
 // fleetUser creates the fleet's user of docs/redis.md on srv, with extra commands.
