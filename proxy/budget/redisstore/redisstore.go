@@ -187,7 +187,7 @@ func New(o Options) (*Store, error) {
 		s.workers.Add(1)
 		go s.returnIdle()
 	}
-	if s.checks != nil {
+	if s.checks != nil && s.checks.interval > 0 {
 		s.startChecks()
 	}
 	return s, nil

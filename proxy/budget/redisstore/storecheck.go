@@ -63,8 +63,8 @@ const (
 type CheckOptions struct {
 	// Mode is CheckReport or CheckEnforce; empty runs no checks.
 	Mode string
-	// Interval is how often the checks run after the first, at start; 0 is a minute,
-	// below 0 never (CheckStore runs them).
+	// Interval is how often the checks run after the first, at start; 0 is a minute.
+	// Below 0 they run only when CheckStore is called (tests).
 	Interval time.Duration
 	// Username and Password are the check credential: a Redis user that may run
 	// CONFIG GET, ACL DRYRUN and INFO (and on a cluster CLUSTER SLOTS). Both empty:
@@ -162,9 +162,6 @@ func (s *Store) startChecks() {
 	go func() {
 		defer s.workers.Done()
 		s.CheckStore(context.Background())
-		if ck.interval < 0 {
-			return
-		}
 		t := time.NewTicker(ck.interval)
 		defer t.Stop()
 		for {
