@@ -13,10 +13,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -47,6 +49,9 @@ const (
 // never runs for usage, and a fleet whose use does not change costs no write.
 type usageReconciler struct {
 	client.Client
+	events events.EventRecorder
+	// now is the controller's clock: the forecast's samples are taken at its times.
+	now      func() time.Time
 	interval time.Duration
 	// written is when each budget's usage was last written, by UID.
 	mu      sync.Mutex
@@ -59,14 +64,14 @@ func (r *TokenProxyReconciler) setupUsage(mgr ctrl.Manager) error {
 	if interval <= 0 {
 		interval = DefaultUsageInterval
 	}
-	ur := &usageReconciler{Client: mgr.GetClient(), interval: interval, written: map[types.UID]time.Time{}}
+	ur := &usageReconciler{Client: mgr.GetClient(), events: r.Events, now: time.Now, interval: interval, written: map[types.UID]time.Time{}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("tokenbudget-usage").
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.proxyOfLease),
 			builder.WithPredicates(usageReportChanged())).
 		Watches(&twv1alpha1.TokenBudget{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
 			return []ctrl.Request{{NamespacedName: render.ProxyOf(o)}}
-		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		}), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, forecastConditionLost()))).
 		Complete(ur)
 }
 
@@ -76,6 +81,22 @@ func usageReportChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			return e.ObjectOld.GetAnnotations()[twv1alpha1.ReplicaUsageAnnotation] != e.ObjectNew.GetAnnotations()[twv1alpha1.ReplicaUsageAnnotation]
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// forecastConditionLost passes a TokenBudget whose status holds a forecast without
+// its ProjectedToRunOut condition: the fleet reconciler's write of the conditions,
+// from a copy read before this controller's, replaced the list without it.
+func forecastConditionLost() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			b, ok := e.ObjectNew.(*twv1alpha1.TokenBudget)
+			return ok && b.Status.Forecast != nil &&
+				meta.FindStatusCondition(b.Status.Conditions, twv1alpha1.ConditionProjectedToRunOut) == nil
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -92,7 +113,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: proxyName(&tp)}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list Leases: %w", err)
 	}
-	now := time.Now()
+	now := r.now()
 	var reports []indexedReport
 	for i := range leases.Items {
 		le := &leases.Items[i]
@@ -126,20 +147,25 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 				want = sumUsage(b, reports, now)
 			}
 		}
-		if !meaningful(b.Status.Usage, want) {
+		var forecast *twv1alpha1.BudgetForecast
+		if want != nil {
+			forecast = budgetForecast(b, reports, now)
+		}
+		var cond *metav1.Condition
+		if forecast != nil {
+			cond = ptr.To(forecastCondition(forecast, b.Generation))
+		}
+		condMoved := cond != nil && conditionChanged(b.Status.Conditions, *cond) ||
+			cond == nil && meta.FindStatusCondition(b.Status.Conditions, twv1alpha1.ConditionProjectedToRunOut) != nil
+		if !meaningful(b.Status.Usage, want) && !forecastMoved(b.Status.Forecast, forecast) && !condMoved {
 			continue
 		}
-		if wait := r.due(b, now); wait > 0 {
+		if wait := r.due(b, now); wait > 0 && !condMoved {
 			requeue = minPositive(requeue, wait)
 			continue
 		}
-		patch := client.MergeFrom(b.DeepCopy())
-		b.Status.Usage = want
-		if err := r.Status().Patch(ctx, b, patch); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return ctrl.Result{}, fmt.Errorf("patch the usage of TokenBudget %s: %w", render.DisplayName(b), err)
+		if err := r.writeUsage(ctx, b, want, forecast, cond); err != nil {
+			return ctrl.Result{}, err
 		}
 		r.mu.Lock()
 		r.written[b.UID] = now
@@ -147,6 +173,34 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	r.forgetGone(budgets.Items)
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// writeUsage patches a budget's usage, forecast and ProjectedToRunOut condition
+// (removed when cond is nil), and records an event when the condition turns True. A
+// budget that is gone is no error.
+func (r *usageReconciler) writeUsage(ctx context.Context, b *twv1alpha1.TokenBudget, usage *twv1alpha1.TokenBudgetUsage,
+	forecast *twv1alpha1.BudgetForecast, cond *metav1.Condition) error {
+	wasTrue := meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionProjectedToRunOut)
+	// The conditions are a list a merge patch replaces whole: the fleet reconciler's
+	// concurrent change of another condition must make this write conflict, not vanish.
+	patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	b.Status.Usage, b.Status.Forecast = usage, forecast
+	if cond != nil {
+		meta.SetStatusCondition(&b.Status.Conditions, *cond)
+	} else {
+		meta.RemoveStatusCondition(&b.Status.Conditions, twv1alpha1.ConditionProjectedToRunOut)
+	}
+	if err := r.Status().Patch(ctx, b, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch the usage of TokenBudget %s: %w", render.DisplayName(b), err)
+	}
+	if cond != nil && cond.Status == metav1.ConditionTrue && !wasTrue && r.events != nil {
+		r.events.Eventf(b, nil, corev1.EventTypeWarning, twv1alpha1.ReasonProjectedToRunOut, "Forecast", "%s",
+			truncate(cond.Message, eventNoteLimit))
+	}
+	return nil
 }
 
 // live reports whether a replica's Lease is renewed (on its own clock; the fleet

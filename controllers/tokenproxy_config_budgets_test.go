@@ -352,7 +352,7 @@ var _ = Describe("Budgets in the rule shape", func() {
 			g.Expect(budgetStatus(g, ns, "team").Summary.PerReplica).NotTo(BeEmpty())
 		}).Should(Succeed())
 		rows := table(kubectl("get", "tokenbudgets", "-n", ns))
-		Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "AGE"}))
+		Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "SPENT", "PROJECTED", "AGE"}))
 		Expect(rows[1][:9]).To(Equal([]string{"research", "PerTeam", "research,support", "tokens", "600k/min burst 20s", "Block", "1", "600k/min burst 20s", "True"}))
 		Expect(rows[2][:9]).To(Equal([]string{"research-dollars", "PerTeam", "research", "cost", "$100/h, $1000/month", "Block", "1", "$100/h, $1000/month", "True"}))
 		Expect(rows[3][:9]).To(Equal([]string{"team", "PerTeam", "each team", "tokens", "120k/min, 2.4M/day", "Block", "1", "120k/min, 2.4M/day", "True"}))
@@ -360,8 +360,8 @@ var _ = Describe("Budgets in the rule shape", func() {
 
 		By("the limits shape's columns in the wide output")
 		wide := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
-		Expect(wide[0][12:]).To(Equal([]string{"TOP CONSUMER", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
-		Expect(wide[3][14:]).To(Equal([]string{"120000", "2400000", "120000", "2400000"}))
+		Expect(wide[0][14:]).To(Equal([]string{"TOP CONSUMER", "RUNS OUT", "RESETS", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
+		Expect(wide[3][18:]).To(Equal([]string{"120000", "2400000", "120000", "2400000"}))
 	})
 })
 

@@ -315,7 +315,8 @@ type TokenBudgetStatus struct {
 	// +optional
 	ConfigGeneration int64 `json:"configGeneration,omitempty"`
 	// Conditions: Accepted (valid, its fleet exists, no conflict), Ready (in the
-	// rendered config) and Enforced (loaded by every live replica).
+	// rendered config), Enforced (loaded by every live replica) and, with a calendar
+	// window, ProjectedToRunOut (status.forecast).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -332,6 +333,11 @@ type TokenBudgetStatus struct {
 	// usage reports; absent until the budget is first used.
 	// +optional
 	Usage *TokenBudgetUsage `json:"usage,omitempty"`
+	// Forecast is, for a budget with a calendar window, the first calendar window's
+	// spend and its projection at the last hour's burn rate; absent until the window
+	// is first spent from.
+	// +optional
+	Forecast *BudgetForecast `json:"forecast,omitempty"`
 }
 
 // BudgetSummary is a budget written out for people: the columns of kubectl get.
@@ -376,8 +382,12 @@ type BudgetSummary struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Used",type=string,JSONPath=`.status.usage.used`
 // +kubebuilder:printcolumn:name="At Limit",type=integer,JSONPath=`.status.usage.subjectsAtLimit`
+// +kubebuilder:printcolumn:name="Spent",type=string,JSONPath=`.status.forecast.spent`
+// +kubebuilder:printcolumn:name="Projected",type=string,JSONPath=`.status.forecast.projected`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Top Consumer",type=string,JSONPath=`.status.usage.topConsumer`,priority=1
+// +kubebuilder:printcolumn:name="Runs Out",type=string,JSONPath=`.status.forecast.runsOutAt`,priority=1
+// +kubebuilder:printcolumn:name="Resets",type=string,JSONPath=`.status.forecast.resetsAt`,priority=1
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`,priority=1
 // +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.spec.tokensPerMinute`,priority=1
 // +kubebuilder:printcolumn:name="TPD",type=integer,JSONPath=`.spec.tokensPerDay`,priority=1

@@ -128,3 +128,75 @@ type BudgetRefusals struct {
 	// Requests counts the refusals by the request rate (requestsPerSecond).
 	Requests int64 `json:"requests"`
 }
+
+// ConditionProjectedToRunOut is, on a TokenBudget with a calendar window, True when,
+// at the burn rate of the last hour, the window's spend reaches its limit before the
+// window resets (status.forecast); False when it does not; Unknown while the operator
+// has watched the window for less than five minutes. The operator records an event of
+// the same reason each time it turns True.
+const ConditionProjectedToRunOut = "ProjectedToRunOut"
+
+// Reasons of ProjectedToRunOut.
+const (
+	ReasonProjectedToRunOut = "ProjectedToRunOut"
+	ReasonWithinLimit       = "WithinLimit"
+	ReasonCollectingSamples = "CollectingSamples"
+)
+
+// BudgetForecast is the spend of a budget's first calendar window and where it heads:
+// the spend so far, and at the burn rate of the last hour (or since the oldest sample,
+// when the operator has watched for less), the spend at the window's reset and when
+// it runs out. The burn rate is the net increase of the spend over the lookback
+// divided by the lookback: the formula of the TokenwardenCalendarBudgetRunningOut
+// alert. For a budget with a counter per subject the figures are the most spent
+// counter's.
+type BudgetForecast struct {
+	// Window is the window in words, as status.summary.windows writes it: "$1000/month".
+	// +kubebuilder:validation:MaxLength=128
+	Window string `json:"window"`
+	// Spent is what was spent since the window started, in its units: "$500.00".
+	// +kubebuilder:validation:MaxLength=32
+	Spent string `json:"spent"`
+	// SpentPercent is Spent's part of the limit, in percent.
+	SpentPercent int32 `json:"spentPercent"`
+	// ResetsAt is when the window ends and the next one starts at zero.
+	ResetsAt metav1.Time `json:"resetsAt"`
+	// LookbackSeconds is the time the burn rate is measured over: an hour once the
+	// operator has watched that long; absent, with the projection, under five minutes.
+	// +optional
+	LookbackSeconds int64 `json:"lookbackSeconds,omitempty"`
+	// BurnRate is the spend per hour over the lookback: "$3.60/h".
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	BurnRate string `json:"burnRate,omitempty"`
+	// Projected is the spend at the window's reset at the burn rate, with its part of
+	// the limit: "$1358.00 (136%)".
+	// +optional
+	// +kubebuilder:validation:MaxLength=48
+	Projected string `json:"projected,omitempty"`
+	// ProjectedPercent is the projected spend's part of the limit, in percent.
+	// +optional
+	ProjectedPercent *int32 `json:"projectedPercent,omitempty"`
+	// RunsOutAt is when the spend reaches the limit at the burn rate; absent when
+	// nothing is spent over the lookback. Before ResetsAt, ProjectedToRunOut is True.
+	// +optional
+	RunsOutAt *metav1.Time `json:"runsOutAt,omitempty"`
+	// Samples are the spend the operator observed, one every five minutes or more,
+	// back to the newest one an hour old: what the burn rate is measured from.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Samples []SpendSample `json:"samples,omitempty"`
+}
+
+// SpendSample is a window's spend observed at one time.
+type SpendSample struct {
+	// At is when the spend was observed.
+	At metav1.Time `json:"at"`
+	// WindowStart is when the window it was spent in started: a sample of an earlier
+	// window counts as a reset to zero, as a counter's reset does in a rate.
+	WindowStart metav1.Time `json:"windowStart"`
+	// SpentMicros is the spend in millionths of the window's unit.
+	// +kubebuilder:validation:Minimum=0
+	SpentMicros int64 `json:"spentMicros"`
+}
