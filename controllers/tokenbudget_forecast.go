@@ -74,23 +74,29 @@ func keepSamples(prev []twv1alpha1.SpendSample, s spendNow) []twv1alpha1.SpendSa
 }
 
 // project measures the burn rate from the samples to now's spend and projects it to
-// the window's end. The increase sums each step's growth; a step into a later window,
-// or to less spend, counts the later spend whole, as rate() counts a counter's reset.
+// the window's end. The increase sums each step's growth; a step to less spend counts
+// the later spend whole, as rate() counts a counter's reset. A step into a later
+// window counts the new window's spend whole too, and the time from the old window's
+// last sample to its end, whose spend no sample saw, is left out of the lookback: at
+// a steady pace the rate is the one a counter across the reset shows.
 func project(samples []twv1alpha1.SpendSample, s spendNow) projection {
 	if len(samples) == 0 {
 		return projection{}
 	}
 	base := samples[0]
-	lookback := s.now.Sub(base.At.Time)
-	if lookback < forecastMinLookback {
-		return projection{lookback: lookback}
-	}
-	increase := 0.0
+	var increase float64
+	var unseen time.Duration
 	prev := base
 	step := func(at time.Time, start time.Time, spent int64) {
-		if start.Equal(prev.WindowStart.Time) && spent >= prev.SpentMicros {
+		switch {
+		case !start.Equal(prev.WindowStart.Time):
+			increase += float64(spent)
+			if start.After(prev.At.Time) && !start.After(at) {
+				unseen += start.Sub(prev.At.Time)
+			}
+		case spent >= prev.SpentMicros:
 			increase += float64(spent - prev.SpentMicros)
-		} else {
+		default:
 			increase += float64(spent)
 		}
 		prev = twv1alpha1.SpendSample{At: metav1.NewTime(at), WindowStart: metav1.NewTime(start), SpentMicros: spent}
@@ -100,6 +106,10 @@ func project(samples []twv1alpha1.SpendSample, s spendNow) projection {
 	}
 	if !prev.At.Time.Equal(s.now) {
 		step(s.now, s.start, micros(s.spent))
+	}
+	lookback := s.now.Sub(base.At.Time) - unseen
+	if lookback < forecastMinLookback {
+		return projection{lookback: lookback}
 	}
 	rate := increase / 1e6 / lookback.Seconds()
 	p := projection{ok: true, lookback: lookback, rate: rate, projected: s.spent + rate*s.end.Sub(s.now).Seconds()}

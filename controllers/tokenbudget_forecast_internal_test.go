@@ -132,28 +132,32 @@ func TestForecastIdle(t *testing.T) {
 	}
 }
 
-// A window that just reset: the last hour's spend counts across the reset (the new
-// window's spend whole, as a counter's reset counts in a rate), never as a fall.
+// The alert's reset case (charts/tokenwarden/rules/alerts_test.yaml): a $1,000 day
+// spent at $60 an hour resets at Unix time 3600; forty minutes later $40 of the new
+// day is spent and its reset is at 90000. The alert's counters keep the pace across
+// the reset, 0.04 + $60/h x 23.3 h: 144% of the limit; the status's samples, of the
+// old window and of the new, make the same projection, never a fall.
 func TestForecastWindowJustReset(t *testing.T) {
-	end := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	prev := end.Add(-24 * time.Hour)
-	c := (&clock{}).at(end.Add(-time.Hour))
-	spent := 900.0
-	f := observe(t, c, nil, &spent, 30, time.Hour, prev, end)
-	// The day turns: the new window starts at zero and is spent at the same pace.
-	next := end.Add(24 * time.Hour)
-	spent = 0
-	f = observe(t, c, f, &spent, 30, 10*time.Minute, end, next)
-	p := project(f.Samples, spendNow{now: c.now(), start: end, end: next, spent: spent, limit: 1000})
-	// The samples before the reset lose only the growth between the last one of the old
-	// window and the reset: within 5 minutes of the hour's $30.
-	if !p.ok || p.rate*3600 < 27 || p.rate*3600 > 30.01 {
-		t.Fatalf("rate $%v/h across the reset, want about $30/h", p.rate*3600)
+	reset, next := time.Unix(3600, 0), time.Unix(90000, 0)
+	c := (&clock{}).at(time.Unix(0, 0))
+	var f *twv1alpha1.BudgetForecast
+	var s spendNow
+	for m := 1; m <= 100; m++ {
+		c.advance(time.Minute)
+		s = spendNow{now: c.now(), start: reset.Add(-24 * time.Hour), end: reset, spent: 440 + float64(m), limit: 1000}
+		if !c.now().Before(reset) {
+			s.start, s.end, s.spent = reset, next, float64(m-60)
+		}
+		f = forecastOf(f, "$1000/day", twv1alpha1.AmountCost, s)
 	}
-	if f.Spent != "$5.00" || f.ResetsAt.Time != next {
+	p := project(f.Samples, s)
+	if !p.ok || math.Abs(p.rate*3600-60) > 1e-6 || math.Abs(p.projected/1000-1.44) > 1e-6 {
+		t.Fatalf("across the reset: $%v/h, projected $%v, want $60/h and $1440", p.rate*3600, p.projected)
+	}
+	if f.Spent != "$40.00" || !f.ResetsAt.Time.Equal(next) || f.Projected != "$1440.00 (144%)" {
 		t.Errorf("forecast %+v", f)
 	}
-	if got := forecastCondition(f, 1); got.Status != metav1.ConditionFalse {
+	if got := forecastCondition(f, 1); got.Status != metav1.ConditionTrue {
 		t.Errorf("condition %+v", got)
 	}
 }
