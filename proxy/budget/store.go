@@ -117,9 +117,27 @@ type RecoveringError struct {
 	// Expected is the epoch this replica runs under; Found is what the store holds
 	// instead ("" when it holds none).
 	Expected, Found string
+	// StoreCheck, when set, is why the counters are fenced instead of a lost epoch: a
+	// store check that failed ("maxmemory_policy: allkeys-lru on ..."), or evictions
+	// seen. Such a fence is never lifted by replaying a record of the spend: the store
+	// itself is at fault.
+	StoreCheck string
+}
+
+// ClientMessage is what a refused client is told.
+func (e *RecoveringError) ClientMessage() string {
+	if e.StoreCheck != "" {
+		return "a calendar or cost budget that governs this request is fenced: its counter store failed a safety check; " +
+			"it refuses until an administrator fixes the store"
+	}
+	return "a calendar or cost budget that governs this request is recovering from lost counter state; " +
+		"it refuses until an administrator restores or attests its balance"
 }
 
 func (e *RecoveringError) Error() string {
+	if e.StoreCheck != "" {
+		return fmt.Sprintf("the durable counters of %q are fenced by a store check: %s", e.Group, e.StoreCheck)
+	}
 	found := "none"
 	if e.Found != "" {
 		found = e.Found

@@ -326,6 +326,34 @@ type Redis struct {
 	DialTimeoutMillis  int64 `json:"dial_timeout_ms,omitempty"`
 	ReadTimeoutMillis  int64 `json:"read_timeout_ms,omitempty"`
 	WriteTimeoutMillis int64 `json:"write_timeout_ms,omitempty"`
+	// Checks configure the store checks: at start and every interval the proxy checks
+	// the Redis it counts in (docs/redis.md, "Store checks").
+	Checks RedisChecks `json:"checks,omitempty"`
+}
+
+// Store-check modes.
+const (
+	// ChecksReport reports a failed check (metric, log, /admin/durable); the default.
+	ChecksReport = "report"
+	// ChecksEnforce also fences the calendar and cost rules while a check fails.
+	ChecksEnforce = "enforce"
+)
+
+// RedisChecks configure the checks of the counters' Redis: maxmemory-policy
+// noeviction, no destructive command for the fleet's user, cluster-require-full-coverage
+// no on a cluster, and no keys evicted.
+type RedisChecks struct {
+	// Mode is "report" (the default: a failed check is reported) or "enforce" (a failed
+	// check also fences the calendar and cost rules until it passes). Evicted keys
+	// fence them in both modes.
+	Mode string `json:"mode,omitempty"`
+	// IntervalSeconds is how often the checks run after the first, at start. Default 60.
+	IntervalSeconds int64 `json:"interval_seconds,omitempty"`
+	// Username and PasswordEnv are the check credential: a Redis user that may run
+	// CONFIG GET, ACL DRYRUN and INFO, which the fleet's least-privilege user may not.
+	// Without them the checks run as the fleet's user and skip what it may not run.
+	Username    string `json:"username,omitempty"`
+	PasswordEnv string `json:"password_env,omitempty"`
 }
 
 // BudgetDivision tells one replica what share of each fleet total it owns.
@@ -532,6 +560,12 @@ func (c *Config) Default() {
 	}
 	if rl.Redis.KeyPrefix == "" {
 		rl.Redis.KeyPrefix = "tokenwarden"
+	}
+	if rl.Redis.Checks.Mode == "" {
+		rl.Redis.Checks.Mode = ChecksReport
+	}
+	if rl.Redis.Checks.IntervalSeconds == 0 {
+		rl.Redis.Checks.IntervalSeconds = 60
 	}
 	if rl.Redis.DialTimeoutMillis == 0 {
 		rl.Redis.DialTimeoutMillis = DefaultRedisDialTimeoutMs

@@ -37,6 +37,7 @@ var _ = Describe("Parse", func() {
 		Expect(c.RateLimiting.Storage).To(Equal(config.StorageMemory))
 		Expect(c.RateLimiting.MaxBuckets).To(Equal(int64(100000)))
 		Expect(*c.RateLimiting.Redis.FallbackToMemory).To(BeTrue())
+		Expect(c.RateLimiting.Redis.Checks).To(Equal(config.RedisChecks{Mode: config.ChecksReport, IntervalSeconds: 60}), "the store checks report, every minute")
 		Expect(c.RateLimiting.Overage).To(Equal(config.OverageDebt), "an uncovered overage goes into debt unless forgiven")
 		Expect(c.RateLimiting.ClientIPv6Prefix).To(Equal(64))
 		Expect(c.RetryPatience()).To(Equal(time.Minute), "the longest Retry-After an SDK is expected to sleep through")
@@ -88,6 +89,8 @@ rate_limiting:
 		Entry("a Sentinel URL without a master", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis+sentinel://h:26379'}}", "rate_limiting.redis.url: a Sentinel URL names the master after the addresses"),
 		Entry("a sentinel password without Sentinel", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', sentinel_password_env: P}}", "rate_limiting.redis.sentinel_password_env: only a redis+sentinel:// url has sentinels"),
 		Entry("a hot budget slice above half", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', hot_budget_slice: 0.75}}", "rate_limiting.redis.hot_budget_slice: must be a fraction of a budget from 0 to 0.5, got 0.75"),
+		Entry("an unknown store-check mode", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', checks: {mode: fence}}}", `rate_limiting.redis.checks.mode: must be "report" or "enforce", got "fence"`),
+		Entry("a negative store-check interval", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', checks: {interval_seconds: -1}}}", "rate_limiting.redis.checks.interval_seconds: must not be negative"),
 		Entry("a Cluster URL with a database", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis+cluster://a:6379,b:6379/2'}}", "rate_limiting.redis.url: a Redis Cluster has only database 0"),
 		Entry("an epoch not in the reported form", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://h:6379', epoch: yesterday}}", `rate_limiting.redis.epoch: want <created Unix milliseconds>-<hex digits>, as the replicas report it, got "yesterday"`),
 		Entry("a Cluster URL", minimal+"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379,b:6379'}}", "rate_limiting.redis.url: several addresses name a Redis Cluster: write redis+cluster://a:6379,b:6379"),
@@ -196,6 +199,9 @@ var _ = Describe("RestartRequired", func() {
 			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', password_env: P, key_prefix: k, dial_timeout_ms: 1, read_timeout_ms: 2, write_timeout_ms: 3}}\n",
 			[]string{"rate_limiting.redis.password_env", "rate_limiting.redis.key_prefix", "rate_limiting.redis.dial_timeout_ms",
 				"rate_limiting.redis.read_timeout_ms", "rate_limiting.redis.write_timeout_ms"}),
+		Entry("the store checks", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', checks: {mode: enforce, username: checker, password_env: C}}}\n",
+			[]string{"rate_limiting.redis.checks"}),
 		Entry("redis settings while no document uses Redis", "", "rate_limiting: {redis: {url: 'redis://b:6379/0'}}\n", []string{}),
 		Entry("what a reload applies at once", redis,
 			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', fallback_to_memory: false}, max_buckets: 5, overage: forgive, client_ipv6_prefix: 56, budget_division: {replicas: 3}}\nmax_body_bytes: 10\n",

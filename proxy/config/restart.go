@@ -31,6 +31,7 @@ func RestartRequired(started, next *Config) []string {
 		diff("rate_limiting.redis.dial_timeout_ms", a.Redis.DialTimeoutMillis != b.Redis.DialTimeoutMillis)
 		diff("rate_limiting.redis.read_timeout_ms", a.Redis.ReadTimeoutMillis != b.Redis.ReadTimeoutMillis)
 		diff("rate_limiting.redis.write_timeout_ms", a.Redis.WriteTimeoutMillis != b.Redis.WriteTimeoutMillis)
+		diff("rate_limiting.redis.checks", a.Redis.Checks != b.Redis.Checks)
 	}
 	return out
 }

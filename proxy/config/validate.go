@@ -231,6 +231,10 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if f := rl.Redis.HotBudgetSlice; !(f >= 0 && f <= 0.5) {
 		errs.add("rate_limiting.redis.hot_budget_slice", "must be a fraction of a budget from 0 to 0.5, got %v", f)
 	}
+	if m := rl.Redis.Checks.Mode; m != "" && m != ChecksReport && m != ChecksEnforce {
+		errs.add("rate_limiting.redis.checks.mode", "must be %q or %q, got %q", ChecksReport, ChecksEnforce, m)
+	}
+	nonNegative(errs, "rate_limiting.redis.checks.interval_seconds", rl.Redis.Checks.IntervalSeconds)
 	nonNegative(errs, "rate_limiting.redis.dial_timeout_ms", rl.Redis.DialTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.read_timeout_ms", rl.Redis.ReadTimeoutMillis)
 	nonNegative(errs, "rate_limiting.redis.write_timeout_ms", rl.Redis.WriteTimeoutMillis)

@@ -70,6 +70,7 @@ type Metrics struct {
 	Spend            *prometheus.CounterVec // tokenwarden_spend_dollars_total{model}
 	DurableRefusals  *prometheus.CounterVec // tokenwarden_durable_refusals_total{dimension}
 	DurableFences    *prometheus.CounterVec // tokenwarden_durable_fenced_total{dimension}
+	StoreChecks      *prometheus.GaugeVec   // tokenwarden_redis_store_check{check,result}
 	BucketsInUse     *prometheus.GaugeVec   // tokenwarden_buckets{dimension,kind}
 	BucketMapFullVec *prometheus.CounterVec // tokenwarden_bucket_map_full_total{dimension,kind}
 
@@ -252,6 +253,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_durable_fenced_total",
 			Help: "Requests answered 503 budget_recovering because a calendar or cost rule's counters are fenced: Redis does not hold the epoch the replica runs under (it restarted without its data, or was flushed). See docs/runbooks.md.",
 		}, dim),
+		StoreChecks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tokenwarden_redis_store_check",
+			Help: "1 for each check of the counters' Redis (maxmemory_policy, destructive_commands, cluster_full_coverage, evictions) at its last result (pass, fail, skipped: no permission to check), 0 for the others. See docs/redis.md.",
+		}, []string{"check", "result"}),
 		BucketsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_buckets",
 			Help: "Buckets held in this replica's memory, by dimension and kind (requests, minute, day); max_buckets bounds each.",
@@ -283,7 +288,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
 		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
-		m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
+		m.StoreChecks, m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 	m.Agents.register(reg)
 	m.Observability = newObservability(reg)
 	m.RedisShared = newRedisShared(reg)
@@ -473,6 +478,18 @@ func (m *Metrics) DurableRefused(d budget.Dimension) {
 // DurableFenced implements budget.FenceRecorder.
 func (m *Metrics) DurableFenced(d budget.Dimension) {
 	m.DurableFences.WithLabelValues(d.String()).Inc()
+}
+
+// StoreCheck implements redisstore's check recorder: check's gauge is 1 at result and
+// 0 at the other results.
+func (m *Metrics) StoreCheck(check, result string) {
+	for _, r := range []string{"pass", "fail", "skipped"} {
+		v := 0.0
+		if r == result {
+			v = 1
+		}
+		m.StoreChecks.WithLabelValues(check, r).Set(v)
+	}
 }
 
 // RedisUnavailable implements budget.Recorder.

@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
@@ -135,6 +136,36 @@ rate_limiting:
 		Expect(got).To(Equal(next))
 		Expect(fenced).To(BeFalse())
 	})
+
+	DescribeTable("a store check fences durable budgets only in enforce mode",
+		func(mode string, want int) {
+			Expect(rs.Client().Do(context.Background(), "CONFIG", "SET", "maxmemory-policy", "allkeys-lru").Err()).To(Succeed())
+			h := newHarness(keysDoc)
+			h.llm.Set(fakellm.Behaviour{InputTokens: 21, OutputTokens: 10})
+			p := newRedisProxyWith(h, rs.URL(), fmt.Sprint("f", redisPrefixes.Add(1)), true, doc(""),
+				redisstore.CheckOptions{Mode: mode, Interval: -1})
+			p.store.CheckStore(context.Background())
+			ask := via(h, p.url)
+			r := ask("sk-alice", 10)
+			Expect(r.code).To(Equal(want))
+			Expect(ask("sk-bob", 10).code).To(Equal(200), "rolling budgets are never fenced by a store check")
+			code, v, body := call("GET", admin(p)+"/admin/durable", "")
+			Expect(code).To(Equal(200), body)
+			g := v["groups"].([]any)[0].(map[string]any)
+			Expect(g["store_checks"]).To(ContainElement(map[string]any{"check": "maxmemory_policy", "result": "fail",
+				"detail": rs.Addr() + ": maxmemory-policy is allkeys-lru, want noeviction"}))
+			Expect(g["fenced"]).To(BeNil(), "not a lost epoch")
+			if want == 503 {
+				Expect(r.errorField("error", "code")).To(Equal("budget_recovering"))
+				Expect(r.errorField("error", "message")).To(ContainSubstring("failed a safety check"))
+				Expect(g["store_fence"]).To(HavePrefix("maxmemory_policy: "))
+			} else {
+				Expect(g["store_fence"]).To(BeNil())
+			}
+		},
+		Entry("report: reported, admitted", redisstore.CheckReport, 200),
+		Entry("enforce: 503 budget_recovering naming no lost state", redisstore.CheckEnforce, 503),
+	)
 
 	It("adopts what Redis holds when attested so, after a flush", func() {
 		h := newHarness(keysDoc)

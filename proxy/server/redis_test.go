@@ -34,8 +34,13 @@ type redisProxy struct {
 }
 
 func newRedisProxy(h *harness, redisURL, prefix string, fallback bool, doc string) *redisProxy {
+	return newRedisProxyWith(h, redisURL, prefix, fallback, doc, redisstore.CheckOptions{})
+}
+
+// newRedisProxyWith is newRedisProxy with the store checks of checks.
+func newRedisProxyWith(h *harness, redisURL, prefix string, fallback bool, doc string, checks redisstore.CheckOptions) *redisProxy {
 	p := &redisProxy{m: metrics.New(prometheus.NewRegistry()), mem: budget.NewMemory(h.clock, 1000)}
-	opts := redisstore.Options{URL: redisURL, Prefix: prefix, Recorder: p.m,
+	opts := redisstore.Options{URL: redisURL, Prefix: prefix, Recorder: p.m, Checks: checks,
 		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
 		Backoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))}
 	if fallback {

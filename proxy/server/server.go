@@ -374,9 +374,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var recovering *budget.RecoveringError
 		if errors.As(err, &recovering) {
 			w.Header().Set("Retry-After", recoveringRetryAfter)
-			ex.fail(w, http.StatusServiceUnavailable, "budget_recovering",
-				"a calendar or cost budget that governs this request is recovering from lost counter state; "+
-					"it refuses until an administrator restores or attests its balance", nil)
+			ex.fail(w, http.StatusServiceUnavailable, "budget_recovering", recovering.ClientMessage(), nil)
 			return
 		}
 		if errors.As(err, &unavailable) {

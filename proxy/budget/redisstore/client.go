@@ -33,12 +33,20 @@ const maxRedirects = 3
 // in the main pool before sending: pipelines run on the main pool (PipelinePoolSize
 // -1), with the pipeline pool's write buffer, so a pipeline still goes in one write.
 func newClient(o *Options) (c redis.UniversalClient, sharded bool, err error) {
+	return newClientAs(o, "", o.Password)
+}
+
+// newClientAs is newClient authenticating as user with password when user is set (the
+// check credential), else as the URL's user with password when it is set.
+func newClientAs(o *Options, user, password string) (c redis.UniversalClient, sharded bool, err error) {
 	t, err := config.ParseRedisURL(o.URL)
 	if err != nil {
 		return nil, false, err
 	}
-	if o.Password != "" {
-		t.Password = o.Password
+	if user != "" {
+		t.Username, t.Password = user, password
+	} else if password != "" {
+		t.Password = password
 	}
 	var tlsConfig *tls.Config
 	if t.TLS {
@@ -73,9 +81,7 @@ func newClient(o *Options) (c redis.UniversalClient, sharded bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if o.Password != "" {
-		opts.Password = o.Password
-	}
+	opts.Username, opts.Password = t.Username, t.Password
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
 	opts.PoolTimeout = o.DialTimeout + o.ReadTimeout
 	// A retry multiplies the cost of an outage; the fallback is the retry.

@@ -75,6 +75,12 @@ type GroupEpoch struct {
 	// SlotGroups, on a Redis Cluster, are the slot groups fenced (each subject's
 	// counters live in one of SlotGroups groups); the others still admit.
 	SlotGroups []int `json:"slot_groups,omitempty"`
+	// StoreFence, when set, fences the durable rules for the store checks' reason
+	// (storecheck.go): a check failed in enforce mode, or keys were evicted. It is not
+	// a lost epoch (Fenced): fix the store; an eviction also needs an attestation.
+	StoreFence string `json:"store_fence,omitempty"`
+	// StoreChecks are the store checks' last results.
+	StoreChecks []CheckResult `json:"store_checks,omitempty"`
 }
 
 // EpochCreated is when an epoch was created, on the Redis clock; false when the
@@ -134,12 +140,16 @@ func (s *Store) SetEpoch(epoch string) {
 	}
 	s.epochMu.Lock()
 	defer s.epochMu.Unlock()
-	if cur := s.want(); cur == epoch || (cur != "" && newer(cur, epoch)) {
+	cur := s.want()
+	if cur == epoch || (cur != "" && newer(cur, epoch)) {
 		return
 	}
 	s.epoch.Store(&epoch)
 	for _, g := range s.groups {
 		g.fence.Store(nil) // the next durable admission checks the new epoch
+	}
+	if cur != "" {
+		s.checks.attested() // a newer epoch: the balances were attested
 	}
 	s.epochChanged()
 }
@@ -147,7 +157,7 @@ func (s *Store) SetEpoch(epoch string) {
 // Epochs are the replica's epoch of durable counters, reported under the key prefix,
 // and whether a slot group is fenced.
 func (s *Store) Epochs() []GroupEpoch {
-	e := GroupEpoch{Group: s.name, Epoch: s.want()}
+	e := GroupEpoch{Group: s.name, Epoch: s.want(), StoreFence: s.storeFence(), StoreChecks: s.checkResults()}
 	for i, g := range s.groups {
 		if f := g.fence.Load(); f != nil {
 			if !e.Fenced {
@@ -239,6 +249,7 @@ func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, er
 	for _, g := range s.groups {
 		g.fence.Store(nil)
 	}
+	s.checks.attested()
 	s.epochChanged()
 	s.log.Warn("Durable counters attested: running under a new epoch", "group", s.name, "epoch", e, "counters_restored", len(restore))
 	return e, nil

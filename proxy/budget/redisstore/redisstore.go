@@ -67,7 +67,10 @@ type Options struct {
 	// slices of this fraction of their capacity that the replica takes from Redis and
 	// spends locally (lease.go); 0 decides every request in Redis.
 	LeaseFraction float64
-	// Recorder counts the admissions that found Redis unreachable.
+	// Checks configure the store checks (storecheck.go); a zero value runs none.
+	Checks CheckOptions
+	// Recorder counts the admissions that found Redis unreachable (and, when it is a
+	// CheckRecorder, the store checks' results).
 	Recorder budget.Recorder
 	Logger   *slog.Logger
 }
@@ -99,6 +102,8 @@ type Store struct {
 	leaseFraction float64
 	leases        sync.Map
 	leaseTakes    atomic.Int64
+	// checks are the store checks; nil when none run.
+	checks *checker
 	// epochChanged is Options.EpochChanged, or a no-op.
 	epochChanged func()
 	// fallback holds the replica-local buckets while Redis is unreachable; nil fails
@@ -171,12 +176,19 @@ func New(o Options) (*Store, error) {
 	if o.Epoch != "" {
 		s.epoch.Store(&o.Epoch)
 	}
+	if s.checks, err = newChecker(s, &o); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	s.fallback.Store(o.Fallback)
 	s.q.def = s.startQueue("")
 	if o.LeaseFraction > 0 {
 		s.leaseFraction = min(o.LeaseFraction, 1)
 		s.workers.Add(1)
 		go s.returnIdle()
+	}
+	if s.checks != nil && s.checks.interval > 0 {
+		s.startChecks()
 	}
 	return s, nil
 }
@@ -311,9 +323,14 @@ func (s *Store) reserveShared(ctx context.Context, r *budget.Reservation) (budge
 	if len(r.Requests)+len(r.Tokens) == 0 {
 		return budget.Result{Admitted: true, Backend: s, Shared: true}, nil
 	}
-	if s.epoch.Load() == nil && fenceable(r) {
-		if err := s.ensureEpoch(ctx); err != nil {
-			return budget.Result{}, &downError{err}
+	if fenceable(r) {
+		if err := s.checkFence(); err != nil {
+			return budget.Result{}, err
+		}
+		if s.epoch.Load() == nil {
+			if err := s.ensureEpoch(ctx); err != nil {
+				return budget.Result{}, &downError{err}
+			}
 		}
 	}
 	if s.sharded {
@@ -599,6 +616,9 @@ func (s *Store) Close() error {
 			}
 		}
 		close(s.stopped)
+		if s.checks != nil && s.checks.own {
+			_ = s.checks.c.Close()
+		}
 		err = s.c.Close()
 	})
 	return err

@@ -386,8 +386,17 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 		}
 		sentinelPassword = v
 	}
+	checks := redisstore.CheckOptions{Mode: rl.Redis.Checks.Mode, Interval: time.Duration(rl.Redis.Checks.IntervalSeconds) * time.Second,
+		Username: rl.Redis.Checks.Username}
+	if env := rl.Redis.Checks.PasswordEnv; env != "" {
+		v, ok := os.LookupEnv(env)
+		if !ok {
+			return nil, nil, fmt.Errorf("rate_limiting.redis.checks.password_env: the environment variable %s is not set", env)
+		}
+		checks.Password = v
+	}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
-	opts := redisstore.Options{
+	opts := redisstore.Options{Checks: checks,
 		URL: rl.Redis.URL, Password: password, SentinelPassword: sentinelPassword, LeaseFraction: rl.Redis.HotBudgetSlice, Prefix: rl.Redis.KeyPrefix, Epoch: rl.Redis.Epoch,
 		DialTimeout: ms(rl.Redis.DialTimeoutMillis), ReadTimeout: ms(rl.Redis.ReadTimeoutMillis), WriteTimeout: ms(rl.Redis.WriteTimeoutMillis),
 		Clock: clock, Recorder: rec, Logger: log, EpochChanged: epochChanged,
