@@ -266,7 +266,7 @@ func (ex *exchange) settle(u usage.Usage) {
 	ex.rec.Used, ex.rec.Settlement = u, accesslog.SettledUsage
 	// The upstream's capacity is given back with the tokens served.
 	ex.slot.Done(u.Input, u.Output)
-	ex.settleRun(u.Input + u.Output)
+	s.agents.Settle(&ex.agent, u.Input+u.Output)
 	if ex.hold.SettleTo(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}, ex) {
 		ex.settling = true
 		s.metrics.Settled()
@@ -286,7 +286,7 @@ func (ex *exchange) settle(u usage.Usage) {
 func (ex *exchange) release() {
 	// A request released served nothing: its capacity is given back uncharged.
 	ex.slot.Done(0, 0)
-	ex.releaseRun()
+	ex.s.agents.Release(&ex.agent)
 	if ex.hold.Release() {
 		ex.rec.Settlement = accesslog.Released
 		ex.s.metrics.Released()

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
@@ -83,8 +84,8 @@ type upstream struct {
 type keySched struct {
 	class  schedule.Class
 	weight float64
-	// The key's limits for agents (agents.go); 0 is none.
-	maxInFlight, runTokens, runSteps int64
+	// limits are the key's limits for agents.
+	limits agentlimit.Key
 }
 
 // transports keeps one tuned transport per upstream URL and timeout across reloads, so
@@ -140,7 +141,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		rt.keys[h] = rt.policy.Key(k.Name)
 		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
 		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1),
-			maxInFlight: k.MaxInFlight, runTokens: k.RunTokenBudget, runSteps: k.RunMaxSteps}
+			limits: agentlimit.Key{MaxInFlight: k.MaxInFlight, RunTokens: k.RunTokenBudget, RunSteps: k.RunMaxSteps}}
 	}
 	for _, c := range schedule.Classes {
 		rt.classLimits[c] = *cfg.Scheduling.Classes.Of(c.String())

@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
+	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
@@ -141,8 +142,8 @@ type Server struct {
 	schedulers map[string]*schedule.Scheduler
 	// health is the upstreams' breakers and credentials' cooldowns, kept across reloads.
 	health *health.Registry
-	// agents is the state of the limits for agents (agents.go).
-	agents agents
+	// agents is the state of the limits for agents (proxy/agentlimit).
+	agents agentlimit.Limits
 	// access, tracing and audit tell about each request (observe.go, proxy/accesslog);
 	// tracing is nil when it is off.
 	access  *accesslog.Writer
@@ -201,7 +202,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 		return nil, err
 	}
 	s.bindSchedulers(rt)
-	s.agents.configure(cfg)
+	s.agents.Configure(cfg)
 	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
@@ -240,7 +241,7 @@ type exchange struct {
 	dec      budget.Decision
 	// slot is the request's place in its upstream's capacity, when it has a scheduler.
 	slot  schedule.Slot
-	agent agentState
+	agent agentlimit.Request
 	key   string
 	// try is a registered model's failover state (providers.go).
 	try attempt
@@ -273,7 +274,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Every path that ends without settlement releases: an upstream error, a panic
 		// in a handler, a client that went away. Release after Settle does nothing.
 		ex.release()
-		ex.endAgent()
+		s.agents.End(&ex.agent)
 		if ex.status == 0 {
 			ex.status = http.StatusBadGateway
 		}
@@ -535,7 +536,7 @@ func (rb *replayBody) again() (io.ReadCloser, error) {
 // with a Retry-After (nothing, when the client went away) and reports false; the
 // caller's deferred release then gives the reservation back.
 func (ex *exchange) wait(w http.ResponseWriter, r *http.Request, sc *schedule.Scheduler, key *budget.KeyPolicy) bool {
-	req := schedule.Request{Class: ex.agent.class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output, Bytes: max(r.ContentLength, 0)}
+	req := schedule.Request{Class: ex.agent.Class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output, Bytes: max(r.ContentLength, 0)}
 	if key != nil {
 		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
 	}
