@@ -146,6 +146,48 @@ func (e *RecoveringError) Error() string {
 		"restore or attest the balances (POST /admin/durable/attest)", e.Group, e.Expected, found)
 }
 
+// Durable is a store whose durable counters run under the trust fence (the Redis
+// store): the epoch each slot group runs under, and the attestation that ends a fence.
+type Durable interface {
+	// Epochs are the replica's epoch of durable counters by slot group, and whether a
+	// group is fenced.
+	Epochs() []GroupEpoch
+	// Attest writes the balances restore holds (none: adopts what the store holds) and
+	// a new epoch, which it returns.
+	Attest(ctx context.Context, restore []Charge) (string, error)
+}
+
+// GroupEpoch is one slot group's epoch as this replica runs under it: what the
+// replica reports to the control plane.
+type GroupEpoch struct {
+	// Group is the slot group (the key prefix).
+	Group string `json:"group"`
+	// Epoch is the epoch the replica runs under; empty before it has one.
+	Epoch string `json:"epoch,omitempty"`
+	// Fenced is true when the last durable admission found another epoch, or none:
+	// the group's durable rules answer 503 budget_recovering.
+	Fenced bool `json:"fenced,omitempty"`
+	// Found is the epoch the store held then ("" when none).
+	Found string `json:"found,omitempty"`
+	// SlotGroups, on a Redis Cluster, are the slot groups fenced (each subject's
+	// counters live in one of SlotGroups groups); the others still admit.
+	SlotGroups []int `json:"slot_groups,omitempty"`
+	// StoreFence, when set, fences the durable rules for the store checks' reason
+	// (the Redis store's): a check failed in enforce mode, or keys were evicted. It is not
+	// a lost epoch (Fenced): fix the store; an eviction also needs an attestation.
+	StoreFence string `json:"store_fence,omitempty"`
+	// StoreChecks are the store checks' last results.
+	StoreChecks []CheckResult `json:"store_checks,omitempty"`
+}
+
+// CheckResult is one check's last result.
+type CheckResult struct {
+	Check  string `json:"check"`
+	Result string `json:"result"`
+	// Detail says what failed, or why the check was skipped.
+	Detail string `json:"detail,omitempty"`
+}
+
 // FenceRecorder is a Recorder that also counts the requests a fenced durable rule
 // refused (RecoveringError), by the dimension of its first durable bucket.
 type FenceRecorder interface {

@@ -36,7 +36,7 @@ const (
 	DigestAnnotation     = "tokenwarden.io/config-digest"
 	// DurableEpochsAnnotation carries the epochs of the durable counters the replica
 	// runs under, per slot group, and whether they are fenced: a JSON list of
-	// {"group", "epoch", "fenced", "found"} (the Redis store's GroupEpoch).
+	// {"group", "epoch", "fenced", "found"} (budget.GroupEpoch).
 	DurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
 	// UpstreamHealthAnnotation carries the health of the model registry's upstreams
 	// as this replica sees it: a JSON list of {"upstream", "breaker", "cooling"}.

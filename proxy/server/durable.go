@@ -14,20 +14,12 @@ import (
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
-	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 )
 
 // recoveringRetryAfter is the Retry-After of a 503 budget_recovering: recovery waits
 // for an administrator, so clients are told to come back in half a minute rather than
 // at once.
 const recoveringRetryAfter = "30"
-
-// durableStore is a store with durable counters under the trust fence (the Redis
-// store).
-type durableStore interface {
-	Epochs() []redisstore.GroupEpoch
-	Attest(ctx context.Context, restore []budget.Charge) (string, error)
-}
 
 // Attestation is the body of POST /admin/durable/attest.
 type Attestation struct {
@@ -52,7 +44,7 @@ const maxAttestBody = 8 << 20
 // durableEpochs serves GET /admin/durable: the slot groups and the epoch each runs
 // under, fenced or not.
 func (s *Server) durableEpochs(w http.ResponseWriter, _ *http.Request) {
-	ds, ok := s.store.(durableStore)
+	ds, ok := s.store.(budget.Durable)
 	if !ok {
 		http.Error(w, "this proxy keeps no durable counters (rate_limiting.storage is not redis)", http.StatusConflict)
 		return
@@ -63,7 +55,7 @@ func (s *Server) durableEpochs(w http.ResponseWriter, _ *http.Request) {
 // attest serves POST /admin/durable/attest: it ends a fence by restoring the balances
 // given, or by adopting what Redis holds, and writing a new epoch (docs/runbooks.md).
 func (s *Server) attest(w http.ResponseWriter, r *http.Request) {
-	ds, ok := s.store.(durableStore)
+	ds, ok := s.store.(budget.Durable)
 	rt := s.rt.Load()
 	switch {
 	case !ok:

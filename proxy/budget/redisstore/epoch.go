@@ -60,29 +60,6 @@ func (s *Store) want() string {
 	return ""
 }
 
-// GroupEpoch is one slot group's epoch as this replica runs under it: what the
-// replica reports to the control plane.
-type GroupEpoch struct {
-	// Group is the slot group (the key prefix).
-	Group string `json:"group"`
-	// Epoch is the epoch the replica runs under; empty before it has one.
-	Epoch string `json:"epoch,omitempty"`
-	// Fenced is true when the last durable admission found another epoch, or none:
-	// the group's durable rules answer 503 budget_recovering.
-	Fenced bool `json:"fenced,omitempty"`
-	// Found is the epoch the store held then ("" when none).
-	Found string `json:"found,omitempty"`
-	// SlotGroups, on a Redis Cluster, are the slot groups fenced (each subject's
-	// counters live in one of SlotGroups groups); the others still admit.
-	SlotGroups []int `json:"slot_groups,omitempty"`
-	// StoreFence, when set, fences the durable rules for the store checks' reason
-	// (storecheck.go): a check failed in enforce mode, or keys were evicted. It is not
-	// a lost epoch (Fenced): fix the store; an eviction also needs an attestation.
-	StoreFence string `json:"store_fence,omitempty"`
-	// StoreChecks are the store checks' last results.
-	StoreChecks []CheckResult `json:"store_checks,omitempty"`
-}
-
 // EpochCreated is when an epoch was created, on the Redis clock; false when the
 // string is not an epoch.
 func EpochCreated(epoch string) (time.Time, bool) {
@@ -154,10 +131,13 @@ func (s *Store) SetEpoch(epoch string) {
 	s.epochChanged()
 }
 
+// The store's durable counters run under the trust fence.
+var _ budget.Durable = (*Store)(nil)
+
 // Epochs are the replica's epoch of durable counters, reported under the key prefix,
 // and whether a slot group is fenced.
-func (s *Store) Epochs() []GroupEpoch {
-	e := GroupEpoch{Group: s.name, Epoch: s.want(), StoreFence: s.storeFence(), StoreChecks: s.checkResults()}
+func (s *Store) Epochs() []budget.GroupEpoch {
+	e := budget.GroupEpoch{Group: s.name, Epoch: s.want(), StoreFence: s.storeFence(), StoreChecks: s.checkResults()}
 	for i, g := range s.groups {
 		if f := g.fence.Load(); f != nil {
 			if !e.Fenced {
@@ -168,7 +148,7 @@ func (s *Store) Epochs() []GroupEpoch {
 			}
 		}
 	}
-	return []GroupEpoch{e}
+	return []budget.GroupEpoch{e}
 }
 
 // ensureEpoch gives the replica the epoch Redis holds, creating one when it holds

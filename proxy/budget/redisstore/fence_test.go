@@ -110,7 +110,7 @@ var _ = Describe("The trust fence of durable counters", func() {
 			rec := fencedErr(l)
 			Expect(rec.Expected).To(Equal(before))
 			Expect(rec.Found).To(BeEmpty(), "the store holds no epoch")
-			Expect(s.Epochs()[0]).To(Equal(redisstore.GroupEpoch{Group: "tokenwarden", Epoch: before, Fenced: true}))
+			Expect(s.Epochs()[0]).To(Equal(budget.GroupEpoch{Group: "tokenwarden", Epoch: before, Fenced: true}))
 			dec, err := try(l, "bob")
 			Expect(err).NotTo(HaveOccurred(), "bob draws on no durable rule: rolling rules are unaffected")
 			Expect(dec.Refusal).To(BeNil())
@@ -122,7 +122,7 @@ var _ = Describe("The trust fence of durable counters", func() {
 			after, err := s.Attest(context.Background(), []budget.Charge{ch})
 			Expect(err).NotTo(HaveOccurred())
 			Expect(after).NotTo(Equal(before))
-			Expect(s.Epochs()[0]).To(Equal(redisstore.GroupEpoch{Group: "tokenwarden", Epoch: after}))
+			Expect(s.Epochs()[0]).To(Equal(budget.GroupEpoch{Group: "tokenwarden", Epoch: after}))
 			Expect(monthly(s)).To(BeNumerically("~", 0.5, 1e-9), "the restored balance")
 			for range 2 {
 				dec, err := try(l, "alice")

@@ -77,14 +77,6 @@ type CheckRecorder interface {
 	StoreCheck(check, result string)
 }
 
-// CheckResult is one check's last result.
-type CheckResult struct {
-	Check  string `json:"check"`
-	Result string `json:"result"`
-	// Detail says what failed, or why the check was skipped.
-	Detail string `json:"detail,omitempty"`
-}
-
 // checker is the store's checking state.
 type checker struct {
 	mode     string
@@ -104,7 +96,7 @@ type checker struct {
 	// evMu guards evicted: the masters of a cluster are checked at once.
 	evMu    sync.Mutex
 	evicted map[string]int64
-	results atomic.Pointer[[]CheckResult]
+	results atomic.Pointer[[]budget.CheckResult]
 	// failing fences the durable rules while a check fails in enforce mode; evicted
 	// until the balances are attested. Each holds the reason, nil when clear.
 	failing, evictedFence atomic.Pointer[string]
@@ -177,7 +169,7 @@ func (s *Store) startChecks() {
 
 // CheckStore runs every check once, on every master, records the results and fences
 // or lifts the durable rules as they say; nil when the store runs no checks.
-func (s *Store) CheckStore(ctx context.Context) []CheckResult {
+func (s *Store) CheckStore(ctx context.Context) []budget.CheckResult {
 	ck := s.checks
 	if ck == nil {
 		return nil
@@ -191,7 +183,7 @@ func (s *Store) CheckStore(ctx context.Context) []CheckResult {
 		names = append(names, CheckClusterFullCoverage)
 	}
 	names = append(names, CheckEvictions)
-	per := make([][]CheckResult, len(names))
+	per := make([][]budget.CheckResult, len(names))
 	var mu sync.Mutex
 	err := ck.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		addr := c.Options().Addr
@@ -209,11 +201,11 @@ func (s *Store) CheckStore(ctx context.Context) []CheckResult {
 		}
 		return nil
 	})
-	results := make([]CheckResult, len(names))
+	results := make([]budget.CheckResult, len(names))
 	for i, name := range names {
 		results[i] = worst(name, per[i])
 		if err != nil && len(per[i]) == 0 {
-			results[i] = CheckResult{Check: name, Result: CheckSkipped, Detail: "the masters could not be listed: " + err.Error()}
+			results[i] = budget.CheckResult{Check: name, Result: CheckSkipped, Detail: "the masters could not be listed: " + err.Error()}
 		}
 	}
 	s.recordChecks(results)
@@ -232,8 +224,8 @@ func (ck *checker) eachMaster(ctx context.Context, f func(context.Context, *redi
 }
 
 // worst combines one check's results over the masters: a failure wins, then a skip.
-func worst(name string, rs []CheckResult) CheckResult {
-	out := CheckResult{Check: name, Result: CheckPass}
+func worst(name string, rs []budget.CheckResult) budget.CheckResult {
+	out := budget.CheckResult{Check: name, Result: CheckPass}
 	rank := map[string]int{CheckPass: 0, CheckSkipped: 1, CheckFail: 2}
 	var details []string
 	for _, r := range rs {
@@ -250,8 +242,8 @@ func worst(name string, rs []CheckResult) CheckResult {
 }
 
 // checkOne runs one check on one master.
-func (s *Store) checkOne(ctx context.Context, c *redis.Client, name string) CheckResult {
-	r := CheckResult{Check: name, Result: CheckPass}
+func (s *Store) checkOne(ctx context.Context, c *redis.Client, name string) budget.CheckResult {
+	r := budget.CheckResult{Check: name, Result: CheckPass}
 	var err error
 	switch name {
 	case CheckMaxmemoryPolicy:
@@ -278,7 +270,7 @@ func skipReason(err error) string {
 }
 
 // configIs checks that a config parameter has the value want.
-func configIs(ctx context.Context, c *redis.Client, param, want string, r *CheckResult) error {
+func configIs(ctx context.Context, c *redis.Client, param, want string, r *budget.CheckResult) error {
 	got, err := c.ConfigGet(ctx, param).Result()
 	if err != nil {
 		return err
@@ -295,7 +287,7 @@ func configIs(ctx context.Context, c *redis.Client, param, want string, r *Check
 
 // denied checks with ACL DRYRUN that the fleet's user may run none of the destructive
 // commands.
-func (ck *checker) denied(ctx context.Context, c *redis.Client, key string, r *CheckResult) error {
+func (ck *checker) denied(ctx context.Context, c *redis.Client, key string, r *budget.CheckResult) error {
 	var allowed []string
 	for _, cmd := range destructive(key) {
 		args := append([]any{"ACL", "DRYRUN", ck.user}, cmd...)
@@ -316,7 +308,7 @@ func (ck *checker) denied(ctx context.Context, c *redis.Client, key string, r *C
 // evictions checks that the server's evicted_keys did not rise since it was last seen.
 // A server seen first (at start, after a restart or a failover: a new run id) starts
 // from its count.
-func (ck *checker) evictions(ctx context.Context, c *redis.Client, r *CheckResult) error {
+func (ck *checker) evictions(ctx context.Context, c *redis.Client, r *budget.CheckResult) error {
 	info, err := c.Info(ctx, "server", "stats").Result()
 	if err != nil {
 		return err
@@ -347,9 +339,9 @@ func infoField(info, name string) string {
 
 // recordChecks stores the results, records them, logs each change and sets or lifts
 // the fences.
-func (s *Store) recordChecks(results []CheckResult) {
+func (s *Store) recordChecks(results []budget.CheckResult) {
 	ck := s.checks
-	prev := map[string]CheckResult{}
+	prev := map[string]budget.CheckResult{}
 	if p := ck.results.Load(); p != nil {
 		for _, r := range *p {
 			prev[r.Check] = r
@@ -396,7 +388,7 @@ func (s *Store) recordChecks(results []CheckResult) {
 }
 
 // logCheck logs a check's new result.
-func (s *Store) logCheck(r CheckResult) {
+func (s *Store) logCheck(r budget.CheckResult) {
 	switch r.Result {
 	case CheckPass:
 		s.log.Info("Redis store check passes", "check", r.Check, "mode", s.checks.mode)
@@ -436,7 +428,7 @@ func (s *Store) storeFence() string {
 }
 
 // checkResults are the checks' last results; nil before the first.
-func (s *Store) checkResults() []CheckResult {
+func (s *Store) checkResults() []budget.CheckResult {
 	if s.checks == nil {
 		return nil
 	}

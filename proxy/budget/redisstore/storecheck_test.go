@@ -62,7 +62,7 @@ func openChecked(url, mode, checkUser string) *checked {
 }
 
 // result is check's result in the store's last checks, as /admin/durable reports it.
-func (c *checked) result(check string) redisstore.CheckResult {
+func (c *checked) result(check string) budget.CheckResult {
 	GinkgoHelper()
 	for _, r := range c.s.Epochs()[0].StoreChecks {
 		if r.Check == check {
@@ -70,7 +70,7 @@ func (c *checked) result(check string) redisstore.CheckResult {
 		}
 	}
 	Fail("no result for " + check)
-	return redisstore.CheckResult{}
+	return budget.CheckResult{}
 }
 
 // gauge is tokenwarden_redis_store_check{check,result}.
