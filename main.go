@@ -32,6 +32,8 @@ func main() {
 		leaderElectionNS     string
 		proxyImage           string
 		secureMetrics        bool
+		statusWrites         float64
+		statusWriters        int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "The address the metrics endpoint binds to. Use 0 to disable it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
@@ -41,6 +43,9 @@ func main() {
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one operator replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election lease (default: the operator's own namespace).")
 	flag.StringVar(&proxyImage, "proxy-image", "tokenwarden:dev", "The proxy image of a TokenProxy that names none.")
+	flag.Float64Var(&statusWrites, "status-writes-per-second", controllers.DefaultStatusWritesPerSecond,
+		"The most TokenBudget and ApiKey status writes a second, of every fleet together; they never hold up a fleet's config or Deployment.")
+	flag.IntVar(&statusWriters, "status-writers", controllers.DefaultStatusWriters, "How many TokenBudget and ApiKey status writes run at once.")
 	proxyTracing := controllers.ProxyTracingFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -87,6 +92,9 @@ func main() {
 		Events:         mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage:     proxyImage,
 		DefaultTracing: defaultTracing,
+		// Statuses have their own workers and rate, apart from the reconciles.
+		StatusWritesPerSecond: float32(statusWrites),
+		StatusWriters:         statusWriters,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Unable to set up the TokenProxy controller")
 		os.Exit(1)

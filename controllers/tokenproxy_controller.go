@@ -52,6 +52,15 @@ type TokenProxyReconciler struct {
 	// UsageInterval is the shortest time between two writes of one TokenBudget's
 	// status.usage (default DefaultUsageInterval).
 	UsageInterval time.Duration
+	// StatusWritesPerSecond bounds the TokenBudget and ApiKey status writes of every
+	// fleet together (default DefaultStatusWritesPerSecond); StatusWriters is how many
+	// run at once (default DefaultStatusWriters).
+	StatusWritesPerSecond float32
+	StatusWriters         int
+
+	// statuses writes the TokenBudgets' and ApiKeys' statuses the reconciles compute
+	// (tokenproxy_status_writer.go).
+	statuses *statusWriter
 
 	// renewals tells live replicas by the renewals the operator saw (tokenproxy_status_reports.go).
 	renewals renewals
@@ -74,6 +83,10 @@ type TokenProxyReconciler struct {
 // SetupWithManager registers the reconciler, its indexes and its watches.
 func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.apiReader = mgr.GetAPIReader()
+	r.statuses = newStatusWriter(r.Client, r.StatusWritesPerSecond, r.StatusWriters)
+	if err := mgr.Add(r.statuses); err != nil {
+		return err
+	}
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &twv1alpha1.TokenBudget{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
@@ -117,6 +130,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 			builder.WithPredicates(leaseReportChanged())).
 		Watches(&rbacv1.ClusterRoleBinding{}, handler.EnqueueRequestsFromMapFunc(r.orphanedAuthDelegator),
 			builder.WithPredicates(bindingListed())).
+		WatchesRawSource(r.statuses.source()).
 		Build(r)
 	if err != nil {
 		return err
@@ -131,8 +145,10 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	return nil
 }
 
-// Reconcile renders one fleet, runs its objects and writes the status of everything
-// it read. Each step runs unless a step it depends on failed; a failed step sets
+// Reconcile renders one fleet, runs its objects, writes its TokenProxy's status and
+// queues the status of everything else it read for the status writer, so that it
+// returns without waiting for them: a scale is never held up behind a burst of status
+// writes. Each step runs unless a step it depends on failed; a failed step sets
 // Degraded and the request is retried with backoff.
 func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var tp twv1alpha1.TokenProxy
@@ -144,6 +160,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.keyOrders.forget(req.NamespacedName)
 			r.configs.forget(req.NamespacedName)
 			r.layouts.Forget(req.NamespacedName)
+			_ = r.statuses.failure(req.NamespacedName) // its objects' statuses are queued again below
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -176,7 +193,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 }
 
 // fleetScope is one reconcile of one fleet, which its phases read and fill in the
-// order Reconcile runs them: gather, config, workload, ServiceMonitor, statuses.
+// order Reconcile runs them: gather, config, workload, ServiceMonitor, statuses (queued).
 type fleetScope struct {
 	tp *twv1alpha1.TokenProxy
 	// gathered is what the fleet is made of, and every object's verdict.

@@ -44,38 +44,37 @@ func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alp
 	return nil
 }
 
-// writeBudgetStatus writes st as the TokenBudget's status when it differs
-// semantically from the status b holds: a merge patch of what changed, because the
-// usage controller writes status.usage concurrently (tokenbudget_usage.go), which
-// must neither make this write conflict nor be overwritten by it. b, which may be
-// the cache's own object (gather lists budgets without copies), is not changed: a
-// copy is written.
-func (r *TokenProxyReconciler) writeBudgetStatus(ctx context.Context, b *twv1alpha1.TokenBudget, st *twv1alpha1.TokenBudgetStatus) error {
+// queueBudgetStatus queues st as the TokenBudget's status, written by the fleet's
+// status writer, when it differs semantically from the status b holds: a merge patch
+// of what changed, because the usage controller writes status.usage concurrently
+// (tokenbudget_usage.go), which must neither make this write conflict nor be
+// overwritten by it. b, which may be the cache's own object (gather lists budgets
+// without copies), is not changed: a copy is written.
+func (r *TokenProxyReconciler) queueBudgetStatus(fleet types.NamespacedName, b *twv1alpha1.TokenBudget, st *twv1alpha1.TokenBudgetStatus) {
+	k := statusKey{kind: budgetStatus, name: client.ObjectKeyFromObject(b)}
 	if equality.Semantic.DeepEqual(&b.Status, st) {
-		return nil
+		r.statuses.cancel(fleet, k)
+		return
 	}
 	o := b.DeepCopy()
 	patch := client.MergeFrom(o.DeepCopy())
 	o.Status = *st
-	if err := r.Status().Patch(ctx, o, patch); err != nil {
-		return fmt.Errorf("patch status of %s: %w", o.Name, err)
-	}
-	return nil
+	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, obj: o, patch: patch})
 }
 
-// writeKeyStatus writes st as the ApiKey's status when it differs semantically from
-// the status k holds, replacing the whole status. k, which may be the cache's own
+// queueKeyStatus queues st as the ApiKey's status, computed from in (nil: from
+// nothing a reconcile remembers), when it differs semantically from the status k
+// holds; the write replaces the whole status. k, which may be the cache's own
 // object, is not changed: a copy is written.
-func (r *TokenProxyReconciler) writeKeyStatus(ctx context.Context, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus) error {
+func (r *TokenProxyReconciler) queueKeyStatus(fleet types.NamespacedName, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus, in *keyStatusInputs) {
+	sk := statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(k)}
 	if equality.Semantic.DeepEqual(&k.Status, st) {
-		return nil
+		r.statuses.cancel(fleet, sk)
+		return
 	}
 	o := k.DeepCopy()
 	o.Status = *st
-	if err := r.Status().Update(ctx, o); err != nil {
-		return fmt.Errorf("patch status of %s: %w", o.Name, err)
-	}
-	return nil
+	r.statuses.enqueue(sk, &pendingStatus{fleet: fleet, obj: o, inputs: in})
 }
 
 // storageOf is the fleet's storage type, defaulted.
@@ -162,9 +161,9 @@ func setFleetEnforced(st *twv1alpha1.TokenProxyStatus, rs *reports, g, gen int64
 	}
 }
 
-// reconcileStatuses writes the statuses: the fleet's budgets and keys when the config
-// was written (their conditions name its generation), and the TokenProxy's in one
-// write. It returns when a replica's report Lease expires.
+// reconcileStatuses queues the statuses of the fleet's budgets and keys when the
+// config was written (their conditions name its generation), for the status writer,
+// and writes the TokenProxy's. It returns when a replica's report Lease expires.
 func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetScope) (time.Duration, error) {
 	tp := s.tp
 	now := time.Now()
@@ -172,11 +171,13 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetSc
 	if s.cfg.written {
 		var err error
 		if rs, err = r.readReports(ctx, s, now); s.steps.record(stepStatus, err) {
-			s.steps.record(stepStatus, r.writeObjectStatuses(ctx, s, rs))
+			r.queueObjectStatuses(s, rs)
 		} else {
 			rs = nil
 		}
 	}
+	// A status write that failed since the last reconcile fails this one's Status step.
+	s.steps.record(stepStatus, r.statuses.failure(client.ObjectKeyFromObject(tp)))
 	st := r.fleetStatus(s, rs)
 	// A newly recorded durable epoch goes into the config at once: the next reconcile
 	// renders it.
@@ -193,8 +194,8 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetSc
 	return rs.requeue(now), nil
 }
 
-// markProxyNotFound sets Accepted=False/ProxyNotFound on the objects that reference a
-// fleet that does not exist.
+// markProxyNotFound queues Accepted=False/ProxyNotFound as the status of the objects
+// that reference a fleet that does not exist.
 func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types.NamespacedName) error {
 	var budgets twv1alpha1.TokenBudgetList
 	if err := r.List(ctx, &budgets, client.MatchingFields{proxyRefField: name.String()}); err != nil {
@@ -206,9 +207,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
 		st.Summary = render.Summary(b, false, 1)
 		proxyNotFound(b, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
-		if err := r.writeBudgetStatus(ctx, b, st); err != nil {
-			return err
-		}
+		r.queueBudgetStatus(name, b, st)
 	}
 	var keys twv1alpha1.ApiKeyList
 	if err := r.List(ctx, &keys, client.MatchingFields{proxyRefField: name.String()}); err != nil {
@@ -218,11 +217,9 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		k := &keys.Items[i]
 		st := k.Status.DeepCopy()
 		proxyNotFound(k, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
-		if err := r.writeKeyStatus(ctx, k, st); err != nil {
-			return err
-		}
+		r.queueKeyStatus(name, k, st, nil)
 	}
-	log.FromContext(ctx).V(1).Info("TokenProxy not found; marked its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
+	log.FromContext(ctx).V(1).Info("TokenProxy not found; marking its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
 	return nil
 }
 

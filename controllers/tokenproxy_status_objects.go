@@ -4,7 +4,6 @@
 package controllers
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -21,11 +20,12 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
-// writeObjectStatuses writes the status of every TokenBudget and ApiKey the fleet
-// read, once its config (of generation s.cfg.generation) is written, and records
-// events for what an operator must act on.
-func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleetScope, rs *reports) error {
+// queueObjectStatuses queues the status of every TokenBudget and ApiKey the fleet read
+// whose status changes, once its config (of generation s.cfg.generation) is written,
+// and records events for what an operator must act on.
+func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 	tp, g, generation := s.tp, s.gathered, s.cfg.generation
+	fleet := client.ObjectKeyFromObject(tp)
 	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
 	storage := storageOf(tp)
 	inForce := g.Divisor
@@ -57,9 +57,7 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 			b.Status.Conditions, generation)
 		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
 		setEnforced(&st.Conditions, "budget", v, st.ConfigGeneration, rs, b.Generation)
-		if err := r.writeBudgetStatus(ctx, b, st); err != nil {
-			return err
-		}
+		r.queueBudgetStatus(fleet, b, st)
 	}
 
 	memo := r.keyMemo(tp)
@@ -88,6 +86,10 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 			}
 			delete(memo, ok)
 		}
+		if r.statuses.queued(fleet, statusKey{kind: keyStatus, name: ok}, in) {
+			// Its status is computed from these inputs and queued already.
+			continue
+		}
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
 		st.Fingerprint = fingerprint
@@ -99,11 +101,10 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 			in.fingerprint = strings.Clone(in.fingerprint)
 			memo[ok] = in
 			remembered++
+			r.statuses.cancel(fleet, statusKey{kind: keyStatus, name: ok})
 			continue
 		}
-		if err := r.writeKeyStatus(ctx, k, st); err != nil {
-			return err
-		}
+		r.queueKeyStatus(fleet, k, st, &in)
 	}
 	if remembered != len(memo) {
 		seen := make(map[types.NamespacedName]struct{}, len(g.allKeys))
@@ -116,8 +117,6 @@ func (r *TokenProxyReconciler) writeObjectStatuses(ctx context.Context, s *fleet
 			}
 		}
 	}
-
-	return nil
 }
 
 // contentGeneration is the config generation that first held an accepted object's
@@ -204,7 +203,7 @@ func allowance(total, divisor int64) *int64 {
 }
 
 // keyStatusInputs are everything an ApiKey's status is computed from in
-// writeObjectStatuses, but the fleet's identity: the key as read (its resourceVersion
+// queueObjectStatuses, but the fleet's identity: the key as read (its resourceVersion
 // covers its spec and status), the fleet's generation, its verdict, the fingerprint
 // of its Secret's key, its content generation and what the replicas have loaded of
 // it. A key whose inputs are those of the last reconcile that found its status

@@ -1,0 +1,258 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Status writes out of the reconcile, by default.
+const (
+	// DefaultStatusWritesPerSecond bounds the TokenBudget and ApiKey status writes of
+	// every fleet together.
+	DefaultStatusWritesPerSecond = 200
+	// DefaultStatusWriters is how many status writes run at once.
+	DefaultStatusWriters = 4
+)
+
+// statusKind tells the objects a statusWriter writes apart.
+type statusKind uint8
+
+const (
+	budgetStatus statusKind = iota
+	keyStatus
+)
+
+// statusKey names one object whose status is written.
+type statusKey struct {
+	kind statusKind
+	name types.NamespacedName
+}
+
+// pendingStatus is the latest status computed for one object, not yet written.
+type pendingStatus struct {
+	fleet types.NamespacedName
+	// obj is a copy of the object as read, holding the status to write.
+	obj client.Object
+	// patch, when set, writes obj's status as a patch; otherwise obj replaces the
+	// stored status (and conflicts when the object changed since it was read).
+	patch client.Patch
+	// inputs are a key's keyStatusInputs, which a reconcile finds already queued.
+	inputs *keyStatusInputs
+	// cancelled says the object was found current while this status was written.
+	cancelled bool
+}
+
+// statusBatch is how many statuses of one fleet a worker writes before it turns to
+// the next fleet that has some.
+const statusBatch = 20
+
+// statusWriter writes the TokenBudget and ApiKey statuses a reconcile computed,
+// apart from the reconcile: a fleet's config and workload never wait behind a
+// backlog of status writes (a burst of thousands of new keys), which its own workers
+// write at a bounded rate, so that they never starve the API server's other clients
+// either. The fleets take turns, statusBatch statuses at a time, so that one fleet's
+// burst does not hold up another's few statuses. The latest status computed for an
+// object wins over one still queued. A write that conflicts (the object changed since
+// it was read) or fails queues its fleet's reconcile, which computes the status
+// again; a failure is reported by that reconcile as the Status step's.
+type statusWriter struct {
+	client  client.Client
+	limiter flowcontrol.RateLimiter
+	workers int
+	// queue holds the fleets with statuses to write; one worker writes a fleet's at
+	// a time.
+	queue *workqueue.Typed[types.NamespacedName]
+	// fleets queues a fleet's reconcile.
+	fleets chan event.TypedGenericEvent[types.NamespacedName]
+
+	mu      sync.Mutex
+	pending map[types.NamespacedName]map[statusKey]*pendingStatus
+	writing map[statusKey]*pendingStatus
+	failed  map[types.NamespacedName]error
+}
+
+// newStatusWriter writes with c, perSecond writes a second at most, workers at once.
+func newStatusWriter(c client.Client, perSecond float32, workers int) *statusWriter {
+	if perSecond <= 0 {
+		perSecond = DefaultStatusWritesPerSecond
+	}
+	if workers <= 0 {
+		workers = DefaultStatusWriters
+	}
+	return &statusWriter{
+		client:  c,
+		limiter: flowcontrol.NewTokenBucketRateLimiter(perSecond, max(int(perSecond/4), 1)),
+		workers: workers,
+		queue:   workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.NamespacedName]{Name: "tokenwarden-statuses"}),
+		fleets:  make(chan event.TypedGenericEvent[types.NamespacedName], 1024),
+		pending: map[types.NamespacedName]map[statusKey]*pendingStatus{},
+		writing: map[statusKey]*pendingStatus{},
+		failed:  map[types.NamespacedName]error{},
+	}
+}
+
+// source is the fleets whose reconcile the writer queues, for the controller to watch.
+func (w *statusWriter) source() source.Source {
+	return source.Channel(w.fleets, handler.TypedFuncs[types.NamespacedName, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[types.NamespacedName], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: e.Object})
+		},
+	})
+}
+
+// enqueue queues p as the status of the object k names, in place of any queued.
+func (w *statusWriter) enqueue(k statusKey, p *pendingStatus) {
+	w.mu.Lock()
+	m := w.pending[p.fleet]
+	if m == nil {
+		m = map[statusKey]*pendingStatus{}
+		w.pending[p.fleet] = m
+	}
+	m[k] = p
+	w.mu.Unlock()
+	w.queue.Add(p.fleet)
+}
+
+// cancel forgets the status queued for k, if any: the object holds the status its
+// latest inputs give.
+func (w *statusWriter) cancel(fleet types.NamespacedName, k statusKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if m := w.pending[fleet]; m != nil {
+		delete(m, k)
+	}
+	if p := w.writing[k]; p != nil {
+		p.cancelled = true
+	}
+}
+
+// queued says whether the key status queued or being written for k was computed from in.
+func (w *statusWriter) queued(fleet types.NamespacedName, k statusKey, in keyStatusInputs) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pending[fleet][k]
+	if p == nil {
+		p = w.writing[k]
+	}
+	return p != nil && p.inputs != nil && *p.inputs == in
+}
+
+// failure is the error of the fleet's last failed write since the last call, and
+// forgets it.
+func (w *statusWriter) failure(fleet types.NamespacedName) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.failed[fleet]
+	delete(w.failed, fleet)
+	return err
+}
+
+// Start runs the workers until ctx is done (the manager runs it, on the leader).
+func (w *statusWriter) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range w.workers {
+		wg.Go(func() {
+			for w.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// next writes up to statusBatch queued statuses of the next fleet, and queues the
+// fleet again behind the others when it has more; false once the queue is shut down.
+func (w *statusWriter) next(ctx context.Context) bool {
+	fleet, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(fleet)
+	for range statusBatch {
+		k, p := w.take(fleet)
+		if p == nil {
+			return true
+		}
+		if err := w.limiter.Wait(ctx); err != nil {
+			return true
+		}
+		w.finish(ctx, k, p, w.write(ctx, p))
+	}
+	w.mu.Lock()
+	more := len(w.pending[fleet]) > 0
+	w.mu.Unlock()
+	if more {
+		w.queue.Add(fleet)
+	}
+	return true
+}
+
+// take moves one of the fleet's queued statuses to those being written.
+func (w *statusWriter) take(fleet types.NamespacedName) (statusKey, *pendingStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.pending[fleet]
+	for k, p := range m {
+		delete(m, k)
+		w.writing[k] = p
+		return k, p
+	}
+	delete(w.pending, fleet)
+	return statusKey{}, nil
+}
+
+// finish records the write of p: a failure, for the fleet's next reconcile, which it
+// queues, as it does when the status was found current while it was written
+// (this write overwrote it) and none is queued since.
+func (w *statusWriter) finish(ctx context.Context, k statusKey, p *pendingStatus, err error) {
+	w.mu.Lock()
+	delete(w.writing, k)
+	if err != nil && !apierrors.IsConflict(err) {
+		w.failed[p.fleet] = err
+	}
+	again := err != nil || (p.cancelled && w.pending[p.fleet][k] == nil)
+	w.mu.Unlock()
+	if again {
+		log.FromContext(ctx).V(1).Info("Status write to settle again", "object", k.name, "error", err)
+		w.requeue(ctx, p.fleet)
+	}
+}
+
+// write writes p; an object that is gone has no status to write.
+func (w *statusWriter) write(ctx context.Context, p *pendingStatus) error {
+	var err error
+	if p.patch != nil {
+		err = w.client.Status().Patch(ctx, p.obj, p.patch)
+	} else {
+		err = w.client.Status().Update(ctx, p.obj)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patch status of %s: %w", p.obj.GetName(), err)
+	}
+	return nil
+}
+
+// requeue queues the fleet's reconcile.
+func (w *statusWriter) requeue(ctx context.Context, fleet types.NamespacedName) {
+	select {
+	case w.fleets <- event.TypedGenericEvent[types.NamespacedName]{Object: fleet}:
+	case <-ctx.Done():
+	}
+}
