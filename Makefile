@@ -138,11 +138,12 @@ BENCH_KEYS ?= 50000
 BENCH_BUDGETS ?= 2000
 BENCH_UNRELATED ?= 100000
 BENCH_REPEATS ?= 5
+BENCH_BURST ?= 10000
 # make bench-schedule runs each mode this many seconds.
 SCHEDLAB_SECONDS ?= 20
 .PHONY: bench-operator
 bench-operator: build test-tools ## Measure the operator and a 3-replica fleet of proxy processes against the real API server at $(BENCH_KEYS) keys, $(BENCH_BUDGETS) budgets and $(BENCH_UNRELATED) unrelated objects (BENCH lines).
-	BENCH_KEYS=$(BENCH_KEYS) BENCH_BUDGETS=$(BENCH_BUDGETS) BENCH_UNRELATED=$(BENCH_UNRELATED) BENCH_REPEATS=$(BENCH_REPEATS) \
+	BENCH_KEYS=$(BENCH_KEYS) BENCH_BUDGETS=$(BENCH_BUDGETS) BENCH_UNRELATED=$(BENCH_UNRELATED) BENCH_REPEATS=$(BENCH_REPEATS) BENCH_BURST=$(BENCH_BURST) \
 		BENCH_PROXY=$(BIN)/proxy $(GO) test -count=1 -timeout 150m -v -run '^TestScale$$' ./test/scale/ 2>&1 | grep --line-buffered -e '^BENCH' -e '^--- ' -e '^FAIL' -e '^ok' -e 'scale_test.go:[0-9]*: [^B]'
 
 .PHONY: bench-schedule
