@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,6 +28,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokenwarden/tokenwarden/test/testproc"
 )
 
 // TB is the part of testing.TB (and of Ginkgo's GinkgoT()) that the helper needs.
@@ -51,7 +52,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *tailBuffer
+	out    *testproc.Tail
 	dbs    int
 }
 
@@ -88,7 +89,7 @@ func Start(t TB) *Server {
 	if err != nil {
 		t.Fatalf("pgserver: %v", err)
 	}
-	s := &Server{bin: bin, cred: cred, out: &tailBuffer{}}
+	s := &Server{bin: bin, cred: cred, out: &testproc.Tail{}}
 	if s.dir, err = s.mkdir(); err != nil {
 		t.Fatalf("pgserver: %v", err)
 	}
@@ -100,7 +101,7 @@ func Start(t TB) *Server {
 		t.Fatalf("pgserver: %v", err)
 	}
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = testproc.FreePort(); err != nil {
 			t.Fatalf("pgserver: no free port: %v", err)
 		}
 		err = s.Start()
@@ -212,7 +213,7 @@ func (s *Server) Start() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+s.dir,
 		"-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=100", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
-	s.out.reset()
+	s.out.Reset()
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
@@ -305,41 +306,4 @@ func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cmd != nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tailBuffer keeps the last few KiB of the server's output for error messages.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > 4096 {
-		b.buf = b.buf[len(b.buf)-4096:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(string(b.buf))
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenwarden/tokenwarden/test/testproc"
 )
 
 // Cluster is a Redis Cluster of redis-server processes on free loopback ports: its
@@ -38,7 +40,7 @@ func StartCluster(t TB, masters, replicas int) *Cluster {
 	t.Helper()
 	node := func() *Server {
 		return startWith(t, func(port int, dir string) (string, []string) {
-			bus, err := freePort()
+			bus, err := testproc.FreePort()
 			if err != nil {
 				t.Fatalf("redisserver: no free port: %v", err)
 			}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenwarden/tokenwarden/test/testproc"
 )
 
 // TB is the part of testing.TB (and of Ginkgo's GinkgoT()) that the helper needs.
@@ -76,7 +78,7 @@ func startWith(t TB, setup func(port int, dir string) (conf string, args []strin
 	t.Helper()
 	var s *Server
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			t.Fatalf("redisserver: no free port: %v", err)
 		}
@@ -210,7 +212,7 @@ func (s *Server) start() error {
 	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out := &tailBuffer{}
+	out := &testproc.Tail{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
@@ -274,43 +276,12 @@ func ping(addr string, pid int) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func mkdirTemp(t TB) string {
 	dir, err := os.MkdirTemp("", "tokenwarden-redis-")
 	if err != nil {
 		t.Fatalf("redisserver: %v", err)
 	}
 	return dir
-}
-
-// tailBuffer keeps the last few KiB of the server's output for error messages.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > 4096 {
-		b.buf = b.buf[len(b.buf)-4096:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(string(b.buf))
 }
 
 // CPUSeconds is the CPU time, user and system, that the Redis c talks to has spent

@@ -53,6 +53,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/controllers"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/fleetwait"
+	"github.com/tokenwarden/tokenwarden/test/testproc"
 )
 
 // Options configure a Stack.
@@ -417,11 +418,11 @@ var errPortTaken = errors.New("a port was taken")
 var readyClient = &http.Client{Timeout: 2 * time.Second}
 
 func (s *Stack) startProxyOnce(ctx context.Context, namespace, name string, i int) (*Proxy, error) {
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	adminPort, err := freePort()
+	adminPort, err := testproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -629,13 +630,4 @@ func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
