@@ -257,8 +257,7 @@ func TestScale(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(tp), tp); err != nil {
 		t.Fatal(err)
 	}
-	tp.Spec.Replicas = ptr.To[int32](4)
-	if err := c.Update(ctx, tp); err != nil {
+	if err := scaleTo(ctx, c, tp, 4); err != nil {
 		t.Fatal(err)
 	}
 	if proxies, err = st.SyncProxies(ctx, ns, fleet); err != nil {
@@ -278,6 +277,14 @@ func TestScale(t *testing.T) {
 	}
 	r.printf("(e) peak resident memory of this process (the operator, the benchmark's writers and watches): %s", mib(float64(peakRSS())))
 	r.printf("done in %v", since(start))
+}
+
+// scaleTo sets the fleet's replicas as `kubectl scale` does: a patch of the one
+// field, which the operator's own status writes cannot make conflict.
+func scaleTo(ctx context.Context, c client.Client, tp *twv1alpha1.TokenProxy, replicas int32) error {
+	base := tp.DeepCopy()
+	tp.Spec.Replicas = ptr.To(replicas)
+	return c.Patch(ctx, tp, client.MergeFrom(base))
 }
 
 // burstThenScale creates n more keys by writers at once from key next, scales the
@@ -300,9 +307,8 @@ func burstThenScale(ctx context.Context, t *testing.T, r *report, st *stack.Stac
 		t.Fatal(err)
 	}
 	want := ptr.Deref(tp.Spec.Replicas, 1) + 1
-	tp.Spec.Replicas = ptr.To(want)
 	scaled := time.Now()
-	if err := c.Update(ctx, tp); err != nil {
+	if err := scaleTo(ctx, c, tp, want); err != nil {
 		t.Fatal(err)
 	}
 	for {
