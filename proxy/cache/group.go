@@ -1,0 +1,336 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cache
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/tokenwarden/tokenwarden/proxy/usage"
+)
+
+// Errors a waiter reads.
+var (
+	// ErrLeaderFailed: the leader's upstream call failed before its first byte, or
+	// answered other than 2xx. The waiter has read nothing; it joins again (Group.Join),
+	// and the first to do so leads the next call while the others wait for it.
+	ErrLeaderFailed = errors.New("cache: the leading request failed before its answer began")
+	// ErrCut: the answer stopped before its end (the leader's upstream broke off), or
+	// the waiter fell more than the group's buffer behind the leader and was cut off.
+	ErrCut = errors.New("cache: the coalesced answer was cut")
+)
+
+// Group joins identical requests in flight (the same Key) to one upstream call: the
+// first is the leader and makes the call; the others wait and read its answer as it
+// arrives, a late joiner from the first byte.
+//
+// A call keeps its answer for its waiters up to maxBytes. Past that it takes no new
+// joiners (the next identical request leads a call of its own) and keeps only what
+// its slowest waiter has yet to read: a waiter that falls more than maxBytes behind
+// the leader is cut off (it reads ErrCut), so that a slow client never slows the
+// leader or the other waiters, nor holds more than maxBytes.
+type Group struct {
+	maxBytes int
+	mu       sync.Mutex
+	calls    map[[32]byte]*Call
+}
+
+// NewGroup is a group whose calls keep at most maxBytes of an answer.
+func NewGroup(maxBytes int64) *Group {
+	return &Group{maxBytes: int(min(maxBytes, 1<<31-1)), calls: make(map[[32]byte]*Call)}
+}
+
+// Join makes the request the leader of a new call for k, or a waiter of the call in
+// flight. Exactly one of the results is set. A waiter's reads end when ctx does.
+func (g *Group) Join(ctx context.Context, k Key) (*Call, *Waiter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.calls[k.Hash]; c != nil {
+		return nil, c.addWaiter(ctx)
+	}
+	c := &Call{g: g, key: k.Hash, changed: make(chan struct{}), waiters: make(map[*Waiter]struct{})}
+	g.calls[k.Hash] = c
+	return c, nil
+}
+
+// InFlight is the number of calls in flight that take joiners.
+func (g *Group) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.calls)
+}
+
+// detach takes c out of the group: no new request joins it.
+func (g *Group) detach(c *Call) {
+	g.mu.Lock()
+	if g.calls[c.key] == c {
+		delete(g.calls, c.key)
+	}
+	g.mu.Unlock()
+}
+
+// Call is one upstream call and its answer, written by the leader.
+type Call struct {
+	g   *Group
+	key [32]byte
+
+	mu sync.Mutex
+	// changed is closed, and replaced, at every change a waiter may wait for.
+	changed chan struct{}
+	status  int
+	header  http.Header
+	// buf holds the answer from byte base on.
+	buf      []byte
+	base     int
+	detached bool
+	// ended: Finish or Fail was called; complete: the answer reached its end.
+	ended, complete, failed bool
+	usage                   usage.Usage
+	waiters                 map[*Waiter]struct{}
+	// leaderGone: the leader's client left; cancel ends the upstream call's context.
+	leaderGone bool
+	cancel     context.CancelFunc
+	stop       func() bool
+}
+
+func (c *Call) addWaiter(ctx context.Context) *Waiter {
+	w := &Waiter{c: c, ctx: ctx}
+	c.mu.Lock()
+	c.waiters[w] = struct{}{}
+	c.mu.Unlock()
+	return w
+}
+
+// broadcastLocked wakes every waiter.
+func (c *Call) broadcastLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Context is the context for the leader's upstream call: it ends when the leader's
+// client leaves (parent ends) only if no waiter is left, or later when the last
+// waiter leaves, so a leader whose client leaves does not abandon its waiters. It is
+// valid until Finish or Fail.
+func (c *Call) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancel = cancel
+	c.stop = context.AfterFunc(parent, func() {
+		c.mu.Lock()
+		c.leaderGone = true
+		idle := len(c.waiters) == 0
+		c.mu.Unlock()
+		if idle {
+			cancel()
+		}
+	})
+	return ctx
+}
+
+// Waiters is the number of waiters reading the call.
+func (c *Call) Waiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+// Head publishes the answer's status and headers. An answer other than 2xx is not
+// shared: the call ends as by Fail, and the leader serves its own answer alone.
+func (c *Call) Head(status int, header http.Header) {
+	if status < 200 || status > 299 {
+		c.Fail()
+		return
+	}
+	c.mu.Lock()
+	c.status, c.header = status, header.Clone()
+	c.broadcastLocked()
+	c.mu.Unlock()
+}
+
+// Write appends bytes of the answer for the waiters; it never fails and never waits
+// for a waiter.
+func (c *Call) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	over := !c.detached && len(c.buf)+len(p) > c.g.maxBytes
+	c.mu.Unlock()
+	if over {
+		c.g.detach(c)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return len(p), nil
+	}
+	c.detached = c.detached || over
+	c.buf = append(c.buf, p...)
+	if c.detached {
+		c.trimLocked()
+	}
+	c.broadcastLocked()
+	return len(p), nil
+}
+
+// trimLocked cuts off the waiters more than maxBytes behind and drops what every
+// remaining waiter has read.
+func (c *Call) trimLocked() {
+	end := c.base + len(c.buf)
+	low := end
+	for w := range c.waiters {
+		if end-w.off > c.g.maxBytes {
+			w.cut = true
+			delete(c.waiters, w)
+			continue
+		}
+		low = min(low, w.off)
+	}
+	if drop := low - c.base; drop > 0 {
+		n := copy(c.buf, c.buf[drop:])
+		c.buf = c.buf[:n]
+		c.base = low
+	}
+	if len(c.waiters) == 0 && c.leaderGone && c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// Finish ends the answer: complete when it reached its end (the waiters read io.EOF
+// after the last byte), cut otherwise (they read ErrCut). u is the leader's usage,
+// which the waiters replay.
+func (c *Call) Finish(complete bool, u usage.Usage) {
+	c.g.detach(c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	c.ended, c.complete, c.usage = true, complete, u
+	c.endLocked()
+}
+
+// Fail ends a call whose upstream failed before the first byte: every waiter reads
+// ErrLeaderFailed and joins again.
+func (c *Call) Fail() {
+	c.g.detach(c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	c.ended, c.failed = true, true
+	c.endLocked()
+}
+
+func (c *Call) endLocked() {
+	c.broadcastLocked()
+	if c.stop != nil {
+		c.stop()
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// Waiter reads a call's answer; it is an io.Reader of the body.
+type Waiter struct {
+	c   *Call
+	ctx context.Context
+	// off is the next byte to read; cut: the waiter fell too far behind.
+	off  int
+	cut  bool
+	left bool
+}
+
+// Head waits for the answer's status and headers. It returns ErrLeaderFailed when
+// the leader's call failed before them, and the context's error when it ends first.
+func (w *Waiter) Head() (int, http.Header, error) {
+	c := w.c
+	for {
+		c.mu.Lock()
+		switch {
+		case c.status != 0:
+			s, h := c.status, c.header
+			c.mu.Unlock()
+			return s, h, nil
+		case c.failed || (c.ended && c.status == 0):
+			c.mu.Unlock()
+			return 0, nil, ErrLeaderFailed
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-w.ctx.Done():
+			return 0, nil, w.ctx.Err()
+		}
+	}
+}
+
+// Read implements io.Reader: the answer's bytes as they arrive, io.EOF after the end
+// of a complete answer, ErrCut for one that stopped early, the context's error when
+// it ends first.
+func (w *Waiter) Read(p []byte) (int, error) {
+	c := w.c
+	for {
+		c.mu.Lock()
+		if w.cut {
+			c.mu.Unlock()
+			return 0, ErrCut
+		}
+		if avail := c.base + len(c.buf) - w.off; avail > 0 {
+			n := copy(p, c.buf[w.off-c.base:])
+			w.off += n
+			c.mu.Unlock()
+			return n, nil
+		}
+		if c.ended {
+			complete := c.complete
+			c.mu.Unlock()
+			if complete {
+				return 0, io.EOF
+			}
+			return 0, ErrCut
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-w.ctx.Done():
+			return 0, w.ctx.Err()
+		}
+	}
+}
+
+// Usage is the leader's usage, once the answer is complete: what the waiter saved.
+func (w *Waiter) Usage() usage.Usage {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.usage
+}
+
+// Leave ends the waiter; every waiter leaves once, whether it read the whole answer
+// or its client went away. The last waiter to leave a call whose leader's client has
+// gone ends the upstream call.
+func (w *Waiter) Leave() {
+	c := w.c
+	c.mu.Lock()
+	if w.left {
+		c.mu.Unlock()
+		return
+	}
+	w.left = true
+	delete(c.waiters, w)
+	idle := len(c.waiters) == 0 && c.leaderGone && !c.ended
+	cancel := c.cancel
+	if c.detached && !c.ended {
+		c.trimLocked() // what only this waiter had yet to read is dropped
+	}
+	c.mu.Unlock()
+	if idle && cancel != nil {
+		cancel()
+	}
+}
