@@ -47,6 +47,7 @@ func main() {
 		"The most TokenBudget and ApiKey status writes a second, of every fleet together; they never hold up a fleet's config or Deployment.")
 	flag.IntVar(&statusWriters, "status-writers", controllers.DefaultStatusWriters, "How many TokenBudget and ApiKey status writes run at once.")
 	proxyTracing := controllers.ProxyTracingFlags(flag.CommandLine)
+	proxyLedger := controllers.ProxyLedgerFlags(flag.CommandLine)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -86,12 +87,18 @@ func main() {
 		log.Error(err, "Bad flag")
 		os.Exit(2)
 	}
+	defaultLedger, err := proxyLedger()
+	if err != nil {
+		log.Error(err, "Bad flag")
+		os.Exit(2)
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if err := (&controllers.TokenProxyReconciler{
 		Client:         mgr.GetClient(),
 		Events:         mgr.GetEventRecorder("tokenwarden"),
 		ProxyImage:     proxyImage,
 		DefaultTracing: defaultTracing,
+		DefaultLedger:  defaultLedger,
 		// Statuses have their own workers and rate, apart from the reconciles.
 		StatusWritesPerSecond: float32(statusWrites),
 		StatusWriters:         statusWriters,

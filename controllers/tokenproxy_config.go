@@ -311,6 +311,7 @@ func (r *TokenProxyReconciler) configStep(ctx context.Context, s *fleetScope) co
 	r.configs.forget(fleet)
 	cfg := render.Render(&g.Fleet)
 	r.defaultTracing(cfg, tp)
+	render.Ledger(cfg, tp, render.EffectiveLedger(tp, r.DefaultLedger))
 	if err := checkRendered(cfg); err != nil {
 		out := configOutcome{refused: err}
 		r.configs.put(fleet, configMemo{inputs: inputs, outcome: out})

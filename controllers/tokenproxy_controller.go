@@ -45,6 +45,9 @@ type TokenProxyReconciler struct {
 	ProxyImage string
 	// DefaultTracing is the tracing of a fleet whose TokenProxy sets none; nil: off.
 	DefaultTracing *twv1alpha1.TracingSpec
+	// DefaultLedger is the ledger of a fleet whose TokenProxy names no URL Secret (its
+	// Secret is looked up in the fleet's namespace); nil: none.
+	DefaultLedger *twv1alpha1.LedgerSpec
 
 	// monitors says whether the cluster serves ServiceMonitors (checked at setup, and
 	// again when their CRD appears).
@@ -94,7 +97,7 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err := idx.IndexField(ctx, &twv1alpha1.ApiKey{}, proxyRefField, proxyRefIndex); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, credentialSecretNames); err != nil {
+	if err := idx.IndexField(ctx, &twv1alpha1.TokenProxy{}, credentialSecretField, r.credentialSecretNames); err != nil {
 		return err
 	}
 	r.indexes = indexers{keys: indexerOf(ctx, mgr, &twv1alpha1.ApiKey{}), secrets: indexerOf(ctx, mgr, &corev1.Secret{})}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 )
 
 // credentialsAnnotation on the proxy pod template is a SHA-256 over the credential
@@ -36,8 +37,9 @@ type credentialRef struct {
 	ref   twv1alpha1.SecretKeyReference
 }
 
-// credentialRefs lists the Secret keys a fleet's pods read, in spec order.
-func credentialRefs(tp *twv1alpha1.TokenProxy) []credentialRef {
+// credentialRefs lists the Secret keys a fleet's pods read, in spec order; def is the
+// operator's default ledger.
+func credentialRefs(tp *twv1alpha1.TokenProxy, def *twv1alpha1.LedgerSpec) []credentialRef {
 	var refs []credentialRef
 	for _, u := range tp.Spec.Upstreams {
 		if u.CredentialSecretRef != nil {
@@ -50,13 +52,20 @@ func credentialRefs(tp *twv1alpha1.TokenProxy) []credentialRef {
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
 		refs = append(refs, credentialRef{field: "spec.storage.redis.sentinelPasswordSecretRef", ref: *rs.SentinelPasswordSecretRef})
 	}
+	if l := render.EffectiveLedger(tp, def); l != nil {
+		field := "spec.ledger.urlSecretRef"
+		if tp.Spec.Ledger == nil || tp.Spec.Ledger.URLSecretRef == nil {
+			field = "the operator's default ledger, --proxy-ledger-secret"
+		}
+		refs = append(refs, credentialRef{field: field, ref: *l.URLSecretRef})
+	}
 	return refs
 }
 
 // credentialSecretNames is the index function of credentialSecretField.
-func credentialSecretNames(o client.Object) []string {
+func (r *TokenProxyReconciler) credentialSecretNames(o client.Object) []string {
 	var names []string
-	for _, c := range credentialRefs(o.(*twv1alpha1.TokenProxy)) {
+	for _, c := range credentialRefs(o.(*twv1alpha1.TokenProxy), r.DefaultLedger) {
 		if !slices.Contains(names, c.ref.Name) {
 			names = append(names, c.ref.Name)
 		}
@@ -82,7 +91,7 @@ type credentials struct {
 // template they cannot start.
 func (r *TokenProxyReconciler) readCredentials(ctx context.Context, tp *twv1alpha1.TokenProxy) (credentials, error) {
 	var c credentials
-	refs := credentialRefs(tp)
+	refs := credentialRefs(tp, r.DefaultLedger)
 	if len(refs) == 0 {
 		return c, nil
 	}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -95,6 +96,10 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
 		env = append(env, secretEnv(render.RedisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
 	}
+	ledger := render.EffectiveLedger(tp, r.DefaultLedger)
+	if ledger != nil {
+		env = append(env, secretEnv(render.LedgerURLEnv, ledger.URLSecretRef))
+	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
@@ -126,6 +131,19 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 			},
 		}},
 	}
+	if ledger != nil {
+		spoolVolume(&t.Spec, ledger)
+	}
+}
+
+// spoolVolume gives the proxy the emptyDir its ledger spools to, sized at twice the
+// spool's bound: a batch is written beside the spool before it is renamed into it.
+func spoolVolume(ps *corev1.PodSpec, l *twv1alpha1.LedgerSpec) {
+	size := resource.NewQuantity(2*render.LedgerSpoolBytes(l), resource.BinarySI)
+	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: render.LedgerSpoolVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: size}}})
+	c := &ps.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: render.LedgerSpoolVolume, MountPath: render.LedgerSpoolDir})
 }
 
 // spreadConstraints are spec.topologySpreadConstraints, each without a labelSelector

@@ -236,6 +236,17 @@ var _ = Describe("Validation by the API server", func() {
 				s.ServiceMonitor, s.ServiceMonitorSpec = true, &twv1alpha1.ServiceMonitorSpec{Interval: "30 seconds"}
 			},
 			"spec.serviceMonitorSpec.interval"),
+		Entry("a ledger spool below 1Mi",
+			func(s *twv1alpha1.TokenProxySpec) {
+				s.Ledger = &twv1alpha1.LedgerSpec{SpoolSize: ptr.To(resource.MustParse("512Ki"))}
+			},
+			"spoolSize must be at least 1Mi"),
+		Entry("a ledger flushed once an hour",
+			func(s *twv1alpha1.TokenProxySpec) { s.Ledger = &twv1alpha1.LedgerSpec{FlushIntervalSeconds: 3600} },
+			"spec.ledger.flushIntervalSeconds"),
+		Entry("an unknown spool policy",
+			func(s *twv1alpha1.TokenProxySpec) { s.Ledger = &twv1alpha1.LedgerSpec{WhenSpoolFull: "Block"} },
+			`spec.ledger.whenSpoolFull: Unsupported value: "Block"`),
 		Entry("no upstream",
 			func(s *twv1alpha1.TokenProxySpec) { s.Upstreams = nil },
 			"spec.upstreams: Required value"),

@@ -371,6 +371,11 @@ type TokenProxySpec struct {
 	// Default: the access log on, tracing off, 20 refusals kept per key.
 	// +optional
 	Observability *ObservabilitySpec `json:"observability,omitempty"`
+	// Ledger records every settlement in a PostgreSQL database the replicas share,
+	// for audit and chargeback reports (ledger_types.go). Default: the operator's
+	// default ledger, if it has one; otherwise none.
+	// +optional
+	Ledger *LedgerSpec `json:"ledger,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'
@@ -477,7 +482,8 @@ type TokenProxyStatus struct {
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
 	// config generation), Degraded (a step of the reconcile fails) and, with Redis
 	// storage, DurableBudgetsFenced (a replica refuses calendar and cost budgets
-	// until their balances are restored or attested).
+	// until their balances are restored or attested) and, with a ledger,
+	// LedgerSpooling (a replica's settlements wait in its spool).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

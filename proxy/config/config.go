@@ -53,6 +53,8 @@ type Config struct {
 	Agents Agents `json:"agents,omitzero"`
 	// Observability is the access log, tracing and the refusal audit.
 	Observability Observability `json:"observability,omitzero"`
+	// Ledger is the durable record of every settlement (ledger.go).
+	Ledger Ledger `json:"ledger,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.

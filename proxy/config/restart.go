@@ -6,7 +6,7 @@ package config
 // RestartRequired lists the fields of next that differ from started, the document a
 // process started with, and that the process applies only when it starts: the
 // addresses it listens on, the budget store it built (which store, and how it reaches
-// Redis), tracing, and the access log's buffer. Every other field,
+// Redis), tracing, the access log's buffer, and the ledger. Every other field,
 // rate_limiting.redis.fallback_to_memory included, a reload applies at once. The
 // redis fields count only when either document stores budgets in Redis.
 func RestartRequired(started, next *Config) []string {
@@ -20,6 +20,7 @@ func RestartRequired(started, next *Config) []string {
 	diff("admin_listen", started.AdminListen != next.AdminListen)
 	diff("observability.tracing", !started.Observability.Tracing.Same(&next.Observability.Tracing))
 	diff("observability.access_log.buffer_lines", started.Observability.AccessLog.Buffer() != next.Observability.AccessLog.Buffer())
+	diff("ledger", started.Ledger != next.Ledger)
 	a, b := &started.RateLimiting, &next.RateLimiting
 	diff("rate_limiting.storage", a.Storage != b.Storage)
 	if a.Storage == StorageRedis || b.Storage == StorageRedis {

@@ -93,6 +93,7 @@ func (c *Config) Validate() error {
 	c.validateScheduling(&errs)
 	c.validateAgents(&errs)
 	c.validateObservability(&errs)
+	c.validateLedger(&errs)
 	return errors.Join(errs...)
 }
 
