@@ -4,10 +4,7 @@
 package server
 
 import (
-	"net/http"
-
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
-	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
@@ -16,35 +13,36 @@ import (
 // agentLimits applies the limits for agents (proxy/agentlimit) before budget
 // admission, so that a request they refuse takes no reservation: the class's output
 // cap (which may rewrite the body and its estimate), the key's in-flight generations,
-// and its run's budget and steps. It answers a refusal itself and reports false when
-// the request must stop.
-func (ex *exchange) agentLimits(w http.ResponseWriter, r *http.Request, key *budget.KeyPolicy, body []byte) bool {
+// and its run's budget and steps. A retry the client's SDK says it makes is counted.
+func (s *Server) agentLimits(ex *exchange) bool {
+	r, key := ex.r, ex.key
+	if rc := r.Header.Get(retryCountHeader); rc != "" && rc != "0" {
+		s.metrics.Agents.Retried(ex.route.name)
+	}
 	c := schedule.Interactive
 	if key != nil {
 		c = ex.rt.keySched[key.Name].class
 	}
 	ex.agent.Class = agentlimit.ClassOf(r.Header, c)
-	if ex.route.charged && body != nil && !ex.capOutput(w, r, body) {
+	if ex.route.charged && ex.body != nil && !ex.capOutput() {
 		return false
 	}
 	if key == nil {
 		return true
 	}
 	ks := ex.rt.keySched[key.Name]
-	if ref := ex.s.agents.Admit(&ex.agent, ex.s.clock, r.Header, key.Name, ks.limits, ex.est.Total()); ref != nil {
-		ex.refuseAgent(w, ref)
-		return false
+	if ref := s.agents.Admit(&ex.agent, s.clock, r.Header, key.Name, ks.limits, ex.est.Total()); ref != nil {
+		return ex.refuseAgent(ref)
 	}
 	return true
 }
 
 // capOutput applies the class's output cap to a charged request; a changed body is
 // estimated again and forwarded plain.
-func (ex *exchange) capOutput(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	out, est, ref := agentlimit.CapOutput(ex.rt.classLimits[ex.agent.Class], ex.agent.Class, ex.route.name, body, ex.est)
+func (ex *exchange) capOutput() bool {
+	out, est, ref := agentlimit.CapOutput(ex.rt.classLimits[ex.agent.Class], ex.agent.Class, ex.route.name, ex.body, ex.est)
 	if ref != nil {
-		ex.refuseAgent(w, ref)
-		return false
+		return ex.refuseAgent(ref)
 	}
 	if out == nil {
 		return true
@@ -55,16 +53,16 @@ func (ex *exchange) capOutput(w http.ResponseWriter, r *http.Request, body []byt
 		// An attempt under a provider's model name is rewritten from this body.
 		ex.try.body = out
 	}
-	agentlimit.SetBody(r, out)
+	agentlimit.SetBody(ex.r, out)
 	return true
 }
 
 // refuseAgent answers a refusal of the limits for agents in the route's shape.
-func (ex *exchange) refuseAgent(w http.ResponseWriter, ref *agentlimit.Refusal) {
+func (ex *exchange) refuseAgent(ref *agentlimit.Refusal) bool {
 	if ref.Header != "" {
-		w.Header().Set(ref.Header, ref.Value)
+		ex.w.Header().Set(ref.Header, ref.Value)
 	}
-	ex.fail(w, ref.Status, ref.Code, ref.Message, &refusal.Body{LimitType: ref.LimitType, Details: ref.Details})
+	return ex.fail(ref.Status, ref.Code, ref.Message, &refusal.Body{LimitType: ref.LimitType, Details: ref.Details})
 }
 
 // Runs returns the number of runs the proxy keeps.
@@ -73,26 +71,6 @@ func (s *Server) Runs() int { return s.agents.Runs() }
 // retryCountHeader is the retry count the official OpenAI and Anthropic SDKs send:
 // 0 on a first attempt, n on the n-th retry.
 const retryCountHeader = "X-Stainless-Retry-Count"
-
-// countRefusal counts a refusal by the request's class and its reason: the refusal's
-// code, or for a budget's, its limit type.
-func (ex *exchange) countRefusal(code, limitType string) {
-	reason := code
-	if code == "rate_limit_exceeded" {
-		reason = limitType
-	}
-	ex.s.metrics.Agents.Refused(ex.agent.Class.String(), reason)
-}
-
-// countServed counts the tokens served to the request's key's team.
-func (ex *exchange) countServed(input, output int64) {
-	if ex.key == "" {
-		return
-	}
-	if kp := ex.rt.policy.Key(ex.key); kp != nil && kp.Team != "" {
-		ex.s.metrics.Agents.AddTeamUsage(kp.Team, input, output)
-	}
-}
 
 // forgetTeams drops the usage series of teams no key of cfg names.
 func (s *Server) forgetTeams(cfg *config.Config) {

@@ -15,9 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
-	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
+	"github.com/tokenwarden/tokenwarden/proxy/settlement"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
@@ -33,7 +32,7 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 				}
 				setEscapedPath(pr.Out.URL, p)
 				if ex.upSpan != nil {
-					ex.s.tracing.inject(pr.Out.Context(), pr.Out.Header)
+					s.tracing.inject(pr.Out.Context(), pr.Out.Header)
 				}
 			}
 			pr.SetURL(up.target)
@@ -53,8 +52,8 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 		},
 		Transport:      tr,
 		BufferPool:     copyBuffers,
-		ModifyResponse: onResponse,
-		ErrorHandler:   onError,
+		ModifyResponse: s.onResponse,
+		ErrorHandler:   s.onError,
 		// A client that goes away mid-copy is routine: log it at debug level.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
@@ -65,23 +64,23 @@ func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.R
 // is forgotten).
 func (ex *exchange) handOff(up *upstream, at time.Time) {
 	ex.rec.Upstream, ex.rec.UpstreamStart, ex.rec.UpstreamHeaders = up.name, at, time.Time{}
+	ex.settled.Attempts++
 }
 
 // onResponse runs when the upstream's headers arrive: it replaces the upstream's rate
 // limit headers with this proxy's, releases the hold of a failed answer, and wraps a
 // successful body so that it settles on what the body reports.
-func onResponse(resp *http.Response) error {
+func (s *Server) onResponse(resp *http.Response) error {
 	ex, _ := resp.Request.Context().Value(holdKey{}).(*exchange)
 	if ex == nil {
 		return nil
 	}
-	s := ex.s
 	ex.status = resp.StatusCode
-	ex.upstreamAnswered(resp.Header)
+	ex.upstreamAnswered(resp.Header, s.clock.Now())
 	// A learned capacity learns from the answer (proxy/schedule/learn.go).
 	ex.slot.Answered(resp.StatusCode)
 	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(ex.rec.UpstreamHeaders.Sub(ex.rec.UpstreamStart).Seconds())
-	if err := ex.attemptAnswered(resp); err != nil {
+	if err := s.attemptAnswered(ex, resp); err != nil {
 		return err
 	}
 	success := resp.StatusCode >= 200 && resp.StatusCode <= 299
@@ -90,13 +89,13 @@ func onResponse(resp *http.Response) error {
 	// copies the upstream's with an allocation for each.
 	refusal.SetLimitHeaders(ex.cw.Header(), &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
-		ex.release()
+		s.release(ex)
 		return nil
 	}
 	if !ex.route.charged {
 		return nil
 	}
-	st := &settler{ReadCloser: resp.Body, ex: ex}
+	st := &settler{ReadCloser: resp.Body, s: s, ex: ex}
 	resp.Body = st
 	codings, ok := contentCodings(resp.Header)
 	if !ok {
@@ -128,28 +127,28 @@ func isEventStream(contentType string, asked bool) bool {
 
 // onError answers a request the upstream did not: the hold is released and the client
 // gets a JSON error in its route's shape (nothing, when the client itself went away).
-func onError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) onError(w http.ResponseWriter, r *http.Request, err error) {
 	ex, _ := r.Context().Value(holdKey{}).(*exchange)
 	if ex == nil {
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	if ex.attemptFailed(r, err) {
+	if s.attemptFailed(ex, r, err) {
 		return // the model's next upstream takes the request
 	}
-	ex.release()
+	s.release(ex)
 	if r.Context().Err() != nil {
 		ex.status = 499 // the client closed the request
 		return
 	}
-	ex.s.metrics.UpstreamErrors.WithLabelValues(ex.upstream.name).Inc()
+	s.metrics.UpstreamErrors.WithLabelValues(ex.upstream.name).Inc()
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		ex.fail(w, http.StatusGatewayTimeout, "upstream_timeout", "the upstream "+ex.upstream.name+" did not answer in time", nil)
+		ex.fail(http.StatusGatewayTimeout, "upstream_timeout", "the upstream "+ex.upstream.name+" did not answer in time", nil)
 		return
 	}
-	ex.s.log.Warn("Upstream request failed", "upstream", ex.upstream.name, "error", err)
-	ex.fail(w, http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
+	s.log.Warn("Upstream request failed", "upstream", ex.upstream.name, "error", err)
+	ex.fail(http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
 }
 
 // The usage readers are lent to each response and given back when it settles: a
@@ -187,6 +186,7 @@ type usageReader interface {
 // produced no output.
 type settler struct {
 	io.ReadCloser
+	s      *Server
 	ex     *exchange
 	reader usageReader
 	// body or stream is the reader, lent by a pool.
@@ -251,45 +251,12 @@ func (st *settler) finish() {
 	ex.rec.End = end
 	switch verdict {
 	case usage.Settle:
-		ex.settle(u)
+		st.s.settle(ex, u, settlement.Usage)
 	case usage.Reserve:
 		// The reservation stands: the request is charged what it reserved.
-		ex.settle(usage.Usage{Input: ex.est.Input, Output: ex.est.Output})
-		ex.rec.Settlement = accesslog.SettledReserved
+		st.s.settle(ex, usage.Usage{Input: ex.est.Input, Output: ex.est.Output}, settlement.Reserved)
 	default:
-		ex.release()
-	}
-}
-
-func (ex *exchange) settle(u usage.Usage) {
-	s := ex.s
-	ex.rec.Used, ex.rec.Settlement = u, accesslog.SettledUsage
-	// The upstream's capacity is given back with the tokens served.
-	ex.slot.Done(u.Input, u.Output)
-	s.agents.Settle(&ex.agent, u.Input+u.Output)
-	if ex.hold.SettleTo(budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}, ex) {
-		ex.settling = true
-		s.metrics.Settled()
-	}
-	// The model label stays bounded: a model the config names, or "other".
-	model := "other"
-	if ex.rt.knownModels[ex.est.Model] {
-		model = ex.est.Model
-	}
-	if cost, ok := ex.rt.policy.Cost(ex.est.Model, budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached}); ok {
-		s.metrics.AddSpend(ex.est.Model, cost)
-	}
-	s.metrics.AddUsage(model, ex.key, u.Input, u.Output)
-	ex.countServed(u.Input, u.Output)
-}
-
-func (ex *exchange) release() {
-	// A request released served nothing: its capacity is given back uncharged.
-	ex.slot.Done(0, 0)
-	ex.s.agents.Release(&ex.agent)
-	if ex.hold.Release() {
-		ex.rec.Settlement = accesslog.Released
-		ex.s.metrics.Released()
+		st.s.release(ex)
 	}
 }
 

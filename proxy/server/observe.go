@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"net/http"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
@@ -78,19 +79,19 @@ func (c *counter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // begin starts a request's record and trace: its id (returned to the client and
 // forwarded), and the server span when tracing is on. It returns the request to
 // serve, with the span in its context.
-func (ex *exchange) begin(w http.ResponseWriter, r *http.Request) *http.Request {
+func (s *Server) begin(ex *exchange, r *http.Request) *http.Request {
 	rec := &ex.rec
 	rec.Method = r.Method
 	rec.Route = ex.route.name
 	id, same := requestID(r)
 	rec.RequestID = id
 	v := []string{id}
-	w.Header()[RequestIDHeader] = v
+	ex.w.Header()[RequestIDHeader] = v
 	if !same {
 		r.Header[forwardedIDHeader] = v
 	}
-	if ex.s.tracing != nil {
-		r = ex.s.tracing.start(ex, r)
+	if s.tracing != nil {
+		r = s.tracing.start(ex, r)
 	}
 	return r
 }
@@ -117,8 +118,8 @@ func (ex *exchange) admitted(id *budget.Identity, dec *budget.Decision) {
 
 // observe ends a request's record: the access log line, the refusal audit and the
 // server span. It runs once the request is answered.
-func (s *Server) observe(ex *exchange, rt *runtime) {
-	rec := &ex.rec
+func (s *Server) observe(ex *exchange) {
+	rt, rec := ex.rt, &ex.rec
 	rec.Status = ex.status
 	rec.BytesOut = ex.cw.n
 	rec.Model = ex.est.Model
@@ -126,7 +127,7 @@ func (s *Server) observe(ex *exchange, rt *runtime) {
 		s.tracing.end(ex)
 	}
 	if rec.Decision == accesslog.Refused && rt != nil {
-		s.audit.Add(rec, ex.key, ex.est.Total(), rt.cfg.Observability.RefusalAudit.Kept())
+		s.audit.Add(rec, rec.APIKey, ex.est.Total(), rt.cfg.Observability.RefusalAudit.Kept())
 	}
 	switch {
 	case rt == nil || rt.cfg.Observability.AccessLog.Disabled:
@@ -146,7 +147,7 @@ func (s *Server) observe(ex *exchange, rt *runtime) {
 			return
 		}
 	}
-	s.writeLine(ex)
+	ex.writeLine()
 }
 
 // Settled implements budget.SettleReceiver: the store has settled the request's hold.
@@ -155,18 +156,18 @@ func (s *Server) observe(ex *exchange, rt *runtime) {
 func (ex *exchange) Settled(st budget.Settlement) {
 	ex.rec.Debt, ex.rec.DebtDollars = st.Debt, st.DebtDollars
 	if ex.arrived.Add(1) == 2 {
-		ex.s.writeLine(ex)
+		ex.writeLine()
 	}
 }
 
 // writeLine puts the request's line in the access log's buffer, unless it is unlogged.
-func (s *Server) writeLine(ex *exchange) {
+func (ex *exchange) writeLine() {
 	if ex.rec.Unlogged {
 		return
 	}
-	s.access.Send(&ex.rec)
+	ex.log.Send(&ex.rec)
 	if ex.settling {
-		s.access.Arrived()
+		ex.log.Arrived()
 	}
 }
 
@@ -182,8 +183,8 @@ func (s *Server) FlushAccessLog(ctx context.Context) { s.access.Flush(ctx) }
 
 // upstreamAnswered records the upstream's answer: when its headers came, and its own
 // request id.
-func (ex *exchange) upstreamAnswered(h http.Header) {
-	ex.rec.UpstreamHeaders = ex.s.clock.Now()
+func (ex *exchange) upstreamAnswered(h http.Header, now time.Time) {
+	ex.rec.UpstreamHeaders = now
 	if v := h.Get(forwardedIDHeader); v != "" {
 		ex.rec.UpstreamID = v
 	}

@@ -18,12 +18,12 @@ import (
 // candidate its first attempt goes to, and its slot. handled is false for a model
 // with one upstream or none that may take it now, without work: the caller then waits
 // at the request's upstream as for any other.
-func (ex *exchange) acquireAny(ctx context.Context, req schedule.Request) (handled bool, err error) {
+func (s *Server) acquireAny(ctx context.Context, ex *exchange, req schedule.Request) (handled bool, err error) {
 	mr := ex.try.model
 	if mr == nil || len(mr.candidates) < 2 {
 		return false, nil
 	}
-	now := ex.s.clock.Now()
+	now := s.clock.Now()
 	var idx []int
 	var ss []*schedule.Scheduler
 	for i := 0; ; i++ {

@@ -109,7 +109,7 @@ func (rt *runtime) compileModels(cfg *config.Config) {
 			rt.knownModels[m.Name] = true
 		}
 		if len(mr.candidates) > 0 {
-			// Routed as its first upstream until choose picks by health.
+			// Routed as its first upstream until chooseUpstream picks by health.
 			rt.byModel[m.Name] = mr.candidates[0].up
 		}
 	}
@@ -128,7 +128,7 @@ func credentialKey(u config.Upstream) string {
 // (its input alone when it asks for none); or one asking for more output than the
 // model generates. It runs before any reservation or upstream call, and reports
 // false when it answered.
-func (ex *exchange) precheck(w http.ResponseWriter) bool {
+func (s *Server) precheck(ex *exchange) bool {
 	mr := ex.rt.models[ex.est.Model]
 	if mr == nil || !ex.route.charged || !ex.est.Parsed {
 		return true
@@ -139,9 +139,8 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 	in, out := ex.est.InputLower, ex.est.OutputCap
 	switch mr.overLimit(in, out) {
 	case limitModelOutput:
-		ex.tooLong(w, mr, limitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
+		return s.tooLong(ex, mr, limitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
 			map[string]any{"max_output_tokens": mr.maxOut, "requested_output_tokens": out})
-		return false
 	case limitContextWindow:
 		details := map[string]any{"context_window": mr.window, "input_tokens_at_least": in, "requested_output_tokens": out}
 		msg := fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
@@ -149,8 +148,7 @@ func (ex *exchange) precheck(w http.ResponseWriter) bool {
 		if out == 0 {
 			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name)
 		}
-		ex.tooLong(w, mr, limitContextWindow, msg, details)
-		return false
+		return s.tooLong(ex, mr, limitContextWindow, msg, details)
 	}
 	return true
 }
@@ -175,16 +173,16 @@ func (mr *modelRoute) overLimit(in, out int64) string {
 }
 
 // tooLong answers a pre-check's refusal and counts it.
-func (ex *exchange) tooLong(w http.ResponseWriter, mr *modelRoute, limit, msg string, details map[string]any) {
-	ex.s.metrics.Providers.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
-	ex.fail(w, http.StatusBadRequest, "context_length_exceeded", msg, &refusal.Body{LimitType: limit, Details: details})
+func (s *Server) tooLong(ex *exchange, mr *modelRoute, limit, msg string, details map[string]any) bool {
+	s.metrics.Providers.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
+	return ex.fail(http.StatusBadRequest, "context_length_exceeded", msg, &refusal.Body{LimitType: limit, Details: details})
 }
 
-// choose picks the upstream of a registered model: the first that speaks the route's
+// chooseUpstream picks the upstream of a registered model: the first that speaks the route's
 // family, with a breaker that lets calls through and a credential that is not cooling.
 // When none does, it answers 503 with a Retry-After from the earliest recovery and
 // reports false. A model outside the registry keeps its upstream.
-func (ex *exchange) choose(w http.ResponseWriter) bool {
+func (s *Server) chooseUpstream(ex *exchange) bool {
 	mr := ex.rt.models[ex.est.Model]
 	if mr == nil || len(mr.candidates) == 0 {
 		return true
@@ -195,16 +193,14 @@ func (ex *exchange) choose(w http.ResponseWriter) bool {
 		if ex.route.family == refusal.Anthropic {
 			api = "Anthropic"
 		}
-		ex.fail(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
-		return false
+		return ex.fail(http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
 	}
-	now := ex.s.clock.Now()
+	now := s.clock.Now()
 	if i, _ := ex.next(0, now, false); i >= 0 {
 		ex.upstream = mr.candidates[i].up
 		return true
 	}
-	ex.unavailable(w, now)
-	return false
+	return s.unavailable(ex, now)
 }
 
 // next is the index of the first candidate from i on that may take the request now,
@@ -249,7 +245,7 @@ func earlier(a, b time.Time) time.Time {
 
 // unavailable answers 503: every upstream of the model is down or cooling. The
 // Retry-After is the earliest recovery; which upstreams failed, and how, is not said.
-func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
+func (s *Server) unavailable(ex *exchange, now time.Time) bool {
 	mr := ex.try.model
 	_, at := ex.next(0, now, false)
 	wait := max(at.Sub(now), time.Second)
@@ -257,39 +253,39 @@ func (ex *exchange) unavailable(w http.ResponseWriter, now time.Time) {
 		wait = config.DefaultCooldown
 	}
 	secs := int64(math.Ceil(wait.Seconds()))
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	ex.s.metrics.Providers.Unavailable.WithLabelValues(mr.name).Inc()
-	ex.fail(w, http.StatusServiceUnavailable, "upstreams_unavailable",
+	ex.w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	s.metrics.Providers.Unavailable.WithLabelValues(mr.name).Inc()
+	return ex.fail(http.StatusServiceUnavailable, "upstreams_unavailable",
 		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.name, secs),
 		&refusal.Body{LimitType: "upstreams", Details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
 }
 
-// forward sends the request upstream, handed off at now. A registered model's request
+// tryUpstreams sends the request upstream, handed off at now. A registered model's request
 // goes to its first available upstream; an error before any byte reached the client
 // (a connection error, a timeout, a 5xx or a 429 answer) moves it to the next, with
 // the same reservation, which is settled once on the attempt that served it. A stream
 // that began is never replayed.
-func (ex *exchange) forward(w http.ResponseWriter, r *http.Request, now time.Time) {
+func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 	mr := ex.try.model
 	if mr == nil {
 		if ex.try.rename != "" {
 			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
 		}
 		ex.handOff(ex.upstream, now)
-		ex.upstream.proxy.ServeHTTP(w, r)
+		ex.upstream.proxy.ServeHTTP(ex.w, r)
 		return
 	}
 	first := true
 	for i := ex.try.first; ; i++ {
 		j, _ := ex.next(i, now, true)
 		if j < 0 {
-			ex.unavailable(w, now)
+			s.unavailable(ex, now)
 			return
 		}
 		i = j
 		c := &mr.candidates[i]
 		if !first {
-			ex.s.metrics.Providers.Failovers.WithLabelValues(mr.name).Inc()
+			s.metrics.Providers.Failovers.WithLabelValues(mr.name).Inc()
 		}
 		k, _ := ex.next(i+1, now, false)
 		ex.try.more, ex.try.retry, ex.try.cand = k >= 0, false, c
@@ -300,11 +296,11 @@ func (ex *exchange) forward(w http.ResponseWriter, r *http.Request, now time.Tim
 		}
 		first = false
 		ex.handOff(c.up, now)
-		c.up.proxy.ServeHTTP(w, out)
+		c.up.proxy.ServeHTTP(ex.w, out)
 		if !ex.try.retry {
 			return
 		}
-		now = ex.s.clock.Now()
+		now = s.clock.Now()
 	}
 }
 
@@ -348,7 +344,7 @@ func withModel(body []byte, model string) ([]byte, error) {
 
 // attemptAnswered records the upstream's answer in its health; a failed answer with
 // another upstream to go to is dropped (errFailover) so that the next one serves.
-func (ex *exchange) attemptAnswered(resp *http.Response) error {
+func (s *Server) attemptAnswered(ex *exchange, resp *http.Response) error {
 	if ex.try.fallback != "" {
 		ex.cw.Header().Set(FallbackHeader, ex.try.fallback)
 	}
@@ -356,14 +352,14 @@ func (ex *exchange) attemptAnswered(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
-	now := ex.s.clock.Now()
+	now := s.clock.Now()
 	code := resp.StatusCode
 	switch {
 	case code == http.StatusTooManyRequests:
 		c.up.breaker.Record(now, health.Unrecorded)
 		iv := health.CooldownFor(resp.Header, now)
 		c.up.cooldown.Start(now, iv.Applied)
-		ex.s.log.Warn("Upstream credential cooling down after a 429", "upstream", c.up.name, "model", ex.try.model.name,
+		s.log.Warn("Upstream credential cooling down after a 429", "upstream", c.up.name, "model", ex.try.model.name,
 			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
 	case code >= 500:
 		c.up.breaker.Record(now, health.Failure)
@@ -381,7 +377,7 @@ func (ex *exchange) attemptAnswered(resp *http.Response) error {
 
 // attemptFailed records an attempt the upstream did not answer; it reports true when
 // the next upstream will take the request (nothing is written, nothing released).
-func (ex *exchange) attemptFailed(r *http.Request, err error) bool {
+func (s *Server) attemptFailed(ex *exchange, r *http.Request, err error) bool {
 	c := ex.try.cand
 	if c == nil {
 		return false
@@ -389,14 +385,14 @@ func (ex *exchange) attemptFailed(r *http.Request, err error) bool {
 	if errors.Is(err, errFailover) {
 		return true
 	}
-	now := ex.s.clock.Now()
+	now := s.clock.Now()
 	if r.Context().Err() != nil {
 		c.up.breaker.Record(now, health.Unrecorded)
 		return false
 	}
 	c.up.breaker.Record(now, health.Failure)
 	if ex.try.more && !errors.Is(err, context.Canceled) {
-		ex.s.metrics.UpstreamErrors.WithLabelValues(c.up.name).Inc()
+		s.metrics.UpstreamErrors.WithLabelValues(c.up.name).Inc()
 		ex.try.retry = true
 		return true
 	}

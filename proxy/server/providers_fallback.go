@@ -18,7 +18,7 @@ const FallbackHeader = "X-Tokenwarden-Fallback"
 // is up, and be admitted by its own budgets (which it is then charged to; an
 // identity's budget still refuses it). It returns the fallback's decision, or dec
 // unchanged when no fallback serves.
-func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget.Ask, dec budget.Decision) budget.Decision {
+func (s *Server) fallback(ctx context.Context, ex *exchange, id budget.Identity, ask budget.Ask, dec budget.Decision) budget.Decision {
 	to := ex.rt.fallbacks[dec.Refusal.Rule]
 	from := ex.est.Model
 	if to == "" || to == from {
@@ -34,7 +34,7 @@ func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget
 		saved := ex.try
 		ex.try = try
 		ex.try.model = mr
-		i, _ := ex.next(0, ex.s.clock.Now(), false)
+		i, _ := ex.next(0, s.clock.Now(), false)
 		ex.try = saved
 		if i < 0 {
 			return dec
@@ -45,7 +45,7 @@ func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget
 		return dec
 	}
 	id.Model = to
-	next, err := ex.s.limiter.Admit(ctx, ex.rt.policy, id, ask)
+	next, err := s.limiter.Admit(ctx, ex.rt.policy, id, ask)
 	if err != nil || next.Refusal != nil {
 		if next.Hold != nil {
 			next.Hold.Release()
@@ -59,6 +59,6 @@ func (ex *exchange) fallback(ctx context.Context, id budget.Identity, ask budget
 	if ex.rt.knownModels[from] {
 		label = from
 	}
-	ex.s.metrics.Providers.Fallbacks.WithLabelValues(label, to).Inc()
+	s.metrics.Providers.Fallbacks.WithLabelValues(label, to).Inc()
 	return next
 }
