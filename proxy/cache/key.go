@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/tokenwarden/tokenwarden/proxy/config"
 )
 
 // Key identifies the answers that are the same: the SHA-256 of a Request, with the
@@ -126,11 +128,11 @@ func headerValue(h http.Header, name string) string {
 // Scopes: whose answers a hit may serve.
 const (
 	// ScopeAPIKey serves an answer only to the API key that caused it (the default).
-	ScopeAPIKey = "api_key"
+	ScopeAPIKey = config.CacheScopeAPIKey
 	// ScopeTeam serves it to every key of the same team.
-	ScopeTeam = "team"
+	ScopeTeam = config.CacheScopeTeam
 	// ScopeFleet serves it to every caller of the fleet.
-	ScopeFleet = "fleet"
+	ScopeFleet = config.CacheScopeFleet
 )
 
 // ScopeFor is the scope string of a caller under a scope setting: the key's name,

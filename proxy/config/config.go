@@ -55,6 +55,8 @@ type Config struct {
 	Observability Observability `json:"observability,omitzero"`
 	// Ledger is the durable record of every settlement (ledger.go).
 	Ledger Ledger `json:"ledger,omitzero"`
+	// Cache answers identical requests without a backend call (cache.go). Off unless set.
+	Cache Cache `json:"cache,omitzero"`
 }
 
 // Upstream is one OpenAI- or Anthropic-compatible backend.

@@ -94,6 +94,7 @@ func (c *Config) Validate() error {
 	c.validateAgents(&errs)
 	c.validateObservability(&errs)
 	c.validateLedger(&errs)
+	c.validateCache(&errs)
 	return errors.Join(errs...)
 }
 
@@ -376,7 +377,7 @@ func (c *Config) Warnings() []string {
 			w = append(w, fmt.Sprintf("api_keys[%d].rate_limit_tokens_per_minute: %d divided among %d replicas is 0 per replica: every request of this key is refused", i, k.RateLimitTokensPerMinute, div))
 		}
 	}
-	return w
+	return append(w, c.cacheWarnings()...)
 }
 
 // validEpoch tells whether e has the form of a durable counters' epoch:
