@@ -59,7 +59,19 @@ func credentialRefs(tp *twv1alpha1.TokenProxy, def *twv1alpha1.LedgerSpec) []cre
 		}
 		refs = append(refs, credentialRef{field: field, ref: *l.URLSecretRef})
 	}
+	if ref := cachePasswordRef(tp); ref != nil {
+		refs = append(refs, credentialRef{field: "spec.cache.redis.passwordSecretRef", ref: *ref})
+	}
 	return refs
+}
+
+// cachePasswordRef is the cache Redis' password, when the fleet's cache is on Redis
+// and has one.
+func cachePasswordRef(tp *twv1alpha1.TokenProxy) *twv1alpha1.SecretKeyReference {
+	if c := tp.Spec.Cache; c != nil && c.Storage == twv1alpha1.StorageRedis && c.Redis != nil {
+		return c.Redis.PasswordSecretRef
+	}
+	return nil
 }
 
 // credentialSecretNames is the index function of credentialSecretField.

@@ -100,6 +100,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if ledger != nil {
 		env = append(env, secretEnv(render.LedgerURLEnv, ledger.URLSecretRef))
 	}
+	if ref := cachePasswordRef(tp); ref != nil {
+		env = append(env, secretEnv(render.CacheRedisPasswordEnv, ref))
+	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("admin")}},
 			PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}

@@ -235,6 +235,7 @@ type StorageSpec struct {
 
 // TokenProxySpec is a fleet of budget-enforcing proxies.
 // +kubebuilder:validation:XValidation:rule="!has(self.serviceMonitorSpec) || (has(self.serviceMonitor) && self.serviceMonitor)",message="serviceMonitorSpec needs serviceMonitor: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.cache) || !has(self.cache.redis) || !has(self.storage) || !has(self.storage.redis) || self.cache.redis.url != self.storage.redis.url",message="cache.redis.url must name a Redis of the cache's own, not spec.storage.redis.url: the counters' Redis must never evict"
 type TokenProxySpec struct {
 	// Replicas is the number of proxy pods; every budget is divided among them under
 	// memory storage. An HPA may scale it through the scale subresource. Default 1.
@@ -376,6 +377,10 @@ type TokenProxySpec struct {
 	// default ledger, if it has one; otherwise none.
 	// +optional
 	Ledger *LedgerSpec `json:"ledger,omitempty"`
+	// Cache answers identical requests without a backend call (cache_types.go).
+	// Default: off.
+	// +optional
+	Cache *CacheSpec `json:"cache,omitempty"`
 }
 
 // NetworkPolicySpec is the fleet's NetworkPolicy, <name>-proxy, on the proxy pods'

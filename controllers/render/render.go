@@ -108,6 +108,7 @@ func Render(f *Fleet) *config.Config {
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
 	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
 	Observability(c, p.Spec.Observability)
+	Cache(c, p.Spec.Cache)
 	if w := p.Spec.CachedInputWeight; w != nil {
 		v := quantityFloat(*w)
 		rl.CachedInputWeight = &v
