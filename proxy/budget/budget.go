@@ -165,6 +165,9 @@ type Charge struct {
 	Durable bool
 	// ctr is the compiled budget the charge comes from.
 	ctr *counter
+	// held is the bucket's level after the reservation, on a hold's copy only (NaN
+	// when the store did not know it): a refund's level is told from it.
+	held float64
 }
 
 // WaitPeriod is the wait a zero allowance reports: Period, or the kind's period.

@@ -485,10 +485,11 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	for i := range c.toks {
 		if !res.TokenSkipped[i] && (res.TokenWarned == nil || !res.TokenWarned[i]) {
 			taken = append(taken, c.toks[i])
+			taken[len(taken)-1].held = res.TokenLevels[i]
 		}
 	}
 	*buf = taken
-	h := &Hold{l: l, store: res.Backend, shared: res.Shared, charges: taken, overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
+	h := &Hold{l: l, store: res.Backend, shared: res.Shared, charges: taken, at: now.UnixNano(), overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
@@ -560,25 +561,31 @@ func (l *Limiter) recordRules(charges []Charge, warned []bool, refused int) {
 
 // recordLevels publishes the level of each rule bucket a request drew on, as the
 // store reported it after the reservation or after the overage its settlement
-// charged (the fleet's for a shared store). A rule fanned out by subject reports the
-// bucket of the last request it decided or settled: one series per rule window,
-// never one per subject. A level the store did not know (NaN) is not published.
+// charged (the fleet's for a shared store; a refund's is recordRefunded's). A rule
+// fanned out by subject reports the bucket of the last request it decided or
+// settled: one series per rule window, never one per subject. A level the store did
+// not know (NaN) is not published.
 func (l *Limiter) recordLevels(charges []Charge, levels []float64, skipped []bool, view func(Charge) Charge) {
 	for i := range charges {
 		ch := &charges[i]
 		if ch.Key.Rule == "" || i >= len(levels) || (skipped != nil && skipped[i]) || math.IsNaN(levels[i]) {
 			continue
 		}
-		v := view(*ch)
-		if !(v.Capacity > 0) {
-			continue
-		}
-		var end time.Time
-		if ch.Key.Kind == Calendar {
-			end = time.UnixMilli(ch.EndMillis)
-		}
-		l.stats(ch.ctr).Level((v.Capacity-levels[i])/v.Capacity, v.Capacity, ch.ctr.amount, end)
+		l.recordLevel(ch, view(*ch), levels[i])
 	}
+}
+
+// recordLevel publishes a rule bucket's level; v is the charge as its store decided
+// it.
+func (l *Limiter) recordLevel(ch *Charge, v Charge, level float64) {
+	if !(v.Capacity > 0) {
+		return
+	}
+	var end time.Time
+	if ch.Key.Kind == Calendar {
+		end = time.UnixMilli(ch.EndMillis)
+	}
+	l.stats(ch.ctr).Level((v.Capacity-level)/v.Capacity, v.Capacity, ch.ctr.amount, end)
 }
 
 // stats is a rule counter's recorder, resolved once per policy.
@@ -661,17 +668,20 @@ type Hold struct {
 	// took. shared is Result.Shared: the store decided on the charges' shared
 	// parameters.
 	store   Store
-	shared  bool
 	charges []Charge
-	key     string
-	// overage is the rule in force when the hold was taken.
-	overage      Overage
+	// at is when the reservation was taken, on the limiter's clock (Unix
+	// nanoseconds).
+	at           int64
+	key          string
 	cachedWeight float64
 	price        *config.Price
-	done         atomic.Bool
 	// buf is the pooled backing of charges, returned once the hold is settled or
 	// released; nil when the charges are not pooled.
-	buf *[]Charge
+	buf    *[]Charge
+	done   atomic.Bool
+	shared bool
+	// overage is the rule in force when the hold was taken.
+	overage Overage
 }
 
 // used is what a request consumed in one counter's units.
@@ -767,6 +777,7 @@ func (h *Hold) settle(back, over []Charge, to SettleReceiver) {
 	if len(back) > 0 {
 		h.refund(back)
 		h.recordEach(Refunded, back, nil)
+		h.recordRefunded(back)
 	}
 	if len(over) > 0 {
 		taken, debt, levels := h.store.Charge(context.Background(), over, h.overage)
@@ -807,7 +818,27 @@ func (h *Hold) Release() bool {
 func (h *Hold) release() {
 	h.refund(h.charges)
 	h.record(Refunded)
+	h.recordRefunded(h.charges)
 	h.recycle()
+}
+
+// recordRefunded publishes the level of each rule bucket charges were refunded to:
+// its level after the reservation, refilled since, with the refund back, up to its
+// capacity. A refund sent without waiting has no answer to read a level from; what
+// other requests did to the bucket meanwhile is seen at the next decision.
+func (h *Hold) recordRefunded(charges []Charge) {
+	elapsed := -1.0
+	for i := range charges {
+		ch := &charges[i]
+		if ch.Key.Rule == "" || math.IsNaN(ch.held) {
+			continue
+		}
+		if elapsed < 0 {
+			elapsed = max(float64(h.l.clock.Now().UnixNano()-h.at)/1e9, 0)
+		}
+		v := h.view(*ch)
+		h.l.recordLevel(ch, v, min(v.Capacity, ch.held+v.Rate*elapsed+ch.Amount))
+	}
 }
 
 // recycle returns pooled charges once the hold is done with them.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -356,5 +357,64 @@ var _ = Describe("A rule written in the TokenBudget's words", func() {
 		r := newRig(p)
 		Expect(r.admitted("alice", "gpt-4o", 1500, 0)).To(BeTrue())
 		Expect(r.admitted("alice", "gpt-4o", 1, 0)).To(BeFalse(), "the key's 1,500 input tokens a minute for gpt-4o are spent")
+	})
+})
+
+var _ = Describe("A rule window's gauge after a refund", func() {
+	var (
+		m     *metrics.Metrics
+		mem   *budget.Memory
+		clock *storetest.Clock
+		l     *budget.Limiter
+		p     *budget.Policy
+	)
+	BeforeEach(func() {
+		// 6,000 a minute refills 100 a second.
+		p = rulesPolicy(`
+  rules:
+  - {name: minute, dimension: api_key, windows: [{limit: 6000, rolling: {period: minute}}]}
+`)
+		m = metrics.New(prometheus.NewRegistry())
+		clock = storetest.NewClock()
+		mem = budget.NewMemory(clock, 1000)
+		l = budget.NewLimiter(mem, m, clock, false)
+	})
+	used := func() float64 { return testutil.ToFloat64(m.RuleUsed.WithLabelValues("minute", "minute")) }
+	// stored is the share of the bucket in use as the store holds it now.
+	stored := func() float64 {
+		GinkgoHelper()
+		level := math.NaN()
+		Expect(mem.EachLevel(context.Background(), func(k budget.Key, lv, _ float64) {
+			if k.Rule == "minute" {
+				level = lv
+			}
+		})).To(Succeed())
+		return (6000 - level) / 6000
+	}
+	admit := func(in, out int64) budget.Decision {
+		GinkgoHelper()
+		dec, err := l.Admit(context.Background(), p, budget.Identity{Key: p.Key("alice")}, budget.Ask{Input: in, Output: out})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(dec.Refusal).To(BeNil())
+		return dec
+	}
+
+	It("shows the level with the unused reservation back and what refilled meanwhile", func() {
+		dec := admit(1000, 3000)
+		Expect(used()).To(BeNumerically("~", 4000.0/6000, 1e-9), "4,000 reserved of 6,000")
+		clock.Advance(10 * time.Second)
+		Expect(dec.Hold.Settle(budget.Used{Input: 1000, Output: 2000})).To(BeTrue())
+		// 2,000 left, 1,000 refilled in 10 s, 1,000 refunded: 4,000 of 6,000.
+		Expect(used()).To(BeNumerically("~", 2000.0/6000, 1e-9))
+		Expect(used()).To(BeNumerically("~", stored(), 1e-9), "the gauge is the bucket's level")
+	})
+
+	It("shows the level with the whole reservation back after a release", func() {
+		Expect(admit(1000, 1000).Hold.Settle(budget.Used{Input: 1000, Output: 1000})).To(BeTrue())
+		dec := admit(1000, 1000)
+		Expect(used()).To(BeNumerically("~", 4000.0/6000, 1e-9), "2,000 spent and 2,000 reserved of 6,000")
+		Expect(dec.Hold.Release()).To(BeTrue())
+		Expect(used()).To(BeNumerically("~", 2000.0/6000, 1e-9), "2,000 spent")
+		Expect(used()).To(BeNumerically("~", stored(), 1e-9), "the gauge is the bucket's level")
 	})
 })

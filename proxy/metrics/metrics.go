@@ -231,7 +231,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "window", "outcome"}),
 		RuleUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_used_ratio",
-			Help: "Share of a rule window's limit in use in the bucket the last request drew on, as the store reported it after the reservation or after the overage its settlement charged (the fleet's level in Redis): 0 full, 1 exhausted, above 1 in debt. A rule counted per subject reports its last request's subject: one series per rule window.",
+			Help: "Share of a rule window's limit in use in the bucket the last request drew on, as the store reported it after the reservation or after the overage its settlement charged, or after a refund its level at the reservation with the refund back and what refilled since (the fleet's level in Redis): 0 full, 1 exhausted, above 1 in debt. A rule counted per subject reports its last request's subject: one series per rule window.",
 		}, []string{"rule", "window"}),
 		RuleLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_limit",

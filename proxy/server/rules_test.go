@@ -86,11 +86,12 @@ var _ = Describe("Rules at the proxy", func() {
   - {name: key-minute, dimension: api_key, windows: [{limit: 1000, rolling: {period: minute}}]}
 `)
 		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
-		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(10)/1000, 1e-3),
-			"alice's reservation, in a bucket of 1,000")
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", 30.0/1000, 1e-3),
+			"alice's 30 tokens once settled, in a bucket of 1,000")
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
 		Expect(h.chat("sk-bob", 400).code).To(Equal(200))
-		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", chatEstimate(400)/1000, 1e-3),
-			"bob's bucket, the last one drawn on")
+		Expect(counter(h.m.RuleUsed.WithLabelValues("key-minute", "minute"))).To(BeNumerically("~", 30.0/1000, 1e-3),
+			"bob's bucket, the last one drawn on (alice's holds 60)")
 		Expect(testutil.CollectAndCount(h.m.RuleUsed)).To(Equal(1), "one series for the rule window, not one per key")
 		Expect(counter(h.m.RuleLimit.WithLabelValues("key-minute", "minute", "tokens"))).To(Equal(1000.0))
 		Expect(h.apply(keysDoc)).To(Succeed())

@@ -156,6 +156,35 @@ var _ = Describe("Rules in Redis", func() {
 		Expect(used()).To(BeNumerically("~", 1.2, 1e-9))
 	})
 
+	It("shows each window's level after a refund sent without waiting, and after a release", func() {
+		p := redisPolicy(`
+  - {name: month, dimension: api_key, windows: [{limit: 10000, calendar: {every: month}}, {limit: 20000, rolling: {period: day}}]}
+`)
+		m := metrics.New(prometheus.NewRegistry())
+		// As in the proxy: refunds go with a later pipeline and settlement does not wait.
+		l := budget.NewLimiter(s, m, budget.SystemClock{}, true)
+		month := func() float64 { return testutil.ToFloat64(m.RuleUsed.WithLabelValues("month", "calendar_month")) }
+		day := func() float64 { return testutil.ToFloat64(m.RuleUsed.WithLabelValues("month", "day")) }
+		dec := admit(l, p, "alice", "", 500, 500)
+		Expect(dec.Refusal).To(BeNil())
+		Expect(month()).To(BeNumerically("~", 0.1, 1e-9), "1,000 reserved of 10,000")
+		Expect(day()).To(BeNumerically("~", 0.05, 1e-4), "1,000 reserved of 20,000")
+		Expect(dec.Hold.Settle(budget.Used{Input: 200, Output: 200})).To(BeTrue())
+		Expect(month()).To(BeNumerically("~", 0.04, 1e-9), "400 spent of 10,000")
+		Expect(day()).To(BeNumerically("~", 0.02, 1e-4), "400 spent of 20,000")
+
+		dec = admit(l, p, "alice", "", 1000, 1000)
+		Expect(month()).To(BeNumerically("~", 0.24, 1e-9), "400 spent and 2,000 reserved")
+		Expect(dec.Hold.Release()).To(BeTrue())
+		Expect(month()).To(BeNumerically("~", 0.04, 1e-9), "400 spent")
+		Expect(day()).To(BeNumerically("~", 0.02, 1e-4))
+
+		Expect(l.Wait(context.Background())).To(Succeed())
+		start, _ := (&config.Calendar{Every: config.EveryMonth}).Span(time.Now())
+		Expect(level(budget.Key{Kind: budget.Calendar, Dim: budget.APIKey, ID: "alice", Rule: "month", Start: start.Unix()})).To(Equal(9600.0), "the gauge is the counter's level")
+		Expect((20000 - level(budget.Key{Kind: budget.Rolling, Dim: budget.APIKey, ID: "alice", Rule: "month", Window: 1})) / 20000).To(BeNumerically("~", day(), 1e-4))
+	})
+
 	DescribeTable("starts each calendar window at zero at its wall-clock anchor",
 		func(cal string, before, after time.Time) {
 			p := redisPolicy(`
