@@ -49,9 +49,9 @@ func (ex *exchange) capOutput() bool {
 	}
 	ex.keepTokenized(&est)
 	ex.est = est
-	if ex.try.body != nil {
+	if ex.try.Body != nil {
 		// An attempt under a provider's model name is rewritten from this body.
-		ex.try.body = out
+		ex.try.Body = out
 	}
 	agentlimit.SetBody(ex.r, out)
 	return true

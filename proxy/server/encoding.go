@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // A compressed response reaches the client as the upstream sent it; a decoder beside
@@ -107,7 +109,7 @@ var errDecoded = errors.New("the response body is decoded")
 type decoder struct {
 	codings []string
 	dst     io.Writer
-	// held is the compressed body so far, in a buffer lent by copyBuffers, until it
+	// held is the compressed body so far, in a buffer lent by upstream.Buffers, until it
 	// outgrows the buffer.
 	held []byte
 	pw   *io.PipeWriter
@@ -117,7 +119,7 @@ type decoder struct {
 }
 
 func newDecoder(codings []string, dst io.Writer) *decoder {
-	return &decoder{codings: codings, dst: dst, held: copyBuffers.Get()[:0]}
+	return &decoder{codings: codings, dst: dst, held: upstream.Buffers.Get()[:0]}
 }
 
 // write passes the next bytes of the body to the decoder.
@@ -142,7 +144,7 @@ func (d *decoder) write(p []byte) {
 
 func (d *decoder) giveBack() {
 	if d.held != nil {
-		copyBuffers.Put(d.held[:cap(d.held)])
+		upstream.Buffers.Put(d.held[:cap(d.held)])
 		d.held = nil
 	}
 }
@@ -177,9 +179,9 @@ func decode(r io.Reader, codings []string, dst io.Writer) error {
 		}
 	}
 	if err == nil {
-		buf := copyBuffers.Get()
+		buf := upstream.Buffers.Get()
 		_, err = io.CopyBuffer(dst, r, buf)
-		copyBuffers.Put(buf)
+		upstream.Buffers.Put(buf)
 	}
 	for _, p := range used {
 		p.pool.Put(p.r)

@@ -17,53 +17,48 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/settlement"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
-func (s *Server) newReverseProxy(up *upstream, tr http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			ex, _ := pr.In.Context().Value(holdKey{}).(*exchange)
-			if ex != nil {
-				// The path forwarded is the one classified.
-				p := ex.route.path
-				if ex.route.stripPrefix != "" {
-					p = strings.TrimPrefix(p, ex.route.stripPrefix)
-				}
-				setEscapedPath(pr.Out.URL, p)
-				if ex.upSpan != nil {
-					s.tracing.inject(pr.Out.Context(), pr.Out.Header)
-				}
-			}
-			pr.SetURL(up.target)
-			pr.SetXForwarded()
-			// Only encodings the usage reader can decode are offered upstream.
-			offerEncodings(pr.Out.Header)
-			// The client's credential is tokenwarden's; it never reaches the backend.
-			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("X-Api-Key")
-			if up.credential != "" {
-				if ex != nil && ex.route.family == refusal.Anthropic {
-					pr.Out.Header.Set("X-Api-Key", up.credential)
-				} else {
-					pr.Out.Header.Set("Authorization", "Bearer "+up.credential)
-				}
-			}
-		},
-		Transport:      tr,
-		BufferPool:     copyBuffers,
+// newReverseProxy is up's reverse proxy (proxy/upstream) with the request path's
+// hooks: the path classified and the trace context go upstream, only encodings the
+// usage reader can decode are offered, and the answer or the error comes back here.
+func (s *Server) newReverseProxy(up *upstream.Upstream, tr http.RoundTripper) *httputil.ReverseProxy {
+	return upstream.NewReverseProxy(up, tr, upstream.Hooks{
+		Prepare:        s.prepare,
 		ModifyResponse: s.onResponse,
 		ErrorHandler:   s.onError,
 		// A client that goes away mid-copy is routine: log it at debug level.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	})
+}
+
+// prepare sets on the outgoing request the path classified and the upstream span's
+// trace context, and offers only the encodings the usage reader can decode. It
+// reports the request's API family.
+func (s *Server) prepare(pr *httputil.ProxyRequest) refusal.Family {
+	offerEncodings(pr.Out.Header)
+	ex, _ := pr.In.Context().Value(holdKey{}).(*exchange)
+	if ex == nil {
+		return refusal.OpenAI
 	}
+	p := ex.route.path
+	if ex.route.stripPrefix != "" {
+		p = strings.TrimPrefix(p, ex.route.stripPrefix)
+	}
+	setEscapedPath(pr.Out.URL, p)
+	if ex.upSpan != nil {
+		s.tracing.inject(pr.Out.Context(), pr.Out.Header)
+	}
+	return ex.route.family
 }
 
 // handOff records that the request is handed to up at the time at: the upstream the
 // access log names, and the start of the upstream latency (an earlier attempt's answer
 // is forgotten).
-func (ex *exchange) handOff(up *upstream, at time.Time) {
-	ex.rec.Upstream, ex.rec.UpstreamStart, ex.rec.UpstreamHeaders = up.name, at, time.Time{}
+func (ex *exchange) handOff(up *upstream.Upstream, at time.Time) {
+	ex.rec.Upstream, ex.rec.UpstreamStart, ex.rec.UpstreamHeaders = up.Name, at, time.Time{}
 	ex.settled.Attempts++
 }
 
@@ -79,7 +74,7 @@ func (s *Server) onResponse(resp *http.Response) error {
 	ex.upstreamAnswered(resp.Header, s.clock.Now())
 	// A learned capacity learns from the answer (proxy/schedule/learn.go).
 	ex.slot.Answered(resp.StatusCode)
-	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.name).Observe(ex.rec.UpstreamHeaders.Sub(ex.rec.UpstreamStart).Seconds())
+	s.metrics.UpstreamDuration.WithLabelValues(ex.upstream.Name).Observe(ex.rec.UpstreamHeaders.Sub(ex.rec.UpstreamStart).Seconds())
 	if err := s.attemptAnswered(ex, resp); err != nil {
 		return err
 	}
@@ -141,14 +136,14 @@ func (s *Server) onError(w http.ResponseWriter, r *http.Request, err error) {
 		ex.status = 499 // the client closed the request
 		return
 	}
-	s.metrics.UpstreamErrors.WithLabelValues(ex.upstream.name).Inc()
+	s.metrics.UpstreamErrors.WithLabelValues(ex.upstream.Name).Inc()
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		ex.fail(http.StatusGatewayTimeout, "upstream_timeout", "the upstream "+ex.upstream.name+" did not answer in time", nil)
+		ex.fail(http.StatusGatewayTimeout, "upstream_timeout", "the upstream "+ex.upstream.Name+" did not answer in time", nil)
 		return
 	}
-	s.log.Warn("Upstream request failed", "upstream", ex.upstream.name, "error", err)
-	ex.fail(http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.name+" could not be reached", nil)
+	s.log.Warn("Upstream request failed", "upstream", ex.upstream.Name, "error", err)
+	ex.fail(http.StatusBadGateway, "upstream_unavailable", "the upstream "+ex.upstream.Name+" could not be reached", nil)
 }
 
 // The usage readers are lent to each response and given back when it settles: a
@@ -258,28 +253,4 @@ func (st *settler) finish() {
 	default:
 		st.s.release(ex)
 	}
-}
-
-// bufferPool lends the reverse proxy its copy buffers. A sync.Pool keeps pointers,
-// and the reverse proxy's interface passes slices: the pointers a Get empties are kept
-// in holders for the next Put, which then allocates nothing.
-type bufferPool struct{ p, holders sync.Pool }
-
-var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
-
-func (b *bufferPool) Get() []byte {
-	h := b.p.Get().(*[]byte)
-	buf := *h
-	*h = nil
-	b.holders.Put(h)
-	return buf
-}
-
-func (b *bufferPool) Put(p []byte) {
-	h, _ := b.holders.Get().(*[]byte)
-	if h == nil {
-		h = new([]byte)
-	}
-	*h = p
-	b.p.Put(h)
 }

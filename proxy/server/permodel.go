@@ -19,39 +19,39 @@ import (
 // with one upstream or none that may take it now, without work: the caller then waits
 // at the request's upstream as for any other.
 func (s *Server) acquireAny(ctx context.Context, ex *exchange, req schedule.Request) (handled bool, err error) {
-	mr := ex.try.model
-	if mr == nil || len(mr.candidates) < 2 {
+	mr := ex.try.Model
+	if mr == nil || len(mr.Candidates) < 2 {
 		return false, nil
 	}
 	now := s.clock.Now()
 	var idx []int
 	var ss []*schedule.Scheduler
 	for i := 0; ; i++ {
-		j, _ := ex.next(i, now, false)
+		j, _, _ := mr.Pick(i, ex.route.family, now, false)
 		if j < 0 {
 			break
 		}
 		i = j
-		up := mr.candidates[j].up
-		if up.sched == nil {
-			ex.upstream, ex.try.first = up, j
+		up := mr.Candidates[j].Up
+		if up.Sched == nil {
+			ex.upstream, ex.try.First = up, j
 			return true, nil
 		}
-		if slot, ok := up.sched.TryAcquire(req); ok {
-			ex.upstream, ex.try.first, ex.slot = up, j, slot
+		if slot, ok := up.Sched.TryAcquire(req); ok {
+			ex.upstream, ex.try.First, ex.slot = up, j, slot
 			return true, nil
 		}
-		idx, ss = append(idx, j), append(ss, up.sched)
+		idx, ss = append(idx, j), append(ss, up.Sched)
 	}
 	if len(ss) == 0 {
 		return false, nil
 	}
 	// Refusals name the first upstream the request waited at.
-	ex.upstream, ex.try.first = mr.candidates[idx[0]].up, idx[0]
+	ex.upstream, ex.try.First = mr.Candidates[idx[0]].Up, idx[0]
 	slot, k, err := schedule.AcquireAny(ctx, ss, req)
 	if err != nil {
 		return true, err
 	}
-	ex.upstream, ex.try.first, ex.slot = mr.candidates[idx[k]].up, idx[k], slot
+	ex.upstream, ex.try.First, ex.slot = mr.Candidates[idx[k]].Up, idx[k], slot
 	return true, nil
 }

@@ -5,7 +5,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,111 +16,14 @@ import (
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
-	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
-	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // UpstreamHeader names, on every answer of a registered model, the upstream that
 // served it: only that one, so that no caller learns of another caller's failures.
 const UpstreamHeader = "X-Tokenwarden-Upstream"
-
-// modelRoute is one entry of the model registry, compiled.
-type modelRoute struct {
-	name string
-	// window and maxOut are the context window and largest output (0: unchecked).
-	window, maxOut int64
-	// candidates are the upstreams that serve the model, in order; empty when the
-	// model names none in the registry (then it is routed by upstreams[].models).
-	candidates []candidate
-	// tok counts the model's input when the model names a tokenizer (tokenize.go).
-	tok *tokenize.Encoding
-}
-
-// candidate is one upstream of a registered model.
-type candidate struct {
-	up *upstream
-	// providerModel replaces the model name in the body sent to this upstream.
-	providerModel string
-	// header is UpstreamHeader's value, made once (a response's header map holds it
-	// and nothing changes it).
-	header []string
-}
-
-// serves reports whether the candidate speaks the route's API family.
-func (c *candidate) serves(f refusal.Family) bool {
-	switch c.up.provider {
-	case config.ProviderOpenAI:
-		return f == refusal.OpenAI
-	case config.ProviderAnthropic:
-		return f == refusal.Anthropic
-	}
-	return true
-}
-
-// attempt is a registered model's failover state within one request.
-type attempt struct {
-	model *modelRoute
-	// body is the request body as the estimate read it, for a provider model's rewrite.
-	body []byte
-	// more: a later candidate may take the request if this attempt fails before the
-	// answer begins. retry: this attempt failed so, and nothing was written.
-	more, retry bool
-	// cand is the candidate of this attempt.
-	cand *candidate
-	// first is the candidate the request's slot was taken at (permodel.go): the first
-	// attempt goes there, a failover to the ones after it.
-	first int
-	// rename is the model a budget's fallback serves the request with, and fallback
-	// says so in FallbackHeader (providers_fallback.go).
-	rename, fallback string
-}
-
-// errFailover makes the reverse proxy drop an upstream's failed answer unwritten, so
-// that the next upstream may serve the request.
-var errFailover = errors.New("failing over to the model's next upstream")
-
-// compileModels builds the registry's routes. It runs after the upstreams are built.
-func (rt *runtime) compileModels(cfg *config.Config) {
-	rt.models = make(map[string]*modelRoute, len(cfg.Models))
-	rt.fallbacks = map[string]string{}
-	for _, r := range cfg.RateLimiting.Rules {
-		if r.FallbackModel != "" {
-			rt.fallbacks[r.Name] = r.FallbackModel
-		}
-	}
-	byName := make(map[string]*upstream, len(rt.upstreams))
-	for _, up := range rt.upstreams {
-		byName[up.name] = up
-	}
-	for i := range cfg.Models {
-		m := &cfg.Models[i]
-		mr := &modelRoute{name: m.Name, window: m.ContextWindow, maxOut: m.MaxOutputTokens}
-		for _, mu := range m.Upstreams {
-			if up := byName[mu.Upstream]; up != nil {
-				mr.candidates = append(mr.candidates, candidate{up: up, providerModel: mu.ProviderModel, header: []string{up.name}})
-			}
-		}
-		mr.tok = tokenize.Get(m.Tokenizer) // nil without one; built on the first config naming it
-		if mr.window > 0 || mr.maxOut > 0 || len(mr.candidates) > 0 || rt.fallbacks[m.Name] != "" || mr.tok != nil {
-			rt.models[m.Name] = mr
-			rt.knownModels[m.Name] = true
-		}
-		if len(mr.candidates) > 0 {
-			// Routed as its first upstream until chooseUpstream picks by health.
-			rt.byModel[m.Name] = mr.candidates[0].up
-		}
-	}
-}
-
-// credentialKey is what an upstream's cooldown is kept by: its credential.
-func credentialKey(u config.Upstream) string {
-	if u.AuthHeaderEnv != "" {
-		return "env:" + u.AuthHeaderEnv
-	}
-	return "upstream:" + u.Name
-}
 
 // precheck refuses, with 400 in the route's shape, a request that cannot fit its
 // model's context window: the lower bound of its input plus the output it asks for
@@ -129,52 +31,33 @@ func credentialKey(u config.Upstream) string {
 // model generates. It runs before any reservation or upstream call, and reports
 // false when it answered.
 func (s *Server) precheck(ex *exchange) bool {
-	mr := ex.rt.models[ex.est.Model]
+	mr := ex.rt.Models[ex.est.Model]
 	if mr == nil || !ex.route.charged || !ex.est.Parsed {
 		return true
 	}
-	if mr.tok != nil {
-		ex.tokenize(mr.tok)
+	if mr.Tok != nil {
+		ex.tokenize(mr.Tok)
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
-	switch mr.overLimit(in, out) {
-	case limitModelOutput:
-		return s.tooLong(ex, mr, limitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.name, mr.maxOut),
-			map[string]any{"max_output_tokens": mr.maxOut, "requested_output_tokens": out})
-	case limitContextWindow:
-		details := map[string]any{"context_window": mr.window, "input_tokens_at_least": in, "requested_output_tokens": out}
+	switch mr.OverLimit(in, out) {
+	case upstream.LimitModelOutput:
+		return s.tooLong(ex, mr, upstream.LimitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.Name, mr.MaxOut),
+			map[string]any{"max_output_tokens": mr.MaxOut, "requested_output_tokens": out})
+	case upstream.LimitContextWindow:
+		details := map[string]any{"context_window": mr.Window, "input_tokens_at_least": in, "requested_output_tokens": out}
 		msg := fmt.Sprintf("the request's input of at least %d tokens plus the %d output tokens it asks for is %d, over the context window of %d tokens of model %q",
-			in, out, in+out, mr.window, mr.name)
+			in, out, in+out, mr.Window, mr.Name)
 		if out == 0 {
-			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.window, mr.name)
+			msg = fmt.Sprintf("the request's input is at least %d tokens, over the context window of %d tokens of model %q", in, mr.Window, mr.Name)
 		}
-		return s.tooLong(ex, mr, limitContextWindow, msg, details)
+		return s.tooLong(ex, mr, upstream.LimitContextWindow, msg, details)
 	}
 	return true
 }
 
-// The limits of a model that a request may not fit, as refusals name them.
-const (
-	limitModelOutput   = "max_output_tokens"
-	limitContextWindow = "context_window"
-)
-
-// overLimit is the model's limit that a request of at least in input tokens asking
-// for out output tokens cannot fit: more output than the model generates, or input
-// plus output over the context window; empty when it fits (or the model sets neither).
-func (mr *modelRoute) overLimit(in, out int64) string {
-	switch {
-	case mr.maxOut > 0 && out > mr.maxOut:
-		return limitModelOutput
-	case mr.window > 0 && in+out > mr.window:
-		return limitContextWindow
-	}
-	return ""
-}
-
 // tooLong answers a pre-check's refusal and counts it.
-func (s *Server) tooLong(ex *exchange, mr *modelRoute, limit, msg string, details map[string]any) bool {
-	s.metrics.Providers.ContextRefusals.WithLabelValues(mr.name, limit).Inc()
+func (s *Server) tooLong(ex *exchange, mr *upstream.Model, limit, msg string, details map[string]any) bool {
+	s.metrics.Providers.ContextRefusals.WithLabelValues(mr.Name, limit).Inc()
 	return ex.fail(http.StatusBadRequest, "context_length_exceeded", msg, &refusal.Body{LimitType: limit, Details: details})
 }
 
@@ -183,121 +66,76 @@ func (s *Server) tooLong(ex *exchange, mr *modelRoute, limit, msg string, detail
 // When none does, it answers 503 with a Retry-After from the earliest recovery and
 // reports false. A model outside the registry keeps its upstream.
 func (s *Server) chooseUpstream(ex *exchange) bool {
-	mr := ex.rt.models[ex.est.Model]
-	if mr == nil || len(mr.candidates) == 0 {
+	mr := ex.rt.Models[ex.est.Model]
+	if mr == nil || len(mr.Candidates) == 0 {
 		return true
 	}
-	ex.try.model = mr
-	if !slices.ContainsFunc(mr.candidates, func(c candidate) bool { return c.serves(ex.route.family) }) {
+	ex.try.Model = mr
+	if !slices.ContainsFunc(mr.Candidates, func(c upstream.Candidate) bool { return c.Up.Serves(ex.route.family) }) {
 		api := "OpenAI"
 		if ex.route.family == refusal.Anthropic {
 			api = "Anthropic"
 		}
-		return ex.fail(http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.name, api), nil)
+		return ex.fail(http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream of the model %q speaks the %s API of this route", mr.Name, api), nil)
 	}
 	now := s.clock.Now()
-	if i, _ := ex.next(0, now, false); i >= 0 {
-		ex.upstream = mr.candidates[i].up
+	if i, _, _ := mr.Pick(0, ex.route.family, now, false); i >= 0 {
+		ex.upstream = mr.Candidates[i].Up
 		return true
 	}
 	return s.unavailable(ex, now)
 }
 
-// next is the index of the first candidate from i on that may take the request now,
-// or -1 with the earliest time one may. take counts a half-open breaker's probe.
-func (ex *exchange) next(i int, now time.Time, take bool) (int, time.Time) {
-	mr := ex.try.model
-	var earliest time.Time
-	for ; i < len(mr.candidates); i++ {
-		c := &mr.candidates[i]
-		if !c.serves(ex.route.family) {
-			continue
-		}
-		cd := c.up.cooldown
-		if until := cd.Until(); now.Before(until) {
-			earliest = earlier(earliest, until)
-			continue
-		}
-		b := c.up.breaker
-		if take {
-			if b.Allow(now) {
-				return i, time.Time{}
-			}
-			_, at := b.Available(now)
-			earliest = earlier(earliest, at)
-			continue
-		}
-		ok, at := b.Available(now)
-		if ok {
-			return i, time.Time{}
-		}
-		earliest = earlier(earliest, at)
-	}
-	return -1, earliest
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
-		return b
-	}
-	return a
-}
-
 // unavailable answers 503: every upstream of the model is down or cooling. The
 // Retry-After is the earliest recovery; which upstreams failed, and how, is not said.
 func (s *Server) unavailable(ex *exchange, now time.Time) bool {
-	mr := ex.try.model
-	_, at := ex.next(0, now, false)
+	mr := ex.try.Model
+	_, _, at := mr.Pick(0, ex.route.family, now, false)
 	wait := max(at.Sub(now), time.Second)
 	if at.IsZero() {
 		wait = config.DefaultCooldown
 	}
 	secs := int64(math.Ceil(wait.Seconds()))
 	ex.w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	s.metrics.Providers.Unavailable.WithLabelValues(mr.name).Inc()
+	s.metrics.Providers.Unavailable.WithLabelValues(mr.Name).Inc()
 	return ex.fail(http.StatusServiceUnavailable, "upstreams_unavailable",
-		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.name, secs),
+		fmt.Sprintf("every upstream of model %q is unavailable for now; retry in %d seconds", mr.Name, secs),
 		&refusal.Body{LimitType: "upstreams", Details: map[string]any{"retry_after_seconds": secs, "retryable": true}})
 }
 
-// tryUpstreams sends the request upstream, handed off at now. A registered model's request
-// goes to its first available upstream; an error before any byte reached the client
-// (a connection error, a timeout, a 5xx or a 429 answer) moves it to the next, with
-// the same reservation, which is settled once on the attempt that served it. A stream
-// that began is never replayed.
+// tryUpstreams sends the request upstream, handed off at now. A registered model's
+// request goes to its first available upstream; an error before any byte reached the
+// client (a connection error, a timeout, a 5xx or a 429 answer) moves it to the next,
+// with the same reservation, which is settled once on the attempt that served it. A
+// stream that began is never replayed. Each attempt's upstream is chosen once, by
+// upstream.Attempt.Next.
 func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
-	mr := ex.try.model
-	if mr == nil {
-		if ex.try.rename != "" {
-			r = ex.attemptRequest(r, &candidate{up: ex.upstream})
+	try := &ex.try
+	if try.Model == nil {
+		if try.Rename != "" {
+			r = ex.attemptRequest(r, &upstream.Candidate{Up: ex.upstream})
 		}
 		ex.handOff(ex.upstream, now)
-		ex.upstream.proxy.ServeHTTP(ex.w, r)
+		ex.upstream.Proxy.ServeHTTP(ex.w, r)
 		return
 	}
-	first := true
-	for i := ex.try.first; ; i++ {
-		j, _ := ex.next(i, now, true)
-		if j < 0 {
+	for first := true; ; first = false {
+		c, _ := try.Next(ex.route.family, now)
+		if c == nil {
 			s.unavailable(ex, now)
 			return
 		}
-		i = j
-		c := &mr.candidates[i]
 		if !first {
-			s.metrics.Providers.Failovers.WithLabelValues(mr.name).Inc()
+			s.metrics.Providers.Failovers.WithLabelValues(try.Model.Name).Inc()
 		}
-		k, _ := ex.next(i+1, now, false)
-		ex.try.more, ex.try.retry, ex.try.cand = k >= 0, false, c
-		ex.upstream = c.up
+		ex.upstream = c.Up
 		out := r
-		if !first || c.providerModel != "" || ex.try.rename != "" {
+		if !first || c.ProviderModel != "" || try.Rename != "" {
 			out = ex.attemptRequest(r, c)
 		}
-		first = false
-		ex.handOff(c.up, now)
-		c.up.proxy.ServeHTTP(ex.w, out)
-		if !ex.try.retry {
+		ex.handOff(c.Up, now)
+		c.Up.Proxy.ServeHTTP(ex.w, out)
+		if !try.Retry() {
 			return
 		}
 		now = s.clock.Now()
@@ -306,14 +144,14 @@ func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 
 // attemptRequest is the request for another attempt: its body replayed, with the
 // provider's model name when the candidate has one.
-func (ex *exchange) attemptRequest(r *http.Request, c *candidate) *http.Request {
+func (ex *exchange) attemptRequest(r *http.Request, c *upstream.Candidate) *http.Request {
 	out := r.Clone(r.Context())
-	name := c.providerModel
+	name := c.ProviderModel
 	if name == "" {
-		name = ex.try.rename
+		name = ex.try.Rename
 	}
-	if name != "" && ex.try.body != nil {
-		if body, err := withModel(ex.try.body, name); err == nil {
+	if name != "" && ex.try.Body != nil {
+		if body, err := withModel(ex.try.Body, name); err == nil {
 			// The body sent is the decoded one, renamed.
 			out.Header.Del("Content-Encoding")
 			out.Body = io.NopCloser(bytes.NewReader(body))
@@ -343,57 +181,35 @@ func withModel(body []byte, model string) ([]byte, error) {
 }
 
 // attemptAnswered records the upstream's answer in its health; a failed answer with
-// another upstream to go to is dropped (errFailover) so that the next one serves.
+// another upstream to go to is dropped (upstream.ErrFailover) so that the next one
+// serves.
 func (s *Server) attemptAnswered(ex *exchange, resp *http.Response) error {
-	if ex.try.fallback != "" {
-		ex.cw.Header().Set(FallbackHeader, ex.try.fallback)
+	if ex.try.Fallback != "" {
+		ex.cw.Header().Set(FallbackHeader, ex.try.Fallback)
 	}
-	c := ex.try.cand
+	c := ex.try.Cand
 	if c == nil {
 		return nil
 	}
-	now := s.clock.Now()
-	code := resp.StatusCode
-	switch {
-	case code == http.StatusTooManyRequests:
-		c.up.breaker.Record(now, health.Unrecorded)
-		iv := health.CooldownFor(resp.Header, now)
-		c.up.cooldown.Start(now, iv.Applied)
-		s.log.Warn("Upstream credential cooling down after a 429", "upstream", c.up.name, "model", ex.try.model.name,
-			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
-	case code >= 500:
-		c.up.breaker.Record(now, health.Failure)
-	default:
-		// A caller's 4xx mistake says nothing against the upstream.
-		c.up.breaker.Record(now, health.Success)
+	if ex.try.Answered(resp.StatusCode, resp.Header, s.clock.Now(), s.log) {
+		return upstream.ErrFailover
 	}
-	if (code == http.StatusTooManyRequests || code >= 500) && ex.try.more {
-		ex.try.retry = true
-		return errFailover
-	}
-	ex.cw.Header()[UpstreamHeader] = c.header
+	ex.cw.Header()[UpstreamHeader] = c.Header
 	return nil
 }
 
 // attemptFailed records an attempt the upstream did not answer; it reports true when
 // the next upstream will take the request (nothing is written, nothing released).
 func (s *Server) attemptFailed(ex *exchange, r *http.Request, err error) bool {
-	c := ex.try.cand
+	c := ex.try.Cand
 	if c == nil {
 		return false
 	}
-	if errors.Is(err, errFailover) {
+	if errors.Is(err, upstream.ErrFailover) {
 		return true
 	}
-	now := s.clock.Now()
-	if r.Context().Err() != nil {
-		c.up.breaker.Record(now, health.Unrecorded)
-		return false
-	}
-	c.up.breaker.Record(now, health.Failure)
-	if ex.try.more && !errors.Is(err, context.Canceled) {
-		s.metrics.UpstreamErrors.WithLabelValues(c.up.name).Inc()
-		ex.try.retry = true
+	if ex.try.Failed(err, r.Context().Err() != nil, s.clock.Now()) {
+		s.metrics.UpstreamErrors.WithLabelValues(c.Up.Name).Inc()
 		return true
 	}
 	return false
@@ -408,16 +224,16 @@ func (s *Server) upstreamHealth() []metrics.UpstreamHealth {
 	now := s.clock.Now()
 	var out []metrics.UpstreamHealth
 	seen := map[string]bool{}
-	for _, mr := range rt.models {
-		for _, c := range mr.candidates {
-			if seen[c.up.name] {
+	for _, mr := range rt.Models {
+		for _, c := range mr.Candidates {
+			if seen[c.Up.Name] {
 				continue
 			}
-			seen[c.up.name] = true
+			seen[c.Up.Name] = true
 			out = append(out, metrics.UpstreamHealth{
-				Upstream:        c.up.name,
-				State:           s.health.Breaker(c.up.name).State(now).String(),
-				CooldownSeconds: s.health.Cooldown(c.up.credKey).Seconds(),
+				Upstream:        c.Up.Name,
+				State:           s.health.Breaker(c.Up.Name).State(now).String(),
+				CooldownSeconds: s.health.Cooldown(c.Up.CredKey).Seconds(),
 			})
 		}
 	}
@@ -437,10 +253,10 @@ func (s *Server) upstreamHealth() []metrics.UpstreamHealth {
 // longer has, so a removed upstream's state does not stay in memory, and one that comes
 // back starts closed and cool.
 func (s *Server) forgetHealth(rt *runtime) {
-	ups := make(map[string]bool, len(rt.upstreams))
-	creds := make(map[string]bool, len(rt.upstreams))
-	for _, up := range rt.upstreams {
-		ups[up.name], creds[up.credKey] = true, true
+	ups := make(map[string]bool, len(rt.Upstreams))
+	creds := make(map[string]bool, len(rt.Upstreams))
+	for _, up := range rt.Upstreams {
+		ups[up.Name], creds[up.CredKey] = true, true
 	}
 	s.health.Forget(func(name string) bool { return ups[name] }, func(c string) bool { return creds[c] })
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // EffectiveModel is one model of the registry in /admin/effective: each value with
@@ -69,7 +70,7 @@ func (s *Server) effectiveModels(rt *runtime) []EffectiveModel {
 		if providerModel != "" {
 			e.ProviderModel = providerModel
 		}
-		if until := s.health.Cooldown(credentialKey(up)).Until(); now.Before(until) {
+		if until := s.health.Cooldown(upstream.CredentialKey(up)).Until(); now.Before(until) {
 			e.CoolingUntil = &until
 		}
 		return e
@@ -80,8 +81,8 @@ func (s *Server) effectiveModels(rt *runtime) []EffectiveModel {
 				return []EffectiveServer{server(u, name, "", fmt.Sprintf("upstreams[%d].models", i))}
 			}
 		}
-		if up := rt.catchAll; up != nil {
-			i := idx[up.name]
+		if up := rt.CatchAll; up != nil {
+			i := idx[up.Name]
 			return []EffectiveServer{server(c.Upstreams[i], name, "", fmt.Sprintf("upstreams[%d] (the catch-all: its models list is empty)", i))}
 		}
 		return []EffectiveServer{}
@@ -162,7 +163,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	uc := rt.cfg.Upstreams[i]
-	up := rt.upstreams[i]
+	up := rt.Upstreams[i]
 	model := ""
 	for _, m := range rt.cfg.Models {
 		if k := slices.IndexFunc(m.Upstreams, func(mu config.ModelUpstream) bool { return mu.Upstream == name }); k >= 0 {
@@ -184,7 +185,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 	if uc.Provider == config.ProviderAnthropic {
 		path = "/v1/messages"
 	}
-	target := strings.TrimSuffix(up.target.String(), "/") + path
+	target := strings.TrimSuffix(up.Target.String(), "/") + path
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(uc.TimeoutSeconds)*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(fmt.Appendf(nil, body, model)))
@@ -193,17 +194,17 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if up.credential != "" {
+	if up.Credential != "" {
 		if uc.Provider == config.ProviderAnthropic {
-			req.Header.Set("X-Api-Key", up.credential)
+			req.Header.Set("X-Api-Key", up.Credential)
 			req.Header.Set("Anthropic-Version", "2023-06-01")
 		} else {
-			req.Header.Set("Authorization", "Bearer "+up.credential)
+			req.Header.Set("Authorization", "Bearer "+up.Credential)
 		}
 	}
 	res := ProbeResult{Upstream: name, Model: model}
 	began := s.clock.Now()
-	resp, err := s.transports.get(uc).RoundTrip(req)
+	resp, err := s.transports.Get(uc).RoundTrip(req)
 	now := s.clock.Now()
 	res.LatencyMs = now.Sub(began).Milliseconds()
 	b := s.health.Breaker(name)
@@ -218,7 +219,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests:
 			iv := health.CooldownFor(resp.Header, now)
-			s.health.Cooldown(up.credKey).Start(now, iv.Applied)
+			s.health.Cooldown(up.CredKey).Start(now, iv.Applied)
 			s.log.Warn("Upstream credential cooling down after a probe's 429", "upstream", name,
 				"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
 		case resp.StatusCode >= 500:
@@ -228,7 +229,7 @@ func (s *Server) probe(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res.Breaker = b.State(now).String()
-	if until := s.health.Cooldown(up.credKey).Until(); now.Before(until) {
+	if until := s.health.Cooldown(up.CredKey).Until(); now.Before(until) {
 		res.CoolingUntil = &until
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -257,9 +258,9 @@ func (s *Server) HealthReport() string {
 	now := s.clock.Now()
 	var out []ReportedHealth
 	for _, u := range s.upstreamHealth() {
-		i := slices.IndexFunc(rt.upstreams, func(up *upstream) bool { return up.name == u.Upstream })
+		i := slices.IndexFunc(rt.Upstreams, func(up *upstream.Upstream) bool { return up.Name == u.Upstream })
 		out = append(out, ReportedHealth{Upstream: u.Upstream, Breaker: u.State,
-			Cooling: i >= 0 && s.health.Cooldown(rt.upstreams[i].credKey).Cooling(now)})
+			Cooling: i >= 0 && s.health.Cooldown(rt.Upstreams[i].CredKey).Cooling(now)})
 	}
 	if len(out) == 0 {
 		return ""

@@ -7,6 +7,7 @@ import (
 	"context"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // FallbackHeader says, on an answer served by a fallback model, which model was asked
@@ -19,29 +20,9 @@ const FallbackHeader = "X-Tokenwarden-Fallback"
 // identity's budget still refuses it). It returns the fallback's decision, or dec
 // unchanged when no fallback serves.
 func (s *Server) fallback(ctx context.Context, ex *exchange, id budget.Identity, ask budget.Ask, dec budget.Decision) budget.Decision {
-	to := ex.rt.fallbacks[dec.Refusal.Rule]
 	from := ex.est.Model
-	if to == "" || to == from {
-		return dec
-	}
-	mr := ex.rt.models[to]
-	if mr != nil && mr.overLimit(ex.est.InputLower, ex.est.OutputCap) != "" {
-		return dec
-	}
-	up := ex.rt.route(to)
-	try := attempt{body: ex.try.body}
-	if mr != nil && len(mr.candidates) > 0 {
-		saved := ex.try
-		ex.try = try
-		ex.try.model = mr
-		i, _ := ex.next(0, s.clock.Now(), false)
-		ex.try = saved
-		if i < 0 {
-			return dec
-		}
-		try.model, up = mr, mr.candidates[i].up
-	}
-	if up == nil {
+	to, mr, up, ok := ex.rt.Fallback(dec.Refusal.Rule, from, ex.est.InputLower, ex.est.OutputCap, ex.route.family, s.clock.Now())
+	if !ok {
 		return dec
 	}
 	id.Model = to
@@ -52,8 +33,8 @@ func (s *Server) fallback(ctx context.Context, ex *exchange, id budget.Identity,
 		}
 		return dec
 	}
-	try.rename = to
-	try.fallback = "fallback(" + from + " -> " + to + ", budget)"
+	try := upstream.Attempt{Model: mr, Body: ex.try.Body, Rename: to}
+	try.Fallback = "fallback(" + from + " -> " + to + ", budget)"
 	ex.try, ex.upstream, ex.est.Model = try, up, to
 	label := "other"
 	if ex.rt.knownModels[from] {

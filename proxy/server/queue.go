@@ -44,9 +44,9 @@ func (s *Server) wait(ex *exchange, sc *schedule.Scheduler) bool {
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(we.RetryAfter.Milliseconds(), 10))
 	details := map[string]any{"retry_after_seconds": secs, "retryable": true, "class": req.Class.String()}
-	code, msg := "queue_timeout", "the request waited for the upstream "+ex.upstream.name+"'s capacity for the longest wait allowed; retry later"
+	code, msg := "queue_timeout", "the request waited for the upstream "+ex.upstream.Name+"'s capacity for the longest wait allowed; retry later"
 	if errors.Is(err, schedule.ErrQueueFull) {
-		code, msg = "queue_full", "the queue for the upstream "+ex.upstream.name+"'s capacity is full; retry later"
+		code, msg = "queue_full", "the queue for the upstream "+ex.upstream.Name+"'s capacity is full; retry later"
 	}
 	return ex.fail(http.StatusTooManyRequests, code, msg, &refusal.Body{LimitType: "queue", Details: details})
 }

@@ -9,19 +9,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
-	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
-	"github.com/tokenwarden/tokenwarden/proxy/health"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // runtime is one config compiled for the request path. It is immutable: a reload
@@ -41,43 +37,20 @@ type runtime struct {
 	// retryPatience is the longest Retry-After a client is told to wait for; a longer
 	// one comes with x-should-retry: false.
 	retryPatience time.Duration
-	upstreams     []*upstream
-	byModel       map[string]*upstream
+	// Registry is the upstreams and the model registry (proxy/upstream).
+	upstream.Registry
 	// keySched holds each key's priority class, weight and limits for agents, by key
 	// name.
 	keySched map[string]keySched
 	// classLimits are each class's bounds, by schedule.Class.
 	classLimits [len(schedule.Classes)]config.ClassLimits
-	catchAll    *upstream
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
-	// models is the model registry by client-facing name (providers.go); fallbacks
-	// are the rules' fallback models by rule name.
-	models    map[string]*modelRoute
-	fallbacks map[string]string
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string
 	loadedAt        time.Time
 	generation      int64
-}
-
-type upstream struct {
-	name   string
-	target *url.URL
-	proxy  *httputil.ReverseProxy
-	// credential is the upstream's own key, read from auth_header_env at load.
-	credential string
-	// sched orders requests at the upstream's capacity; nil when it declares none, and
-	// then nothing waits. schedOpts are its options, bound by bindSchedulers.
-	sched     *schedule.Scheduler
-	schedOpts *schedule.Options
-	// provider is the API family the upstream speaks (empty: both); credKey keeps its
-	// credential's cooldown. breaker and cooldown are its health, kept across reloads.
-	provider config.Provider
-	credKey  string
-	breaker  *health.Breaker
-	cooldown *health.Cooldown
 }
 
 // keySched is what the scheduler knows of an API key.
@@ -86,33 +59,6 @@ type keySched struct {
 	weight float64
 	// limits are the key's limits for agents.
 	limits agentlimit.Key
-}
-
-// transports keeps one tuned transport per upstream URL and timeout across reloads, so
-// a reload does not drop the connection pools.
-type transports struct {
-	mu sync.Mutex
-	m  map[string]*http.Transport
-}
-
-func (t *transports) get(u config.Upstream) *http.Transport {
-	key := fmt.Sprintf("%s|%d", u.URL, u.TimeoutSeconds)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tr, ok := t.m[key]; ok {
-		return tr
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = 1024
-	tr.MaxIdleConnsPerHost = 256
-	tr.IdleConnTimeout = 90 * time.Second
-	tr.ResponseHeaderTimeout = time.Duration(u.TimeoutSeconds) * time.Second
-	tr.ForceAttemptHTTP2 = true
-	if t.m == nil {
-		t.m = map[string]*http.Transport{}
-	}
-	t.m[key] = tr
-	return tr
 }
 
 // compile turns a validated config into a runtime. It fails only on what validation
@@ -127,7 +73,6 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		clientIPv6Prefix: cfg.RateLimiting.ClientIPv6Prefix,
 		maxBody:          cfg.MaxBodyBytes,
 		retryPatience:    cfg.RetryPatience(),
-		byModel:          map[string]*upstream{},
 		keySched:         make(map[string]keySched, len(cfg.APIKeys)),
 		knownModels:      map[string]bool{},
 		loadedAt:         s.clock.Now(),
@@ -154,39 +99,17 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		pf, _ := config.ParsePrefix(p)
 		rt.whitelist = append(rt.whitelist, pf)
 	}
-	inRegistry := cfg.RegistryUpstreams()
-	for i, uc := range cfg.Upstreams {
-		target, err := url.Parse(uc.URL)
-		if err != nil {
-			return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
-		}
-		up := &upstream{name: uc.Name, target: target, provider: uc.Provider, credKey: credentialKey(uc)}
-		up.breaker, up.cooldown = s.health.Breaker(uc.Name), s.health.Cooldown(up.credKey)
-		if uc.AuthHeaderEnv != "" {
-			v, ok := os.LookupEnv(uc.AuthHeaderEnv)
-			if !ok {
-				return nil, fmt.Errorf("upstreams[%d].auth_header_env: the environment variable %s is not set", i, uc.AuthHeaderEnv)
-			}
-			up.credential = strings.TrimSpace(v)
-		}
-		up.proxy = s.newReverseProxy(up, s.transports.get(uc))
-		if uc.Capacity.Enabled() {
-			o := schedule.OptionsFor(uc.Capacity, &cfg.Scheduling)
-			up.schedOpts = &o
-		}
-		rt.upstreams = append(rt.upstreams, up)
-		for _, m := range uc.Models {
-			rt.byModel[m] = up
-			rt.knownModels[m] = true
-		}
-		if len(uc.Models) == 0 && rt.catchAll == nil && !inRegistry[uc.Name] {
-			rt.catchAll = up
-		}
+	reg, err := upstream.Compile(cfg, upstream.Env{Health: s.health, Transports: &s.transports, Proxy: s.newReverseProxy})
+	if err != nil {
+		return nil, err
+	}
+	rt.Registry = *reg
+	for m := range reg.Known {
+		rt.knownModels[m] = true
 	}
 	for m := range cfg.RateLimiting.Limits.PerModel {
 		rt.knownModels[m] = true
 	}
-	rt.compileModels(cfg)
 	rt.restartRequired = s.restart.required(cfg)
 	return rt, nil
 }
@@ -263,21 +186,6 @@ func (s *Server) applyLive(rt *runtime, origin string) {
 	s.metrics.RestartRequired.Set(v)
 }
 
-// route picks the upstream of a model: the one that lists it, else the catch-all. With
-// no model (a route without a body), the catch-all or else the first upstream.
-func (rt *runtime) route(model string) *upstream {
-	if up, ok := rt.byModel[model]; ok {
-		return up
-	}
-	if rt.catchAll != nil {
-		return rt.catchAll
-	}
-	if model == "" && len(rt.upstreams) > 0 {
-		return rt.upstreams[0]
-	}
-	return nil
-}
-
 // clientAddr resolves the client address: the peer, or, when the peer is a trusted
 // proxy, the rightmost X-Forwarded-For address that is not itself a trusted proxy.
 func (rt *runtime) clientAddr(r *http.Request) netip.Addr {
@@ -349,24 +257,24 @@ func (s *Server) bindSchedulers(rt *runtime) {
 		s.schedulers = map[string]*schedule.Scheduler{}
 	}
 	keep := map[string]bool{}
-	for _, up := range rt.upstreams {
-		if up.schedOpts == nil {
+	for _, up := range rt.Upstreams {
+		if up.SchedOpts == nil {
 			continue
 		}
-		keep[up.name] = true
-		if sc := s.schedulers[up.name]; sc != nil {
-			sc.Configure(*up.schedOpts)
-			up.sched = sc
+		keep[up.Name] = true
+		if sc := s.schedulers[up.Name]; sc != nil {
+			sc.Configure(*up.SchedOpts)
+			up.Sched = sc
 			continue
 		}
-		o := *up.schedOpts
+		o := *up.SchedOpts
 		o.Now = s.clock.Now
 		if tc, ok := s.clock.(schedule.TimerClock); ok {
 			o.After = tc.After
 		}
-		o.Observer = s.metrics.QueueObserver(up.name)
-		up.sched = schedule.New(o)
-		s.schedulers[up.name] = up.sched
+		o.Observer = s.metrics.QueueObserver(up.Name)
+		up.Sched = schedule.New(o)
+		s.schedulers[up.Name] = up.Sched
 	}
 	for name := range s.schedulers {
 		if !keep[name] {

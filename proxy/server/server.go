@@ -30,6 +30,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 	"github.com/tokenwarden/tokenwarden/proxy/settlement"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // route is what the proxy knows of a request path.
@@ -128,7 +129,7 @@ type Server struct {
 	metrics    *metrics.Metrics
 	clock      budget.Clock
 	log        *slog.Logger
-	transports transports
+	transports upstream.Transports
 	applyMu    sync.Mutex
 	restart    restartState
 	draining   atomic.Bool
@@ -241,15 +242,15 @@ type exchange struct {
 	// request's body, decoded.
 	key      *budget.KeyPolicy
 	body     []byte
-	upstream *upstream
+	upstream *upstream.Upstream
 	hold     *budget.Hold
 	est      estimate.Estimate
 	dec      budget.Decision
 	// slot is the request's place in its upstream's capacity, when it has a scheduler.
 	slot  schedule.Slot
 	agent agentlimit.Request
-	// try is a registered model's failover state (providers.go).
-	try attempt
+	// try is the request's failover state (proxy/upstream).
+	try upstream.Attempt
 	// status is the upstream's status, or the proxy's own answer; refused says a
 	// refusal's limit type when the proxy refused with one (counted as the request
 	// ends).

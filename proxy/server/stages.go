@@ -106,7 +106,7 @@ func (s *Server) authenticate(ex *exchange) bool {
 // replayed to the upstream. A charged body is decoded as the upstream will read it.
 func (s *Server) readBody(ex *exchange) bool {
 	r := ex.r
-	if r.Body == nil || r.Body == http.NoBody || (!ex.route.charged && len(ex.rt.upstreams) < 2) {
+	if r.Body == nil || r.Body == http.NoBody || (!ex.route.charged && len(ex.rt.Upstreams) < 2) {
 		return true
 	}
 	body, ok := ex.readAll(ex.rt.maxBody)
@@ -133,13 +133,13 @@ func (s *Server) estimateBody(ex *exchange) bool {
 		return ex.fail(http.StatusBadRequest, "invalid_request", err.Error(), nil)
 	}
 	ex.est = est
-	ex.try.body = ex.body
+	ex.try.Body = ex.body
 	return true
 }
 
 // routeModel finds the upstream that serves the request's model.
 func (s *Server) routeModel(ex *exchange) bool {
-	ex.upstream = ex.rt.route(ex.est.Model)
+	ex.upstream = ex.rt.Route(ex.est.Model)
 	if ex.upstream == nil {
 		return ex.fail(http.StatusNotFound, "model_not_found", fmt.Sprintf("no upstream serves the model %q", ex.est.Model), nil)
 	}
@@ -163,7 +163,7 @@ func (s *Server) admit(ex *exchange) bool {
 		actx, asp = s.tracing.admission(actx, s.clock.Now())
 	}
 	dec, err := s.limiter.Admit(actx, rt.policy, id, ask)
-	if err == nil && dec.Refusal != nil && len(rt.fallbacks) > 0 {
+	if err == nil && dec.Refusal != nil && len(rt.Fallbacks) > 0 {
 		dec = s.fallback(ex.r.Context(), ex, id, ask, dec)
 	}
 	if err == nil {
@@ -218,7 +218,7 @@ func (ex *exchange) storeFailed(err error) bool {
 // declares one (docs/proxy-config.md "Scheduling"); the request waits holding its
 // reservation.
 func (s *Server) queue(ex *exchange) bool {
-	if sc := ex.upstream.sched; sc != nil {
+	if sc := ex.upstream.Sched; sc != nil {
 		return s.wait(ex, sc)
 	}
 	return true

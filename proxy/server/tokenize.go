@@ -14,7 +14,7 @@ import (
 // tokenizer's count of the text in place of the estimate's lower bound. A body
 // encoding/json does not decode keeps the estimate.
 func (ex *exchange) tokenize(enc *tokenize.Encoding) {
-	if r, ok := enc.Body(ex.try.body); ok {
+	if r, ok := enc.Body(ex.try.Body); ok {
 		ex.est.Input, ex.est.InputLower = r.Input, r.Text
 	}
 }
@@ -22,7 +22,7 @@ func (ex *exchange) tokenize(enc *tokenize.Encoding) {
 // keepTokenized keeps, in the estimate of a body the agent limits rewrote (a
 // number changed, not the text), the input a model's tokenizer counted.
 func (ex *exchange) keepTokenized(est *estimate.Estimate) {
-	if mr := ex.rt.models[ex.est.Model]; mr != nil && mr.tok != nil {
+	if mr := ex.rt.Models[ex.est.Model]; mr != nil && mr.Tok != nil {
 		est.Input, est.InputLower = ex.est.Input, ex.est.InputLower
 	}
 }

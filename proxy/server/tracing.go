@@ -92,9 +92,9 @@ func (t *tracing) admitted(sp trace.Span, ex *exchange, err error, now time.Time
 // upstream as the traceparent. server.address is the upstream's host and server.port
 // its port, as the semantic conventions put them.
 func (t *tracing) upstream(ctx context.Context, ex *exchange, at time.Time) context.Context {
-	u := ex.upstream.target
-	ctx, ex.upSpan = t.begin(ctx, "tokenwarden.upstream "+ex.upstream.name, at, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("tokenwarden.upstream", ex.upstream.name),
+	u := ex.upstream.Target
+	ctx, ex.upSpan = t.begin(ctx, "tokenwarden.upstream "+ex.upstream.Name, at, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("tokenwarden.upstream", ex.upstream.Name),
 			attribute.String("server.address", u.Hostname()), attribute.Int("server.port", port(u))))
 	return ctx
 }
