@@ -53,9 +53,21 @@ type Config struct {
 	Logger *slog.Logger
 	// OnDrop, when set, is told of each batch dropped for want of room in the spool.
 	OnDrop func(Dropped)
-	// Now is the clock of the spool's start epoch (default time.Now).
+	// KeyRetention is how long the sink keeps each applied batch's idempotency key
+	// (default 7 days; negative: forever). The ledger prunes older keys every
+	// PruneEvery (default 1h), and sets aside, unreplayed, a spooled batch made
+	// more than KeyRetention minus an hour ago: its key may be gone, so a replay could
+	// count it twice. The hour covers the replicas' clocks and the pruning interval.
+	KeyRetention time.Duration
+	PruneEvery   time.Duration
+	// Now is the clock of the spool's start epoch, of batches' creation and of
+	// pruning (default time.Now).
 	Now func() time.Time
 }
+
+// retentionMargin is what a spooled batch's age must stay under the key retention
+// by to be replayed.
+const retentionMargin = time.Hour
 
 // Dropped is what a batch dropped for want of spool room held.
 type Dropped struct {
@@ -77,6 +89,16 @@ type Stats struct {
 	Corrupt int
 	// Dropped sums what could not be recorded.
 	Dropped Dropped
+	// Expired sums the spooled batches set aside unreplayed, older than the key
+	// retention allows (maybe applied before, maybe not).
+	Expired Dropped
+	// Pruned counts the idempotency keys this ledger pruned.
+	Pruned int64
+	// Oldest is when the oldest spooled batch was made; zero with none.
+	Oldest time.Time
+	// FlushedThrough is the start of the last flush that left the spool empty: every
+	// settlement added before it is in the sink. Zero before one.
+	FlushedThrough time.Time
 	// Full: the last batch found no room in the spool and the sink did not take it.
 	Full bool
 	// LastError is the last flush's error, nil once a flush succeeds.
@@ -96,11 +118,12 @@ type Ledger struct {
 	mem   *rollups
 	spool *spool
 
-	flushMu sync.Mutex // one flush at a time
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	closed  atomic.Bool
+	flushMu   sync.Mutex // one flush at a time
+	lastPrune time.Time  // the loop's only
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closed    atomic.Bool
 
 	mu      sync.Mutex
 	stats   Stats
@@ -122,6 +145,11 @@ func New(cfg Config) (*Ledger, error) {
 	cfg.FlushInterval = cmpOr(cfg.FlushInterval, 10*time.Second)
 	cfg.MaxRows = cmpOr(cfg.MaxRows, 50000)
 	cfg.WhenFull = cmpOr(cfg.WhenFull, KeepServing)
+	cfg.KeyRetention = cmpOr(cfg.KeyRetention, 7*24*time.Hour)
+	cfg.PruneEvery = cmpOr(cfg.PruneEvery, time.Hour)
+	if cfg.KeyRetention > 0 && cfg.KeyRetention <= retentionMargin {
+		return nil, fmt.Errorf("ledger: a key retention of %s leaves no time to replay a spool (more than %s)", cfg.KeyRetention, retentionMargin)
+	}
 	if cfg.WhenFull != KeepServing && cfg.WhenFull != Refuse {
 		return nil, fmt.Errorf("ledger: unknown policy %q for a full spool (keep-serving or refuse)", cfg.WhenFull)
 	}
@@ -196,7 +224,39 @@ func (l *Ledger) loop() {
 			l.log.Info("Ledger flush recovered; the spool is replayed", "replica", l.spool.replica)
 		}
 		failing = err != nil
+		if err == nil {
+			l.maybePrune()
+		}
 	}
+}
+
+// maybePrune prunes the sink's idempotency keys older than the retention, at most
+// once every PruneEvery; any replica may (a delete of what is already gone does
+// nothing).
+func (l *Ledger) maybePrune() {
+	now := l.cfg.Now()
+	if l.cfg.KeyRetention < 0 || now.Sub(l.lastPrune) < l.cfg.PruneEvery {
+		return
+	}
+	l.lastPrune = now
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.Prune(ctx); err != nil {
+		l.log.Warn("Ledger could not prune old idempotency keys", "err", err)
+	}
+}
+
+// Prune deletes the sink's idempotency keys of batches applied more than
+// KeyRetention ago, and returns how many.
+func (l *Ledger) Prune(ctx context.Context) (int64, error) {
+	n, err := l.cfg.Sink.Prune(ctx, l.cfg.Now().Add(-l.cfg.KeyRetention))
+	if err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	l.stats.Pruned += n
+	l.mu.Unlock()
+	return n, nil
 }
 
 // Flush hands the rows held to the sink as one batch and replays the spool in order:
@@ -204,8 +264,9 @@ func (l *Ledger) loop() {
 func (l *Ledger) Flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
+	start := l.cfg.Now()
 	if rows := l.mem.take(); len(rows) > 0 {
-		b := &Batch{Rows: rows}
+		b := &Batch{Rows: rows, Created: start.Unix()}
 		if err := l.spool.assign(b); err != nil {
 			l.log.Warn("Ledger spool could not keep the sequence", "err", err)
 		}
@@ -213,7 +274,13 @@ func (l *Ledger) Flush(ctx context.Context) error {
 			return l.failed(err)
 		}
 	}
-	return l.failed(l.drain(ctx))
+	err := l.drain(ctx)
+	if err == nil {
+		l.mu.Lock()
+		l.stats.FlushedThrough = start
+		l.mu.Unlock()
+	}
+	return l.failed(err)
 }
 
 // keep puts b in the spool; with no room, it drains the spool first, then hands b to
@@ -241,6 +308,13 @@ func (l *Ledger) keep(ctx context.Context, b *Batch) error {
 // the sink does not take.
 func (l *Ledger) drain(ctx context.Context) error {
 	for b := l.spool.first(); b != nil; b = l.spool.first() {
+		if l.expired(b) {
+			l.expire(b)
+			if err := l.spool.pop(); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := l.apply(ctx, b); err != nil {
 			return err
 		}
@@ -250,6 +324,24 @@ func (l *Ledger) drain(ctx context.Context) error {
 	}
 	l.full.Store(false)
 	return nil
+}
+
+// expired tells a batch made longer ago than the key retention allows a replay.
+func (l *Ledger) expired(b *Batch) bool {
+	return l.cfg.KeyRetention > 0 && b.Created > 0 &&
+		l.cfg.Now().Sub(time.Unix(b.Created, 0)) > l.cfg.KeyRetention-retentionMargin
+}
+
+// expire counts a batch set aside unreplayed, and logs it.
+func (l *Ledger) expire(b *Batch) {
+	s := b.totals()
+	l.mu.Lock()
+	l.stats.Expired.Batches++
+	l.stats.Expired.Rows += int64(len(b.Rows))
+	l.stats.Expired.add(&s)
+	l.mu.Unlock()
+	l.log.Warn("Ledger set aside a spooled batch older than the key retention: a replay could count it twice",
+		"replica", b.Replica, "seq", b.Seq, "created", time.Unix(b.Created, 0).UTC(), "rows", len(b.Rows), "cost_micro_usd", s.CostMicros)
 }
 
 // apply hands one batch to the sink and counts it.
@@ -302,6 +394,7 @@ func (l *Ledger) Stats() Stats {
 	l.mu.Unlock()
 	st.Replica = l.spool.replica
 	st.SpoolBatches, st.SpoolBytes = l.spool.size()
+	st.Oldest = l.spool.oldest()
 	st.Corrupt = l.spool.corrupt
 	st.Full = l.Full()
 	return st

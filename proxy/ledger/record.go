@@ -94,7 +94,10 @@ type Row struct {
 type Batch struct {
 	Replica string `json:"replica"`
 	Seq     int64  `json:"seq"`
-	Rows    []Row  `json:"rows"`
+	// Created is when the batch was made, in Unix seconds (0 in spool files written
+	// before it was kept).
+	Created int64 `json:"created,omitempty"`
+	Rows    []Row `json:"rows"`
 }
 
 // totals are a batch's sums over all its rows.

@@ -26,6 +26,9 @@ type Sink interface {
 	// Apply adds a batch's rows, once: false (and no error) when a batch of the same
 	// key was applied before.
 	Apply(ctx context.Context, b *Batch) (applied bool, err error)
+	// Prune deletes the idempotency keys of batches applied before the time, and
+	// returns how many.
+	Prune(ctx context.Context, before time.Time) (int64, error)
 	// Report sums the rows a query selects.
 	Report(ctx context.Context, q Query) ([]ReportRow, error)
 	// Close closes the database.
@@ -36,7 +39,7 @@ type Sink interface {
 var migrations embed.FS
 
 // SchemaVersion is the schema version this build migrates to.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // versionTable is goose's table of applied migrations.
 const versionTable = "ledger_schema_version"
@@ -222,6 +225,19 @@ func (s *SQLSink) Apply(ctx context.Context, b *Batch) (bool, error) {
 		return false, fmt.Errorf("ledger: %w", err)
 	}
 	return true, nil
+}
+
+// Prune deletes the idempotency keys of the batches applied before the time.
+func (s *SQLSink) Prune(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM ledger_batches WHERE applied_at < "+s.d.param(1), before.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("ledger: prune: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("ledger: prune: %w", err)
+	}
+	return n, nil
 }
 
 // upsert adds rows (in key order, which is the order every replica locks them in) in

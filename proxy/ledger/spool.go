@@ -174,6 +174,17 @@ func (s *spool) pop() error {
 	return nil
 }
 
+// oldest is when the oldest batch waiting was made; zero with none (or one that
+// does not say).
+func (s *spool) oldest() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 || s.pending[0].b.Created == 0 {
+		return time.Time{}
+	}
+	return time.Unix(s.pending[0].b.Created, 0)
+}
+
 // size is how many batches and bytes wait.
 func (s *spool) size() (int, int64) {
 	s.mu.Lock()

@@ -158,3 +158,5 @@ func (discard) Report(context.Context, ledger.Query) ([]ledger.ReportRow, error)
 	return nil, nil
 }
 func (discard) Close() error { return nil }
+
+func (discard) Prune(context.Context, time.Time) (int64, error) { return 0, nil }

@@ -414,6 +414,55 @@ func DescribeSink(name string, b Backend) bool {
 			Expect(recorded.InputTokens + st.Dropped.InputTokens).To(Equal(total.InputTokens))
 		})
 
+		It("prunes the idempotency keys older than the retention, and only those", func() {
+			now := time.Now()
+			clock := func() time.Time { return now }
+			l := newLedger(sink, func(c *ledger.Config) { c.Now, c.KeyRetention = clock, 48*time.Hour })
+			b := &ledger.Batch{Replica: "proxy-9@1", Seq: 1, Rows: []ledger.Row{
+				{Minute: Base.Unix(), Dims: ledger.Dims{APIKey: "ci", Model: "gpt-4o"}, Sums: ledger.Sums{Requests: 1, CostMicros: 10}},
+			}}
+			Expect(sink.Apply(ctx, b)).To(BeTrue())
+			now = now.Add(47 * time.Hour)
+			Expect(l.Prune(ctx)).To(Equal(int64(0)), "within the retention")
+			Expect(sink.Apply(ctx, b)).To(BeFalse(), "the key still answers a replay")
+			now = now.Add(2 * time.Hour)
+			Expect(l.Prune(ctx)).To(Equal(int64(1)))
+			Expect(l.Stats().Pruned).To(Equal(int64(1)))
+			Expect(ReportTotal(ctx, sink)).To(Equal(ledger.Sums{Requests: 1, CostMicros: 10}), "pruning keys keeps the rollups")
+			Expect(l.Close(ctx)).To(Succeed())
+		})
+
+		It("sets aside, unreplayed and counted, a spooled batch older than the key retention allows, and replays a younger one", func() {
+			o := &Outage{Sink: sink}
+			dir := GinkgoT().TempDir()
+			now := time.Now()
+			clock := func() time.Time { return now }
+			mod := func(c *ledger.Config) { c.SpoolDir, c.Now, c.KeyRetention = dir, clock, 48*time.Hour }
+			l := newLedger(o, mod)
+			o.Down.Store(true)
+			old := AddConcurrently(l, 2, 100)
+			Expect(l.Flush(ctx)).To(MatchError(ErrDown))
+			Expect(l.Stats().Oldest).To(BeTemporally("==", now.Truncate(time.Second)))
+			now = now.Add(40 * time.Hour)
+			young := AddConcurrently(l, 1, 50)
+			Expect(l.Flush(ctx)).To(MatchError(ErrDown))
+			Expect(l.Stats().SpoolBatches).To(Equal(2))
+			Expect(l.Stats().FlushedThrough.IsZero()).To(BeTrue(), "nothing flushed yet")
+
+			now = now.Add(7*time.Hour + time.Minute) // the first is 47 h old: past 48 h less the margin
+			o.Down.Store(false)
+			Expect(l.Flush(ctx)).To(Succeed())
+			st := l.Stats()
+			Expect(st.Expired.Batches).To(Equal(int64(1)))
+			Expect(st.Expired.Requests).To(Equal(Total(old).Requests))
+			Expect(st.Expired.CostMicros).To(Equal(Total(old).CostMicros))
+			Expect(st.SpoolBatches).To(Equal(0))
+			Expect(st.Oldest.IsZero()).To(BeTrue())
+			Expect(st.FlushedThrough).To(Equal(now))
+			Expect(ReportTotal(ctx, sink)).To(Equal(Total(young)))
+			Expect(l.Close(ctx)).To(Succeed())
+		})
+
 		It("keeps serving by default while the spool is full", func() {
 			o := &Outage{Sink: sink}
 			l := newLedger(o, func(c *ledger.Config) { c.SpoolBytes = 1 })
