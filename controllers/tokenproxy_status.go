@@ -120,6 +120,7 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 		} else {
 			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced)
 		}
+		setLedgerSpooling(st, rs, render.EffectiveLedger(tp, r.DefaultLedger) != nil, tp.Generation)
 	}
 	var ready, updated int32
 	st.Replicas, st.ReadyReplicas = 0, 0

@@ -45,6 +45,8 @@ type replicaReport struct {
 	epochs []reportedEpoch
 	// health is the model registry's upstreams' health (tokenproxy_status_upstreams.go).
 	health []reportedHealth
+	// ledger is the replica's ledger (tokenproxy_status_ledger.go); nil without one.
+	ledger *reportedLedger
 }
 
 // loadedWhat says what the replica has loaded, for a condition's message.
@@ -125,7 +127,8 @@ func (r *TokenProxyReconciler) readReports(ctx context.Context, s *fleetScope, n
 		}
 		rs.live = append(rs.live, replicaReport{name: name, generation: g, otherDoc: other, expires: expires,
 			epochs: parseEpochs(le.Annotations[twv1alpha1.ReplicaDurableEpochsAnnotation]),
-			health: parseHealth(le.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation])})
+			health: parseHealth(le.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation]),
+			ledger: parseLedger(le.Annotations[twv1alpha1.ReplicaLedgerAnnotation])})
 		if rs.next.IsZero() || expires.Before(rs.next) {
 			rs.next = expires
 		}
@@ -227,8 +230,9 @@ func (r *TokenProxyReconciler) proxyOfLease(ctx context.Context, o client.Object
 	return nil
 }
 
-// leaseReportChanged passes a replica arriving, leaving, reporting another config or
-// other durable epochs (a fence found or lifted, an attestation);
+// leaseReportChanged passes a replica arriving, leaving, reporting another config,
+// other durable epochs (a fence found or lifted, an attestation) or a ledger that
+// starts or stops spooling;
 // not a renewal, which changes only renewTime (the requeue at the earliest expiry
 // sees whether it was renewed). A fleet of N replicas thus reconciles on what its
 // replicas load, not N times per renewal period.
@@ -241,6 +245,9 @@ func leaseReportChanged() predicate.Funcs {
 				if a.GetAnnotations()[k] != b.GetAnnotations()[k] {
 					return true
 				}
+			}
+			if ledgerKey(a.GetAnnotations()[twv1alpha1.ReplicaLedgerAnnotation]) != ledgerKey(b.GetAnnotations()[twv1alpha1.ReplicaLedgerAnnotation]) {
+				return true
 			}
 			return a.GetLabels()[twv1alpha1.ReplicaConfigMapLabel] != b.GetLabels()[twv1alpha1.ReplicaConfigMapLabel]
 		},

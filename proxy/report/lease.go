@@ -41,6 +41,10 @@ const (
 	// UpstreamHealthAnnotation carries the health of the model registry's upstreams
 	// as this replica sees it: a JSON list of {"upstream", "breaker", "cooling"}.
 	UpstreamHealthAnnotation = "tokenwarden.io/upstream-health"
+	// LedgerAnnotation carries the state of the replica's ledger: a JSON object of
+	// {"spooling", "full", "spool_batches", "spool_bytes", "oldest", "flushed_through",
+	// "dropped_batches", "expired_batches"} (ledger.State).
+	LedgerAnnotation = "tokenwarden.io/ledger"
 )
 
 // Defaults of a Lease.
@@ -79,6 +83,9 @@ type Lease struct {
 	// Health, when set, returns the value of UpstreamHealthAnnotation ("" without a
 	// model registry): read at each write.
 	Health func() string
+	// Ledger, when set, returns the value of LedgerAnnotation ("" without a
+	// ledger): read at each write.
+	Ledger func() string
 
 	mu         sync.Mutex
 	generation int64
@@ -234,6 +241,11 @@ func (l *Lease) write(ctx context.Context) error {
 		if l.Health != nil {
 			if h := l.Health(); h != "" {
 				le.Annotations[UpstreamHealthAnnotation] = h
+			}
+		}
+		if l.Ledger != nil {
+			if s := l.Ledger(); s != "" {
+				le.Annotations[LedgerAnnotation] = s
 			}
 		}
 		le.Spec.HolderIdentity = ptr.To(l.Replica)

@@ -137,3 +137,36 @@ func TestLeaseHealth(t *testing.T) {
 	mu.Unlock()
 	waitFor(`[{"upstream":"primary","breaker":"open"}]`)
 }
+
+// TestLeaseLedger: the ledger's state rides on each renewal.
+func TestLeaseLedger(t *testing.T) {
+	cs := fake.NewClientset()
+	var mu sync.Mutex
+	state := `{"spool_batches":0,"spool_bytes":0}`
+	l := &Lease{Client: cs, Namespace: "llm", ConfigMap: "fleet-proxy", Replica: "r1", Renew: 20 * time.Millisecond,
+		Ledger: func() string { mu.Lock(); defer mu.Unlock(); return state }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			le, err := cs.CoordinationV1().Leases("llm").Get(context.Background(), "fleet-proxy-r1", metav1.GetOptions{})
+			if err == nil && le.Annotations[LedgerAnnotation] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("want %s, lease %+v, error %v", want, le, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	l.Applied(1, "d1")
+	waitFor(`{"spool_batches":0,"spool_bytes":0}`)
+	mu.Lock()
+	state = `{"spooling":true,"spool_batches":3,"spool_bytes":4096}`
+	mu.Unlock()
+	waitFor(`{"spooling":true,"spool_batches":3,"spool_bytes":4096}`)
+}

@@ -283,6 +283,9 @@ func TestMetricNamesExist(t *testing.T) {
 	for name := range providersExported(t) {
 		exported[name] = true
 	}
+	for name := range ledgerExported(t) {
+		exported[name] = true
+	}
 	var missing []string
 	for _, u := range used {
 		if !exported[u] {

@@ -5,9 +5,41 @@ package chart
 
 import (
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenwarden/tokenwarden/proxy/ledger"
 )
+
+// ledgerExported is the metric families a proxy's ledger exports: the collector the
+// proxy registers, on a ledger of its own.
+func ledgerExported(t *testing.T) map[string]bool {
+	t.Helper()
+	sink, err := ledger.Open(t.Context(), "sqlite:"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sink.Close() }()
+	l, err := ledger.New(ledger.Config{Sink: sink, Pod: "p", FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close(t.Context()) }()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ledger.NewCollector(l, nil))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = true
+	}
+	return out
+}
 
 // TestProxyLedger: proxyLedger becomes the operator's --proxy-ledger-* flags, and
 // none of them without a Secret name; the schema refuses a bad policy or size.

@@ -1,0 +1,104 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// reportedLedger is a replica's ledger as its Lease tells it
+// (ReplicaLedgerAnnotation; proxy/ledger.State).
+type reportedLedger struct {
+	Spooling       bool       `json:"spooling,omitempty"`
+	Full           bool       `json:"full,omitempty"`
+	SpoolBatches   int        `json:"spool_batches"`
+	SpoolBytes     int64      `json:"spool_bytes"`
+	Oldest         *time.Time `json:"oldest,omitempty"`
+	FlushedThrough *time.Time `json:"flushed_through,omitempty"`
+	DroppedBatches int64      `json:"dropped_batches,omitempty"`
+}
+
+// parseLedger reads a Lease's ReplicaLedgerAnnotation; nil when absent or when it
+// does not parse.
+func parseLedger(v string) *reportedLedger {
+	if v == "" {
+		return nil
+	}
+	var l reportedLedger
+	if err := json.Unmarshal([]byte(v), &l); err != nil {
+		return nil
+	}
+	return &l
+}
+
+// ledgerKey is what of a ledger report changes the condition: a reconcile for a
+// change of it, not for each flush's new flushed_through.
+func ledgerKey(v string) string {
+	l := parseLedger(v)
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf("%t/%t", l.Spooling, l.Full)
+}
+
+// setLedgerSpooling sets LedgerSpooling from the live replicas' reports: True while
+// one spools (SpoolFull when one's spool is full); removed from a fleet without a
+// ledger whose replicas report none.
+func setLedgerSpooling(st *twv1alpha1.TokenProxyStatus, rs *reports, hasLedger bool, gen int64) {
+	var spooling, full []string
+	var batches int
+	var bytes int64
+	var oldest time.Time
+	reported := false
+	for _, rr := range rs.live {
+		l := rr.ledger
+		if l == nil {
+			continue
+		}
+		reported = true
+		if !l.Spooling && !l.Full {
+			continue
+		}
+		spooling = append(spooling, rr.name)
+		if l.Full {
+			full = append(full, rr.name)
+		}
+		batches += l.SpoolBatches
+		bytes += l.SpoolBytes
+		if l.Oldest != nil && (oldest.IsZero() || l.Oldest.Before(oldest)) {
+			oldest = *l.Oldest
+		}
+	}
+	if !hasLedger && !reported {
+		meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling)
+		return
+	}
+	if len(spooling) == 0 {
+		setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, false, twv1alpha1.ReasonFlushed,
+			"Every live replica's settlements reach the ledger database", gen)
+		return
+	}
+	since := ""
+	if !oldest.IsZero() {
+		since = ", the oldest from " + oldest.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("Replicas %s cannot write to the ledger database: %d batches (%d bytes) wait in their spools%s, "+
+		"and are replayed once it answers. Look at the database and at the proxies' logs (Ledger flush failed).",
+		strings.Join(spooling, ", "), batches, bytes, since)
+	reason := twv1alpha1.ReasonSpooling
+	if len(full) > 0 {
+		reason = twv1alpha1.ReasonSpoolFull
+		msg += fmt.Sprintf(" The spools of %s are full: what does not fit is not recorded (counted in "+
+			"tokenwarden_ledger_unrecorded_requests_total), and with whenSpoolFull: Refuse the requests cost budgets govern are refused.",
+			strings.Join(full, ", "))
+	}
+	setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, true, reason, truncate(msg, conditionMessageLimit), gen)
+}
