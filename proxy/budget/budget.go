@@ -15,7 +15,8 @@ import (
 // Dimension is one admission-time dimension a budget attaches to.
 type Dimension uint8
 
-// The six dimensions, in the order a reservation charges them.
+// The dimensions, in the order a reservation charges them: the six of the limits, and
+// the tenant a key belongs to (rules only).
 const (
 	Global Dimension = iota
 	Client
@@ -23,10 +24,11 @@ const (
 	User
 	Team
 	Model
+	Tenant
 	NumDimensions
 )
 
-var dimensionNames = [NumDimensions]string{"global", "client", "api_key", "user", "team", "model"}
+var dimensionNames = [NumDimensions]string{"global", "client", "api_key", "user", "team", "model", "tenant"}
 
 // String is the fixed dimension name used in metrics, refusals and logs.
 func (d Dimension) String() string {
@@ -163,6 +165,9 @@ type Charge struct {
 	// Durable: the bucket must never fail open (a calendar window or a cost amount):
 	// a store that cannot hold it refuses with UnavailableError.
 	Durable bool
+	// Tenant: the bucket is a tenant's rule, reserved after the platform's buckets (a
+	// store that reserves in several calls takes the platform's first).
+	Tenant bool
 	// ctr is the compiled budget the charge comes from.
 	ctr *counter
 	// held is the bucket's level after the reservation, on a hold's copy only (NaN

@@ -127,6 +127,8 @@ func (id *Identity) value(d Dimension) string {
 		return id.Key.User
 	case Team:
 		return id.Key.Team
+	case Tenant:
+		return id.Key.Tenant
 	}
 	return ""
 }
@@ -283,7 +285,7 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 	ch := Charge{
 		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: ident, Rule: ctr.rule, By: by},
 		Capacity: ctr.capacity, Rate: ctr.rate, SharedCapacity: ctr.sharedCapacity, SharedRate: ctr.sharedRate,
-		Period: ctr.period, Warn: ctr.warn, Durable: ctr.durable, ctr: ctr,
+		Period: ctr.period, Warn: ctr.warn, Durable: ctr.durable, Tenant: ctr.tenant != "", ctr: ctr,
 	}
 	switch ctr.amount {
 	case AmountRequests:
@@ -317,32 +319,49 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 
 // collect resolves the buckets of every counter the identity draws on (beyond request
 // counts only when tokens is set), and counts the dimensions skipped for a missing
-// identity.
+// identity: the platform's counters first, then those of the key's tenant, so that a
+// refusal by both names the platform's and a store that reserves in several calls
+// takes the platform's first.
 func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
 	c.reqs, c.toks = c.reqs[:0], c.toks[:0]
+	var keyList []*counter
+	if id.Key != nil {
+		keyList = id.Key.counters
+	}
+	l.collectLevel(p, &p.platform, keyList, id, c, ask, tokens, true)
+	if id.Key != nil && id.Key.level != nil {
+		l.collectLevel(p, id.Key.level, id.Key.tenantCounters, id, c, ask, tokens, false)
+	}
+}
+
+// collectLevel resolves the buckets of one level's counters; keyList are the key's
+// api_key counters of that level.
+func (l *Limiter) collectLevel(p *Policy, lv *level, keyList []*counter, id *Identity, c *charges, ask *Ask, tokens, platform bool) {
 	for d := Global; d < NumDimensions; d++ {
-		list := p.counters[d]
+		list := lv.counters[d]
 		var named []*counter
 		ident := id.value(d)
 		switch d {
 		case APIKey:
 			if id.Key == nil {
-				if tokens && p.skipTokens[APIKey] {
+				if tokens && platform && p.skipTokens[APIKey] {
 					l.rec.Skipped("token_budget_api_key")
 				}
 				continue
 			}
-			list = id.Key.counters
+			list = keyList
 		case Model:
 			if ident != "" {
-				named = p.byModel[ident]
+				named = lv.byModel[ident]
 			}
 		}
-		if len(list) == 0 && len(named) == 0 && (d != Model || !p.skipTokens[Model]) {
+		watched := platform && d == Model && p.skipTokens[Model]
+		if len(list) == 0 && len(named) == 0 && !watched {
 			continue
 		}
 		if d != Global && ident == "" {
-			if tokens && p.skipTokens[d] {
+			// A key of no tenant is the platform's: it skips no tenant budget.
+			if tokens && d != Tenant && (!platform || p.skipTokens[d]) {
 				l.rec.Skipped("token_budget_" + d.String())
 			}
 			continue

@@ -26,14 +26,13 @@ type Policy struct {
 	overage Overage
 	// cachedWeight is what a cached input token counts in tokens and input_tokens.
 	cachedWeight float64
-	// counters are each dimension's counters, checked per request: the limits'
-	// buckets, then the rules in document order. api_key has none here: each key
-	// holds its own (KeyPolicy.counters). model holds its each-subject rules here and
-	// its named ones (per_model, rules with subjects) in byModel.
-	counters [NumDimensions][]*counter
-	byModel  map[string][]*counter
-	// skipTokens: the dimension has a counter beyond requests, so a request without
-	// the dimension's identity is counted as skipped (rate_limit_skipped_total).
+	// platform is the counters of the platform's level: the limits and the rules
+	// without a tenant, which every request is checked against; tenants are each
+	// tenant's rules, which only its keys' requests are (KeyPolicy.level).
+	platform level
+	tenants  map[string]*level
+	// skipTokens: the dimension has a platform counter beyond requests, so a request
+	// without the dimension's identity is counted as skipped (rate_limit_skipped_total).
 	skipTokens [NumDimensions]bool
 	// prices are the models' prices; maxPrice prices a model that has none.
 	prices   map[string]*config.Price
@@ -46,6 +45,29 @@ type Policy struct {
 	dims   [Model]dimPolicy
 	models map[string]*dimPolicy
 	keys   map[string]*KeyPolicy // by name
+}
+
+// level is the counters of one level of the tenancy tree, checked per request: the
+// platform's (the limits' buckets, then the rules in document order) or one tenant's
+// (its rules). api_key has none here: each key holds its own (KeyPolicy.counters and
+// tenantCounters). model holds its each-subject rules here and its named ones
+// (per_model, rules with subjects) in byModel.
+type level struct {
+	counters [NumDimensions][]*counter
+	byModel  map[string][]*counter
+}
+
+// levelOf is the level of a tenant ("": the platform's), made on first use.
+func (p *Policy) levelOf(tenant string) *level {
+	if tenant == "" {
+		return &p.platform
+	}
+	lv := p.tenants[tenant]
+	if lv == nil {
+		lv = &level{byModel: map[string][]*counter{}}
+		p.tenants[tenant] = lv
+	}
+	return lv
 }
 
 type ruleWindow struct {
@@ -85,7 +107,7 @@ var configAmounts = map[config.Amount]Amount{
 
 var configDims = map[config.RuleDimension]Dimension{
 	config.RuleGlobal: Global, config.RuleClient: Client, config.RuleAPIKey: APIKey,
-	config.RuleUser: User, config.RuleTeam: Team, config.RuleModel: Model,
+	config.RuleUser: User, config.RuleTeam: Team, config.RuleModel: Model, config.RuleTenant: Tenant,
 }
 
 type set map[string]struct{}
@@ -112,6 +134,8 @@ func (s set) has(n string) bool {
 type counter struct {
 	// rule is the rule's name; empty for limits and the per-key overrides.
 	rule string
+	// tenant is the tenant whose rule it is; empty for the platform's.
+	tenant string
 	// window is the window's index in the rule; name is how refusals, headers and
 	// metrics name it: a rolling period (second, minute, hour, day) or
 	// calendar_day, calendar_week, calendar_month.
@@ -142,8 +166,8 @@ type counter struct {
 	period                     time.Duration
 	calendar                   *config.Calendar
 	// group identifies what a named-subject counter replaces: the each-subject
-	// counter of the same dimension, count_by, models, amount, window period and
-	// action.
+	// counter of the same level, dimension, count_by, models, amount, window period
+	// and action.
 	group string
 	// stats are the counter's metrics, resolved at first use; span is a calendar
 	// window's last window.
@@ -161,7 +185,9 @@ func (c *counter) groupKey() string {
 	slices.Sort(ms)
 	// The action is part of the group: a named warn rule never lifts an enforced
 	// budget, and a named block rule never replaces a watched one.
-	return fmt.Sprintf("%d|%d|%q|%d|%s|%v", c.dim, c.countBy, ms, c.amount, c.name, c.warn)
+	// So is the level: a tenant's named rule never replaces the platform's budget,
+	// nor another tenant's.
+	return fmt.Sprintf("%q|%d|%d|%q|%d|%s|%v", c.tenant, c.dim, c.countBy, ms, c.amount, c.name, c.warn)
 }
 
 // limitCounters compiles one dimension's limits: the request bucket, then the minute
@@ -200,7 +226,7 @@ func ruleCounters(r *config.Rule, div int64) []*counter {
 	var out []*counter
 	for i, w := range r.Windows {
 		c := &counter{
-			rule: r.Name, window: uint8(i), dim: configDims[r.Dimension], countBy: NumDimensions,
+			rule: r.Name, tenant: r.Tenant, window: uint8(i), dim: configDims[r.Dimension], countBy: NumDimensions,
 			amount: configAmounts[r.Amount], subjects: setOf(r.Subjects), models: setOf(r.Models),
 			warn: r.Action == config.ActionWarn, durable: r.Durable(),
 		}
@@ -276,9 +302,11 @@ func newDimPolicy(l config.DimensionLimits, divisor int64) dimPolicy {
 // dimension's limits with the key's overrides applied, and the api_key rules that
 // apply to it).
 type KeyPolicy struct {
-	Name   string
-	User   string
-	Team   string
+	Name string
+	User string
+	Team string
+	// Tenant is the tenant the key belongs to; empty for the platform's own keys.
+	Tenant string
 	Bypass bool
 	// minute and day are the key's allowances: its divided overrides when set,
 	// otherwise per_api_key's.
@@ -287,8 +315,11 @@ type KeyPolicy struct {
 	reqBurst    float64
 	// configuredTPM and configuredTPD are the fleet totals the allowances come from.
 	configuredTPM, configuredTPD int64
-	// counters are the key's api_key counters.
-	counters []*counter
+	// counters are the key's api_key counters of the platform's level; tenantCounters
+	// those of its tenant's, whose other counters are level (nil: its tenant has none).
+	counters       []*counter
+	tenantCounters []*counter
+	level          *level
 }
 
 // NewPolicy resolves a validated config's limits and rules.
@@ -298,8 +329,9 @@ func NewPolicy(c *config.Config) *Policy {
 	l := &rl.Limits
 	p := &Policy{
 		Divisor: div, cachedWeight: rl.CachedWeight(),
-		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, byModel: map[string][]*counter{},
-		prices: map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
+		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, tenants: map[string]*level{},
+		platform: level{byModel: map[string][]*counter{}},
+		prices:   map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
 	}
 	if rl.Overage == config.OverageForgive {
 		p.overage = Forgive
@@ -316,7 +348,7 @@ func NewPolicy(c *config.Config) *Policy {
 		p.dims[d] = newDimPolicy(dimLimits[d], div)
 		if d != APIKey {
 			dl := dimLimits[d]
-			p.counters[d] = limitCounters(d, dl.RequestsPerSecond, dl.BurstCapacity, dl.TokensPerMinute, dl.TokensPerDay, div)
+			p.platform.counters[d] = limitCounters(d, dl.RequestsPerSecond, dl.BurstCapacity, dl.TokensPerMinute, dl.TokensPerDay, div)
 		}
 		p.skipTokens[d] = p.dims[d].minute.Limited() || p.dims[d].day.Limited()
 	}
@@ -324,19 +356,22 @@ func NewPolicy(c *config.Config) *Policy {
 		ml := l.PerModel[m]
 		dp := newDimPolicy(ml, div)
 		p.models[m] = &dp
-		p.byModel[m] = limitCounters(Model, ml.RequestsPerSecond, ml.BurstCapacity, ml.TokensPerMinute, ml.TokensPerDay, div)
+		p.platform.byModel[m] = limitCounters(Model, ml.RequestsPerSecond, ml.BurstCapacity, ml.TokensPerMinute, ml.TokensPerDay, div)
 	}
 	p.skipTokens[Model] = len(l.PerModel) > 0
 
-	// Rules, and what each named-subject counter replaces.
-	var named, apiKeyEach []*counter
+	// Rules, and what each named-subject counter replaces (within its level: the
+	// group holds the tenant). The api_key counters are by tenant ("": the platform's).
+	var named []*counter
+	apiKeyEach, apiKeyNamed := map[string][]*counter{}, map[string][]*counter{}
 	replaced := map[string]set{}
 	for i := range rl.Rules {
 		r := &rl.Rules[i]
 		p.order[r.Name] = i
+		lv := p.levelOf(r.Tenant)
 		for _, ctr := range ruleCounters(r, div) {
 			p.rules[ruleWindow{ctr.rule, ctr.window}] = ctr
-			if ctr.amount != AmountRequests {
+			if ctr.amount != AmountRequests && ctr.tenant == "" {
 				p.skipTokens[ctr.dim] = true
 			}
 			switch {
@@ -349,51 +384,70 @@ func NewPolicy(c *config.Config) *Policy {
 					replaced[ctr.group][s] = struct{}{}
 				}
 			case ctr.dim == APIKey:
-				apiKeyEach = append(apiKeyEach, ctr)
+				apiKeyEach[ctr.tenant] = append(apiKeyEach[ctr.tenant], ctr)
 			default:
-				p.counters[ctr.dim] = append(p.counters[ctr.dim], ctr)
+				lv.counters[ctr.dim] = append(lv.counters[ctr.dim], ctr)
 			}
 		}
 	}
-	for d := range p.counters {
-		for _, ctr := range p.counters[d] {
+	for _, lv := range append([]*level{&p.platform}, slices.Collect(maps.Values(p.tenants))...) {
+		for d := range lv.counters {
+			for _, ctr := range lv.counters[d] {
+				ctr.excluded = replaced[ctr.group]
+			}
+		}
+	}
+	for _, list := range apiKeyEach {
+		for _, ctr := range list {
 			ctr.excluded = replaced[ctr.group]
 		}
 	}
-	for _, ctr := range apiKeyEach {
-		ctr.excluded = replaced[ctr.group]
-	}
 	for _, ctr := range named {
-		if ctr.dim == Model {
+		lv := p.levelOf(ctr.tenant)
+		switch ctr.dim {
+		case Model:
 			for m := range ctr.subjects {
-				p.byModel[m] = append(p.byModel[m], ctr)
+				lv.byModel[m] = append(lv.byModel[m], ctr)
 			}
-		} else if ctr.dim != APIKey {
-			p.counters[ctr.dim] = append(p.counters[ctr.dim], ctr)
+		case APIKey:
+			apiKeyNamed[ctr.tenant] = append(apiKeyNamed[ctr.tenant], ctr)
+		default:
+			lv.counters[ctr.dim] = append(lv.counters[ctr.dim], ctr)
 		}
 	}
 	for _, k := range c.APIKeys {
 		kp := p.newKeyPolicy(k, div)
 		// A named api_key rule replaces the key's limit of the same amount and period.
 		kp.counters = slices.DeleteFunc(kp.counters, func(x *counter) bool { return replaced[x.group].has(k.Name) })
-		for _, ctr := range apiKeyEach {
-			if !ctr.excluded.has(k.Name) {
-				kp.counters = append(kp.counters, ctr)
-			}
-		}
-		for _, ctr := range named {
-			if ctr.dim == APIKey && ctr.subjects.has(k.Name) {
-				kp.counters = append(kp.counters, ctr)
-			}
+		kp.counters = keyCounters(kp.counters, k.Name, apiKeyEach[""], apiKeyNamed[""])
+		if k.Tenant != "" {
+			kp.tenantCounters = keyCounters(nil, k.Name, apiKeyEach[k.Tenant], apiKeyNamed[k.Tenant])
+			kp.level = p.tenants[k.Tenant]
 		}
 		p.keys[k.Name] = kp
 	}
 	return p
 }
 
+// keyCounters appends to list the api_key counters of one level that apply to a key:
+// the each-key ones no named one replaces for it, and the named ones that name it.
+func keyCounters(list []*counter, key string, each, named []*counter) []*counter {
+	for _, ctr := range each {
+		if !ctr.excluded.has(key) {
+			list = append(list, ctr)
+		}
+	}
+	for _, ctr := range named {
+		if ctr.subjects.has(key) {
+			list = append(list, ctr)
+		}
+	}
+	return list
+}
+
 func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	d := &p.dims[APIKey]
-	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Bypass: k.Bypass, minute: d.minute, day: d.day}
+	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Tenant: k.Tenant, Bypass: k.Bypass, minute: d.minute, day: d.day}
 	tpm, tpd := d.limits.TokensPerMinute, d.limits.TokensPerDay
 	if k.RateLimitTokensPerMinute > 0 {
 		// Every number written on a resource is a fleet total: the override is divided too.
@@ -430,6 +484,7 @@ func (p *Policy) price(model string) *config.Price {
 // EffectiveRule describes one rule window in force, for /admin/effective.
 type EffectiveRule struct {
 	Rule      string   `json:"rule"`
+	Tenant    string   `json:"tenant,omitempty"`
 	Window    string   `json:"window"`
 	Dimension string   `json:"dimension"`
 	Subjects  []string `json:"subjects,omitempty"`
@@ -453,7 +508,7 @@ func (p *Policy) EffectiveRules() []EffectiveRule {
 	out := make([]EffectiveRule, 0, len(ctrs))
 	for _, c := range ctrs {
 		e := EffectiveRule{
-			Rule: c.rule, Window: c.name, Dimension: c.dim.String(), Amount: c.amount.String(), Warn: c.warn,
+			Rule: c.rule, Tenant: c.tenant, Window: c.name, Dimension: c.dim.String(), Amount: c.amount.String(), Warn: c.warn,
 			Subjects: slices.Sorted(maps.Keys(c.subjects)), Models: slices.Sorted(maps.Keys(c.models)),
 			Capacity: c.capacity, Rate: c.rate, SharedCapacity: c.sharedCapacity,
 		}

@@ -194,6 +194,10 @@ type APIKey struct {
 	// User and Team identify the per_user and per_team buckets the key draws on.
 	User string `json:"user,omitempty"`
 	Team string `json:"team,omitempty"`
+	// Tenant is the tenant the key belongs to: the rules of that tenant (a rule's
+	// tenant) govern its traffic, and a rule of dimension tenant counts it under this
+	// name. Empty: the key is the platform's own, under no tenant's rules.
+	Tenant string `json:"tenant,omitempty"`
 	// RateLimit overrides per_api_key.requests_per_second for this key (0: none).
 	RateLimit int64 `json:"rate_limit,omitempty"`
 	// RateLimitBurst overrides the burst capacity of the key's request rate (0: none).

@@ -67,7 +67,8 @@ func (p *Price) CachedInputPrice() float64 {
 // and the per-key overrides are rules too, resolved by the proxy; a rule that names
 // subjects replaces, for those subjects, the each-subject rule of the same dimension,
 // count_by, models, amount, window period and action (a named warn rule never lifts an
-// enforced budget), and every other rule stacks.
+// enforced budget) of its own level (the platform's, or one tenant's), and every other
+// rule stacks.
 type Rule struct {
 	// Name identifies the rule in refusals, headers, metrics and the admin endpoint;
 	// unique in the document. The operator writes <namespace>/<TokenBudget name>.
@@ -89,6 +90,11 @@ type Rule struct {
 	Action Action `json:"action,omitempty"`
 	// Windows are the rule's limits, each over its own window; all of them apply.
 	Windows []Window `json:"windows"`
+	// Tenant, when set, makes the rule a tenant's: it governs only the requests of the
+	// keys of that tenant (api_keys' tenant), it replaces and is replaced only by that
+	// tenant's rules, and it is reserved after the platform's rules. Empty: the
+	// platform's rule, which governs every request.
+	Tenant string `json:"tenant,omitempty"`
 	// FallbackModel, on a rule of dimension model, serves a request the rule refuses
 	// with this model instead (an entry of models), charged to its budgets, rather
 	// than answering 429 (models.go). Absent: the rule refuses.
@@ -98,7 +104,7 @@ type Rule struct {
 // RuleDimension is what a rule is counted per.
 type RuleDimension string
 
-// Rule dimensions: the six admission-time dimensions.
+// Rule dimensions: the six admission-time dimensions, and the tenant a key belongs to.
 const (
 	RuleGlobal RuleDimension = "global"
 	RuleClient RuleDimension = "client"
@@ -106,9 +112,11 @@ const (
 	RuleUser   RuleDimension = "user"
 	RuleTeam   RuleDimension = "team"
 	RuleModel  RuleDimension = "model"
+	// RuleTenant counts each tenant's keys together: the platform's cap on a tenant.
+	RuleTenant RuleDimension = "tenant"
 )
 
-var ruleDimensions = []RuleDimension{RuleGlobal, RuleClient, RuleAPIKey, RuleUser, RuleTeam, RuleModel}
+var ruleDimensions = []RuleDimension{RuleGlobal, RuleClient, RuleAPIKey, RuleUser, RuleTeam, RuleModel, RuleTenant}
 
 // Amount is what a rule counts.
 type Amount string
@@ -256,6 +264,8 @@ func (r *Rule) Durable() bool {
 var (
 	ruleNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,251}[A-Za-z0-9])?$`)
 	atRE       = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
+	// tenantNameRE is a namespace's name: a DNS label.
+	tenantNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // defaultRules fills in each rule's defaults, and spells each closed word the way
@@ -430,6 +440,14 @@ func (c *Config) validateRules(errs *fieldErrors) {
 		}
 		names[r.Name] = i
 		oneOf(errs, f+".dimension", r.Dimension, ruleDimensions)
+		if r.Tenant != "" {
+			if !tenantNameRE.MatchString(r.Tenant) {
+				errs.add(f+".tenant", "must be a tenant's name of lowercase letters, digits and '-', got %q", r.Tenant)
+			}
+			if r.Dimension == RuleTenant || r.CountBy == RuleTenant {
+				errs.add(f+".tenant", "a tenant's rule counts only its own tenant: dimension and count_by tenant are the platform's")
+			}
+		}
 		if r.Dimension == RuleGlobal && len(r.Subjects) > 0 {
 			errs.add(f+".subjects", "a global rule has no subjects")
 		}

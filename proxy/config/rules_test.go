@@ -268,3 +268,38 @@ func TestRulesRefuseWhatNoSpellingNames(t *testing.T) {
 		})
 	}
 }
+
+func TestRulesOfTenants(t *testing.T) {
+	doc := `
+upstreams: [{name: a, url: "http://127.0.0.1:1"}]
+api_keys:
+  - {name: team-a_ci, key_sha256: "` + strings.Repeat("a", 64) + `", team: team-a/research, tenant: team-a}
+  - {name: ci, key_sha256: "` + strings.Repeat("b", 64) + `", tenant: Team_A}
+rate_limiting:
+  rules:
+    - {name: team-a/cap, tenant: team-a, dimension: global, windows: [{limit: 10, rolling: {period: minute}}]}
+    - {name: team-a/tenants, tenant: team-a, dimension: tenant, windows: [{limit: 10, rolling: {period: minute}}]}
+    - {name: team-a/per-tenant, tenant: team-a, dimension: team, count_by: tenant, windows: [{limit: 10, rolling: {period: minute}}]}
+    - {name: bad, tenant: "a/b", dimension: global, windows: [{limit: 10, rolling: {period: minute}}]}
+    - {name: llm/each-tenant, dimension: per_tenant, windows: [{limit: 10, rolling: {period: minute}}]}
+`
+	_, err := Parse([]byte(doc))
+	if err == nil {
+		t.Fatal("the document was accepted")
+	}
+	for _, want := range []string{
+		`api_keys[1].tenant: must be a tenant's name of lowercase letters, digits and '-', got "Team_A"`,
+		`rate_limiting.rules[1].tenant: a tenant's rule counts only its own tenant: dimension and count_by tenant are the platform's`,
+		`rate_limiting.rules[2].tenant: a tenant's rule counts only its own tenant`,
+		`rate_limiting.rules[3].tenant: must be a tenant's name`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+	for _, never := range []string{"rules[0]", "rules[4]", "api_keys[0]"} {
+		if strings.Contains(err.Error(), never) {
+			t.Errorf("the error names %s, which is valid:\n%v", never, err)
+		}
+	}
+}

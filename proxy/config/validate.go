@@ -185,6 +185,9 @@ func (c *Config) validateKeys(errs *fieldErrors) {
 			}
 			hashes[k.KeySHA256] = i
 		}
+		if k.Tenant != "" && !tenantNameRE.MatchString(k.Tenant) {
+			errs.add(f(".tenant"), "must be a tenant's name of lowercase letters, digits and '-', got %q", k.Tenant)
+		}
 		switch k.Priority {
 		case "", PriorityInteractive, PriorityBatch, PriorityBackground:
 		default:

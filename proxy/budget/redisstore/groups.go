@@ -63,9 +63,18 @@ func groupOf(k budget.Key) int {
 }
 
 // groupRank orders the slot groups a reservation touches: the global budget, then the
-// per-model ones (platform budgets), then team, user, API key and client (a tenant's).
+// per-model and per-tenant ones (platform budgets), then team, user, API key and
+// client; and every bucket of a tenant's rules after all of the platform's.
 var groupRank = [budget.NumDimensions]int{
-	budget.Global: 0, budget.Model: 1, budget.Team: 2, budget.User: 3, budget.APIKey: 4, budget.Client: 5,
+	budget.Global: 0, budget.Model: 1, budget.Tenant: 2, budget.Team: 3, budget.User: 4, budget.APIKey: 5, budget.Client: 6,
+}
+
+// rankOf is a bucket's place in the order of reservation.
+func rankOf(ch *budget.Charge) int {
+	if ch.Tenant {
+		return int(budget.NumDimensions) + groupRank[ch.Key.Dim]
+	}
+	return groupRank[ch.Key.Dim]
 }
 
 // part is the share of a reservation that falls in one slot group.
@@ -79,25 +88,25 @@ type part struct {
 // split cuts a reservation into its slot groups, in the order they are reserved.
 func (s *Store) split(r *budget.Reservation) []*part {
 	var parts []*part
-	find := func(k budget.Key) *part {
-		g := groupOf(k)
+	find := func(ch *budget.Charge) *part {
+		g, rank := groupOf(ch.Key), rankOf(ch)
 		for _, p := range parts {
 			if p.group == g {
-				p.rank = min(p.rank, groupRank[k.Dim])
+				p.rank = min(p.rank, rank)
 				return p
 			}
 		}
-		p := &part{group: g, rank: groupRank[k.Dim]}
+		p := &part{group: g, rank: rank}
 		parts = append(parts, p)
 		return p
 	}
 	for i := range r.Requests {
-		p := find(r.Requests[i].Key)
+		p := find(&r.Requests[i])
 		p.req = append(p.req, i)
 		p.r.Requests = append(p.r.Requests, r.Requests[i])
 	}
 	for i := range r.Tokens {
-		p := find(r.Tokens[i].Key)
+		p := find(&r.Tokens[i])
 		p.tok = append(p.tok, i)
 		p.r.Tokens = append(p.r.Tokens, r.Tokens[i])
 	}
