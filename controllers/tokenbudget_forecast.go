@@ -206,8 +206,8 @@ func calendarSpend(reports []indexedReport, key ruleWindow) float64 {
 // reports, or nil: a budget without a calendar window, a budget of another namespace
 // with a counter per subject (it shows no subject's level), or a window never spent
 // from.
-func budgetForecast(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.BudgetForecast {
-	if !render.RulesShaped(b) {
+func budgetForecast(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.BudgetForecast {
+	if !render.RendersAsRules(tp, b) {
 		return nil
 	}
 	key, w, amount, ok := firstCalendar(b)

@@ -141,7 +141,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// The replicas report the buckets of the config's limits by dimension and
 		// model, and a budget in the rule shape by its rules' windows.
 		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
-			if render.RulesShaped(b) {
+			if render.RendersAsRules(&tp, b) {
 				want = sumRuleUsage(b, reports, now)
 			} else {
 				want = sumUsage(b, reports, now)
@@ -149,7 +149,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		var forecast *twv1alpha1.BudgetForecast
 		if want != nil {
-			forecast = budgetForecast(b, reports, now)
+			forecast = budgetForecast(&tp, b, reports, now)
 		}
 		var cond *metav1.Condition
 		if forecast != nil {

@@ -82,6 +82,8 @@ func renderInputs(f *render.Fleet) [sha256.Size]byte {
 	str(p.Namespace)
 	str(p.Name)
 	num(p.Generation)
+	// The tenancy may come from the status, where the first reconcile records it.
+	str(string(render.TenancyOf(p)))
 	epochs, _ := json.Marshal(p.Status.DurableEpochs)
 	str(string(epochs))
 	num(f.Divisor)

@@ -95,7 +95,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		}
 		enforceable = append(enforceable, b)
 	}
-	winners, losers, conflicted := render.ResolveConflicts(enforceable)
+	winners, losers, conflicted := render.ResolveConflicts(tp, enforceable)
 	g.Budgets = winners
 	for _, b := range winners {
 		g.budgetVerdicts[render.ObjectKey(b)] = verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The budget is in force"}

@@ -119,7 +119,12 @@ func (r *TokenProxyReconciler) proxiesOfNamespace(ctx context.Context, _ client.
 // fleetVerdict refuses a rules-shaped budget that its fleet cannot enforce, saying
 // what to change; ok when the fleet can.
 func fleetVerdict(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, divisor int64) (v verdict, ok bool) {
-	if !render.RulesShaped(b) {
+	if render.Scoped(tp, b) && render.PlatformOnly(b) {
+		return verdict{reason: twv1alpha1.ReasonInvalidBudget, message: fmt.Sprintf(
+			"A budget in tenant namespace %s counts only that tenant's keys, so it cannot count by tenant: "+
+				"PerTenant and countBy Tenant belong in the fleet's namespace %s", b.Namespace, tp.Namespace)}, false
+	}
+	if !render.RendersAsRules(tp, b) {
 		return verdict{}, true
 	}
 	fleetName := fmt.Sprintf("TokenProxy %s", tp.Name)

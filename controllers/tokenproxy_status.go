@@ -93,6 +93,7 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 	st := tp.Status.DeepCopy()
 	st.ObservedGeneration = tp.Generation
 	st.Storage = storageOf(tp)
+	setTenancy(st, tp)
 	if cfg.refused != nil {
 		r.refuseConfig(tp, &st.Conditions, cfg.refused)
 	} else {
@@ -206,7 +207,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		b := &budgets.Items[i]
 		st := b.Status.DeepCopy()
 		st.Replicas, st.PerReplica, st.Storage = 0, twv1alpha1.PerReplicaAllowance{}, ""
-		st.Summary = render.Summary(b, false, 1)
+		st.Summary = render.Summary(nil, b, false, 1)
 		proxyNotFound(b, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
 		r.queueBudgetStatus(name, b, st)
 	}

@@ -52,7 +52,7 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 				TokensPerDay:    allowance(tpd, inForce),
 			}
 		}
-		st.Summary = render.Summary(b, v.accepted, inForce)
+		st.Summary = render.Summary(tp, b, v.accepted, inForce)
 		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
 			b.Status.Conditions, generation)
 		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)

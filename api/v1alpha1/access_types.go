@@ -76,3 +76,32 @@ const (
 	// (spec.allowBypass).
 	ReasonBypassNotAllowed = "BypassNotAllowed"
 )
+
+// Tenancy says what the TokenBudgets and ApiKeys of the namespaces a fleet accepts may
+// reach.
+// +kubebuilder:validation:Enum=Flat;Namespaces
+type Tenancy string
+
+// Tenancies.
+const (
+	// TenancyFlat: every accepted TokenBudget applies to the whole fleet and teams and
+	// users are shared by name, whatever namespace holds them (the meaning before
+	// tenancy existed).
+	TenancyFlat Tenancy = "Flat"
+	// TenancyNamespaces: each accepted namespace other than the fleet's is a tenant.
+	// Its TokenBudgets apply only to its own keys and stack with the platform's (the
+	// fleet namespace's), its keys' teams and users are qualified by its namespace
+	// (team-a/research), and its conflicts are resolved within it.
+	TenancyNamespaces Tenancy = "Namespaces"
+)
+
+// ConditionTenantIsolation is, on a TokenProxy, True (reason Namespaces) when each
+// accepted namespace is a tenant that cannot reach the others, and False (reason Flat)
+// when every accepted TokenBudget applies to the whole fleet.
+const ConditionTenantIsolation = "TenantIsolation"
+
+// Reasons of TenantIsolation.
+const (
+	ReasonTenancyNamespaces = "Namespaces"
+	ReasonTenancyFlat       = "Flat"
+)

@@ -9,10 +9,10 @@ import (
 )
 
 // Dimension is what a budget is counted per.
-// +kubebuilder:validation:Enum=Global;PerClient;PerAPIKey;PerUser;PerTeam;PerModel
+// +kubebuilder:validation:Enum=Global;PerClient;PerAPIKey;PerUser;PerTeam;PerModel;PerTenant
 type Dimension string
 
-// The six dimensions.
+// The dimensions.
 const (
 	DimensionGlobal    Dimension = "Global"
 	DimensionPerClient Dimension = "PerClient"
@@ -20,11 +20,14 @@ const (
 	DimensionPerUser   Dimension = "PerUser"
 	DimensionPerTeam   Dimension = "PerTeam"
 	DimensionPerModel  Dimension = "PerModel"
+	// DimensionPerTenant counts each tenant namespace's keys together: the platform's
+	// cap on a tenant as a whole. Only a budget in the fleet's namespace may set it.
+	DimensionPerTenant Dimension = "PerTenant"
 )
 
 // CountBy is the second attribute a budget fans out by: a counter per (subject,
 // value) pair, for example per key per model.
-// +kubebuilder:validation:Enum=APIKey;User;Team;Model;Client
+// +kubebuilder:validation:Enum=APIKey;User;Team;Model;Client;Tenant
 type CountBy string
 
 // The attributes a budget fans out by.
@@ -34,6 +37,8 @@ const (
 	CountByTeam   CountBy = "Team"
 	CountByModel  CountBy = "Model"
 	CountByClient CountBy = "Client"
+	// CountByTenant fans a budget out by tenant namespace (the fleet's namespace only).
+	CountByTenant CountBy = "Tenant"
 )
 
 // Amount is what a budget counts.
@@ -184,8 +189,10 @@ type TokenBudgetSpec struct {
 	// +required
 	ProxyRef ProxyReference `json:"proxyRef"`
 
-	// Dimension is what the budget is counted per: Global (the whole fleet),
-	// PerClient (client address), PerAPIKey, PerUser, PerTeam or PerModel.
+	// Dimension is what the budget is counted per: Global (the whole fleet, or in a
+	// tenant namespace of a Namespaces fleet every key of that tenant), PerClient
+	// (client address), PerAPIKey, PerUser, PerTeam, PerModel or PerTenant (each tenant
+	// namespace as a whole; only in the fleet's own namespace).
 	// +required
 	Dimension Dimension `json:"dimension"`
 
@@ -210,8 +217,8 @@ type TokenBudgetSpec struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	Subjects []string `json:"subjects,omitempty"`
 
-	// CountBy fans the budget out by a second attribute: APIKey, User, Team, Model or
-	// Client; each (subject, value) pair has its own counter ("per key per model").
+	// CountBy fans the budget out by a second attribute: APIKey, User, Team, Model,
+	// Client or Tenant (only in the fleet's own namespace); each (subject, value) pair has its own counter ("per key per model").
 	// Empty: one counter per subject.
 	// +optional
 	CountBy CountBy `json:"countBy,omitempty"`

@@ -278,6 +278,15 @@ type TokenProxySpec struct {
 	// accepts (issue 13, scoped reads). Default: its own namespace only.
 	// +optional
 	AllowedNamespaces AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+	// Tenancy is Namespaces (each accepted namespace other than the fleet's is a
+	// tenant: its TokenBudgets apply only to its own keys, its keys' teams and users are
+	// qualified by its namespace) or Flat (every accepted TokenBudget applies to the
+	// whole fleet). Unset: what status.tenancy records, which is Namespaces for a fleet
+	// first reconciled by an operator that knows this field and Flat for one reconciled
+	// before it. The schema sets no default: a default would also apply to the fleets
+	// stored before it, whose budgets would change meaning on the upgrade.
+	// +optional
+	Tenancy Tenancy `json:"tenancy,omitempty"`
 	// AllowBypass says which of the fleet's ApiKeys may set bypass: None, Same (keys
 	// in the fleet's namespace) or All (keys in every allowed namespace). Default None.
 	// +optional
@@ -440,6 +449,11 @@ type TokenProxyStatus struct {
 	// Storage is the storage in force.
 	// +optional
 	Storage StorageType `json:"storage,omitempty"`
+	// Tenancy is the tenancy in force: spec.tenancy, or, while that is unset, the one
+	// recorded at the fleet's first reconcile (Namespaces for a new fleet, Flat for a
+	// fleet that an earlier operator had reconciled).
+	// +optional
+	Tenancy Tenancy `json:"tenancy,omitempty"`
 	// Budgets and Keys count the accepted TokenBudgets and ApiKeys in the config.
 	// +optional
 	Budgets int32 `json:"budgets,omitempty"`
@@ -548,6 +562,7 @@ const (
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
 // +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.status.upstreams`
+// +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=`.status.tenancy`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenProxy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -93,8 +93,12 @@ func Render(f *Fleet) *config.Config {
 	c.APIKeys = make([]config.APIKey, 0, len(f.Keys))
 	for _, k := range f.Keys {
 		s := &k.Key.Spec
+		user, team := s.User, s.Team
+		if Scoped(p, k.Key) {
+			user, team = Qualified(k.Key.Namespace, user), Qualified(k.Key.Namespace, team)
+		}
 		c.APIKeys = append(c.APIKeys, config.APIKey{
-			Name: RenderedName(k.Key), KeySHA256: k.Hash, User: s.User, Team: s.Team,
+			Name: RenderedName(k.Key), KeySHA256: k.Hash, User: user, Team: team, Tenant: TenantOf(k.Key),
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
@@ -136,8 +140,8 @@ func Render(f *Fleet) *config.Config {
 		}
 	}
 	for _, b := range f.Budgets {
-		if RulesShaped(b) {
-			rl.Rules = append(rl.Rules, budgetRules(b)...)
+		if RendersAsRules(p, b) {
+			rl.Rules = append(rl.Rules, budgetRules(p, b)...)
 			continue
 		}
 		l := config.DimensionLimits{
@@ -167,16 +171,18 @@ func Render(f *Fleet) *config.Config {
 	return c
 }
 
-// ResolveConflicts orders budgets oldest first (creation time, then name) and splits
-// them into the winners, which keep every slot they set (slots), and the losers,
-// which share a slot with an older winner: conflicted says why, by loser's ObjectKey.
-func ResolveConflicts(budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, conflicted map[string]string) {
+// ResolveConflicts orders the budgets of fleet tp oldest first (creation time, then
+// name) and splits them into the winners, which keep every slot they set (slots), and
+// the losers, which share a slot with an older winner: conflicted says why, by loser's
+// ObjectKey. Under Namespaces a tenant's slots are its own: budgets conflict only within
+// one level (the platform's, or one tenant's).
+func ResolveConflicts(tp *twv1alpha1.TokenProxy, budgets []*twv1alpha1.TokenBudget) (winners, losers []*twv1alpha1.TokenBudget, conflicted map[string]string) {
 	sorted := slices.Clone(budgets)
 	slices.SortFunc(sorted, func(a, b *twv1alpha1.TokenBudget) int { return olderFirst(a, b) })
 	owner := map[string]string{}
 	conflicted = map[string]string{}
 	for _, b := range sorted {
-		ss := slots(b)
+		ss := slots(tp, b)
 		lost := false
 		for _, s := range ss {
 			if w, taken := owner[s.key]; taken {

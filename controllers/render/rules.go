@@ -26,7 +26,7 @@ import (
 // RulesShaped reports whether a budget renders into rules.
 func RulesShaped(b *twv1alpha1.TokenBudget) bool {
 	s := &b.Spec
-	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 ||
+	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 || s.Dimension == twv1alpha1.DimensionPerTenant ||
 		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn || s.FallbackModel != ""
 }
 
@@ -122,11 +122,13 @@ var ruleDimensions = map[twv1alpha1.Dimension]config.RuleDimension{
 	twv1alpha1.DimensionGlobal: config.RuleGlobal, twv1alpha1.DimensionPerClient: config.RuleClient,
 	twv1alpha1.DimensionPerAPIKey: config.RuleAPIKey, twv1alpha1.DimensionPerUser: config.RuleUser,
 	twv1alpha1.DimensionPerTeam: config.RuleTeam, twv1alpha1.DimensionPerModel: config.RuleModel,
+	twv1alpha1.DimensionPerTenant: config.RuleTenant,
 }
 
 var countByDimensions = map[twv1alpha1.CountBy]config.RuleDimension{
 	twv1alpha1.CountByAPIKey: config.RuleAPIKey, twv1alpha1.CountByUser: config.RuleUser, twv1alpha1.CountByTeam: config.RuleTeam,
 	twv1alpha1.CountByModel: config.RuleModel, twv1alpha1.CountByClient: config.RuleClient,
+	twv1alpha1.CountByTenant: config.RuleTenant,
 }
 
 var configAmounts = map[twv1alpha1.Amount]config.Amount{
@@ -147,23 +149,37 @@ func SubjectsOf(b *twv1alpha1.TokenBudget) []string {
 	return nil
 }
 
-// budgetRules renders a rules-shaped budget. ApiKey subjects are the keys' names in
+// budgetRules renders a budget into rules. ApiKey subjects are the keys' names in
 // the config: a key of the fleet's namespace is its name there (namespace/name works
-// too), a key of another namespace namespace_name.
-func budgetRules(b *twv1alpha1.TokenBudget) []config.Rule {
+// too), a key of another namespace namespace_name. A tenant's budget is a rule of its
+// tenant, and its subjects are its own: a key named name is its namespace's, a team or
+// user is qualified by its namespace.
+func budgetRules(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []config.Rule {
 	s := &b.Spec
 	dim := ruleDimensions[s.Dimension]
 	subjects := slices.Clone(SubjectsOf(b))
-	if dim == config.RuleAPIKey {
-		home := ProxyOf(b).Namespace + "/"
-		for i, k := range subjects {
-			subjects[i] = strings.Replace(strings.TrimPrefix(k, home), "/", "_", 1)
+	tenant := ""
+	if Scoped(tp, b) {
+		tenant = b.Namespace
+	}
+	for i, subj := range subjects {
+		switch {
+		case dim == config.RuleAPIKey && tenant != "":
+			if !strings.Contains(subj, "/") {
+				subj = tenant + "/" + subj
+			}
+			subjects[i] = strings.Replace(subj, "/", "_", 1)
+		case dim == config.RuleAPIKey:
+			subjects[i] = strings.Replace(strings.TrimPrefix(subj, ProxyOf(b).Namespace+"/"), "/", "_", 1)
+		case (dim == config.RuleTeam || dim == config.RuleUser) && tenant != "":
+			subjects[i] = qualifiedSubject(tenant, subj)
 		}
 	}
 	var out []config.Rule
 	for _, g := range Groups(b) {
 		out = append(out, config.Rule{
 			Name:      b.Namespace + "/" + b.Name + g.Suffix,
+			Tenant:    tenant,
 			Dimension: dim,
 			Subjects:  subjects,
 			CountBy:   countByDimensions[s.CountBy],
@@ -195,11 +211,12 @@ type slot struct {
 var dimensionNouns = map[twv1alpha1.Dimension]string{
 	twv1alpha1.DimensionGlobal: "fleet", twv1alpha1.DimensionPerClient: "client", twv1alpha1.DimensionPerAPIKey: "key",
 	twv1alpha1.DimensionPerUser: "user", twv1alpha1.DimensionPerTeam: "team", twv1alpha1.DimensionPerModel: "model",
+	twv1alpha1.DimensionPerTenant: "tenant",
 }
 
 var countByNouns = map[twv1alpha1.CountBy]string{
 	twv1alpha1.CountByAPIKey: "key", twv1alpha1.CountByUser: "user", twv1alpha1.CountByTeam: "team",
-	twv1alpha1.CountByModel: "model", twv1alpha1.CountByClient: "client",
+	twv1alpha1.CountByModel: "model", twv1alpha1.CountByClient: "client", twv1alpha1.CountByTenant: "tenant",
 }
 
 var amountWords = map[twv1alpha1.Amount]string{
@@ -213,10 +230,15 @@ var amountWords = map[twv1alpha1.Amount]string{
 // fills. Two budgets that share a slot conflict; a named-subject budget and an
 // each-subject one do not (the named one takes precedence for its subjects), nor a Warn
 // budget and a Block one (the way a budget is tried before it is enforced).
-func slots(b *twv1alpha1.TokenBudget) []slot {
+func slots(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []slot {
 	s := &b.Spec
 	var out []slot
-	if !RulesShaped(b) {
+	// A tenant's slots are its own: budgets conflict only within one level.
+	level := ""
+	if Scoped(tp, b) {
+		level = b.Namespace + "|"
+	}
+	if !RendersAsRules(tp, b) {
 		what := "the same dimension " + string(s.Dimension)
 		if s.Model != "" {
 			what += " for model " + s.Model
@@ -242,12 +264,14 @@ func slots(b *twv1alpha1.TokenBudget) []slot {
 			for _, subj := range subjects {
 				who := "each " + dimensionNouns[s.Dimension]
 				switch {
+				case s.Dimension == twv1alpha1.DimensionGlobal && level != "":
+					who = "every key of " + b.Namespace
 				case s.Dimension == twv1alpha1.DimensionGlobal:
 					who = "the fleet"
 				case !each:
 					who = dimensionNouns[s.Dimension] + " " + subj
 				}
-				key := strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), subj,
+				key := level + strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), subj,
 					string(g.Amount), windowKey(w), string(actionOf(b))}, "|")
 				what := fmt.Sprintf("the same budget: %s%s, %s per %s", who, scope, amountWords[g.Amount], windowWord(w))
 				if actionOf(b) == twv1alpha1.ActionWarn {
@@ -276,11 +300,14 @@ func windowWord(w config.Window) string {
 
 // Summary is a budget in words, for kubectl get; perReplica only when it is in force,
 // with each replica's share under memory storage (divisor) and the fleet total under
-// Redis (divisor 1).
-func Summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.BudgetSummary {
+// Redis (divisor 1). tp is the budget's fleet; nil when there is none.
+func Summary(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.BudgetSummary {
+	rules, scoped := RendersAsRules(tp, b), Scoped(tp, b)
 	s := &b.Spec
 	sum := twv1alpha1.BudgetSummary{Action: string(actionOf(b))}
 	switch subjects := SubjectsOf(b); {
+	case s.Dimension == twv1alpha1.DimensionGlobal && scoped:
+		sum.Subjects = "tenant " + b.Namespace
 	case s.Dimension == twv1alpha1.DimensionGlobal:
 		sum.Subjects = "fleet"
 	case len(subjects) > 0:
@@ -303,7 +330,7 @@ func Summary(b *twv1alpha1.TokenBudget, inForce bool, divisor int64) twv1alpha1.
 			share := w.Limit
 			// The limits shape's request rate is each replica's; every other rolling window
 			// is a fleet total, divided under memory storage.
-			perReplicaRate := !RulesShaped(b) && g.Amount == twv1alpha1.AmountRequests
+			perReplicaRate := !rules && g.Amount == twv1alpha1.AmountRequests
 			if w.Rolling != nil && !perReplicaRate && divisor > 1 {
 				share = w.Limit / float64(divisor)
 				if g.Amount != twv1alpha1.AmountCost {
