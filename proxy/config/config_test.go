@@ -199,12 +199,12 @@ var _ = Describe("RestartRequired", func() {
 			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', password_env: P, key_prefix: k, dial_timeout_ms: 1, read_timeout_ms: 2, write_timeout_ms: 3}}\n",
 			[]string{"rate_limiting.redis.password_env", "rate_limiting.redis.key_prefix", "rate_limiting.redis.dial_timeout_ms",
 				"rate_limiting.redis.read_timeout_ms", "rate_limiting.redis.write_timeout_ms"}),
-		Entry("the store checks", redis,
-			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', checks: {mode: enforce, username: checker, password_env: C}}}\n",
-			[]string{"rate_limiting.redis.checks"}),
 		Entry("redis settings while no document uses Redis", "", "rate_limiting: {redis: {url: 'redis://b:6379/0'}}\n", []string{}),
 		Entry("what a reload applies at once", redis,
 			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', fallback_to_memory: false}, max_buckets: 5, overage: forgive, client_ipv6_prefix: 56, budget_division: {replicas: 3}}\nmax_body_bytes: 10\n",
+			[]string{}),
+		Entry("the store checks, which a reload applies at once", redis,
+			"rate_limiting: {storage: redis, redis: {url: 'redis://a:6379/0', checks: {mode: enforce, interval_seconds: 5, username: checker, password_env: C}}}\n",
 			[]string{}),
 	)
 })

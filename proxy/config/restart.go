@@ -7,8 +7,9 @@ package config
 // process started with, and that the process applies only when it starts: the
 // addresses it listens on, the budget store it built (which store, and how it reaches
 // Redis), tracing, the access log's buffer, and the ledger. Every other field,
-// rate_limiting.redis.fallback_to_memory included, a reload applies at once. The
-// redis fields count only when either document stores budgets in Redis.
+// rate_limiting.redis.fallback_to_memory and rate_limiting.redis.checks included, a
+// reload applies at once. The redis fields count only when either document stores
+// budgets in Redis.
 func RestartRequired(started, next *Config) []string {
 	out := []string{}
 	diff := func(field string, changed bool) {
@@ -32,7 +33,6 @@ func RestartRequired(started, next *Config) []string {
 		diff("rate_limiting.redis.dial_timeout_ms", a.Redis.DialTimeoutMillis != b.Redis.DialTimeoutMillis)
 		diff("rate_limiting.redis.read_timeout_ms", a.Redis.ReadTimeoutMillis != b.Redis.ReadTimeoutMillis)
 		diff("rate_limiting.redis.write_timeout_ms", a.Redis.WriteTimeoutMillis != b.Redis.WriteTimeoutMillis)
-		diff("rate_limiting.redis.checks", a.Redis.Checks != b.Redis.Checks)
 	}
 	return out
 }

@@ -102,7 +102,7 @@ type Store struct {
 	leaseFraction float64
 	leases        sync.Map
 	leaseTakes    atomic.Int64
-	// checks are the store checks; nil when none run.
+	// checks are the store checks (storecheck.go).
 	checks *checker
 	// epochChanged is Options.EpochChanged, or a no-op.
 	epochChanged func()
@@ -187,9 +187,7 @@ func New(o Options) (*Store, error) {
 		s.workers.Add(1)
 		go s.returnIdle()
 	}
-	if s.checks != nil && s.checks.interval > 0 {
-		s.startChecks()
-	}
+	s.startChecks()
 	return s, nil
 }
 
@@ -595,7 +593,11 @@ func (s *Store) Close() error {
 	err := errClosed
 	s.closeOnce.Do(func() {
 		qs := s.closeQueues()
+		// Under the checks' lock, so that a reload starts no checking goroutine once
+		// the workers are waited for.
+		s.checks.setMu.Lock()
 		close(s.done)
+		s.checks.setMu.Unlock()
 		s.workers.Wait()
 		for _, q := range qs {
 			// Refunds no worker took are given up, and so finished: their senders
@@ -616,9 +618,7 @@ func (s *Store) Close() error {
 			}
 		}
 		close(s.stopped)
-		if s.checks != nil && s.checks.own {
-			_ = s.checks.c.Close()
-		}
+		s.checks.closeChecks()
 		err = s.c.Close()
 	})
 	return err

@@ -79,27 +79,45 @@ type CheckRecorder interface {
 
 // checker is the store's checking state.
 type checker struct {
-	mode     string
-	interval time.Duration
-	// c is the connection the checks run on: the check credential's, or the store's.
-	c redis.UniversalClient
-	// own is true when c is the check credential's (closed with the store).
-	own bool
+	// set are the settings in force; a reload replaces them (SetChecks).
+	set atomic.Pointer[checkSettings]
+	// base are the store's options, for a check credential's connection.
+	base *Options
 	// user is the fleet's Redis user, whose permissions ACL DRYRUN asks about.
 	user string
 	// primary is the Sentinel master's name, "" for one server or a cluster.
 	primary string
 	rec     CheckRecorder
-	// mu serialises the checks; evicted holds each server's evicted_keys when last
-	// seen, by its run id (a restart or a failover starts from the new server's count).
-	mu sync.Mutex
-	// evMu guards evicted: the masters of a cluster are checked at once.
+	// setMu serialises SetChecks and starting or stopping the checking goroutine;
+	// running is true while it runs, and kick tells it the settings changed.
+	setMu   sync.Mutex
+	running bool
+	kick    chan struct{}
+	// mu serialises the checks; retired are check connections replaced by a reload,
+	// closed by the next check round (guarded by mu).
+	mu      sync.Mutex
+	retired []redis.UniversalClient
+	// evMu guards evicted, each server's evicted_keys when last seen, by its run id (a
+	// restart or a failover starts from the new server's count): the masters of a
+	// cluster are checked at once.
 	evMu    sync.Mutex
 	evicted map[string]int64
 	results atomic.Pointer[[]budget.CheckResult]
 	// failing fences the durable rules while a check fails in enforce mode; evicted
 	// until the balances are attested. Each holds the reason, nil when clear.
 	failing, evictedFence atomic.Pointer[string]
+}
+
+// checkSettings are the checks' settings in force.
+type checkSettings struct {
+	// opts are the options as given, to tell a change.
+	opts     CheckOptions
+	mode     string
+	interval time.Duration
+	// c is the connection the checks run on: the check credential's, or the store's.
+	c redis.UniversalClient
+	// own is true when c is the check credential's (closed with the store).
+	own bool
 }
 
 // destructive are the commands the fleet's user must not run, each as ACL DRYRUN asks
@@ -111,71 +129,176 @@ func destructive(key string) [][]any {
 	}
 }
 
-// newChecker builds the checks of store s; nil when o.Mode is empty.
+// newChecker builds the checks of store s, in force from the start.
 func newChecker(s *Store, o *Options) (*checker, error) {
-	co := o.Checks
-	if co.Mode == "" {
-		return nil, nil
-	}
-	if co.Mode != CheckReport && co.Mode != CheckEnforce {
-		return nil, fmt.Errorf("rate_limiting.redis.checks.mode: want %q or %q, got %q", CheckReport, CheckEnforce, co.Mode)
-	}
-	ck := &checker{mode: co.Mode, interval: co.Interval, c: s.c, evicted: map[string]int64{}}
+	ck := &checker{base: o, evicted: map[string]int64{}, kick: make(chan struct{}, 1)}
 	if t, err := config.ParseRedisURL(o.URL); err == nil {
 		ck.user, ck.primary = t.Username, t.MasterName
 	}
 	if ck.user == "" {
 		ck.user = "default"
 	}
-	if ck.interval == 0 {
-		ck.interval = time.Minute
+	if r, ok := o.Recorder.(CheckRecorder); ok {
+		ck.rec = r
 	}
-	if co.Username != "" || co.Password != "" {
+	set, err := ck.settings(s, o.Checks)
+	if err != nil {
+		return nil, err
+	}
+	ck.set.Store(set)
+	return ck, nil
+}
+
+// settings builds the settings co configures, with the check credential's connection.
+func (ck *checker) settings(s *Store, co CheckOptions) (*checkSettings, error) {
+	if co.Mode != "" && co.Mode != CheckReport && co.Mode != CheckEnforce {
+		return nil, fmt.Errorf("rate_limiting.redis.checks.mode: want %q or %q, got %q", CheckReport, CheckEnforce, co.Mode)
+	}
+	set := &checkSettings{opts: co, mode: co.Mode, interval: co.Interval, c: s.c}
+	if set.interval == 0 {
+		set.interval = time.Minute
+	}
+	if co.Mode != "" && (co.Username != "" || co.Password != "") {
 		user := co.Username
 		if user == "" {
 			user = "default"
 		}
-		c, _, err := newClientAs(o, user, co.Password)
+		c, _, err := newClientAs(ck.base, user, co.Password)
 		if err != nil {
 			return nil, err
 		}
-		ck.c, ck.own = c, true
+		set.c, set.own = c, true
 	}
-	if r, ok := o.Recorder.(CheckRecorder); ok {
-		ck.rec = r
-	}
-	return ck, nil
+	return set, nil
 }
 
-// startChecks runs the checks now and then every interval until the store closes.
-func (s *Store) startChecks() {
-	ck := s.checks
-	s.workers.Add(1)
-	go func() {
-		defer s.workers.Done()
-		s.CheckStore(context.Background())
-		t := time.NewTicker(ck.interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-				s.CheckStore(context.Background())
-			}
-		}
-	}()
-}
+// periodic tells whether settings run on their own, every interval.
+func (set *checkSettings) periodic() bool { return set.mode != "" && set.interval > 0 }
 
-// CheckStore runs every check once, on every master, records the results and fences
-// or lifts the durable rules as they say; nil when the store runs no checks.
-func (s *Store) CheckStore(ctx context.Context) []budget.CheckResult {
+// SetChecks puts o in force in place of the checks' settings, as a reload does: a
+// changed mode, interval or check credential applies at once, with a round of
+// checks run now when they run periodically. The same settings change nothing. An
+// empty mode stops the checks and lifts what a failed check fenced; an eviction's
+// fence stays until the balances are attested.
+func (s *Store) SetChecks(o CheckOptions) error {
 	ck := s.checks
-	if ck == nil {
+	ck.setMu.Lock()
+	defer ck.setMu.Unlock()
+	old := ck.set.Load()
+	if old.opts == o {
 		return nil
 	}
+	set, err := ck.settings(s, o)
+	if err != nil {
+		return err
+	}
+	ck.set.Store(set)
+	if old.own {
+		ck.mu.Lock()
+		ck.retired = append(ck.retired, old.c)
+		ck.mu.Unlock()
+	}
+	if set.mode == "" {
+		ck.results.Store(nil)
+		if ck.failing.Swap(nil) != nil {
+			s.epochChanged()
+		}
+	}
+	s.log.Info("Redis store checks reconfigured", "mode", set.mode, "interval", set.interval, "check_user", o.Username)
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	switch {
+	case set.periodic() && !ck.running:
+		ck.running = true
+		s.workers.Add(1)
+		go s.runChecks()
+	case ck.running:
+		select {
+		case ck.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// startChecks starts the checking goroutine when the settings run periodically.
+func (s *Store) startChecks() {
+	ck := s.checks
+	ck.setMu.Lock()
+	defer ck.setMu.Unlock()
+	if ck.set.Load().periodic() {
+		ck.running = true
+		s.workers.Add(1)
+		go s.runChecks()
+	}
+}
+
+// runChecks runs the checks now and then every interval until the store closes or
+// the settings no longer run periodically; a change of settings runs them at once.
+func (s *Store) runChecks() {
+	defer s.workers.Done()
+	ck := s.checks
+	for {
+		if !s.stillPeriodic() {
+			return
+		}
+		s.CheckStore(context.Background())
+		t := time.NewTimer(ck.set.Load().interval)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-ck.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// stillPeriodic tells whether the checking goroutine goes on; when not, it is no
+// longer running.
+func (s *Store) stillPeriodic() bool {
+	ck := s.checks
+	ck.setMu.Lock()
+	defer ck.setMu.Unlock()
+	if ck.set.Load().periodic() {
+		return true
+	}
+	ck.running = false
+	return false
+}
+
+// closeChecks closes the check connections the store opened.
+func (ck *checker) closeChecks() {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()
+	for _, c := range ck.retired {
+		_ = c.Close()
+	}
+	ck.retired = nil
+	if set := ck.set.Load(); set.own {
+		_ = set.c.Close()
+	}
+}
+
+// CheckStore runs every check once, on every master, with the settings in force,
+// records the results and fences or lifts the durable rules as they say; nil when the
+// store runs no checks.
+func (s *Store) CheckStore(ctx context.Context) []budget.CheckResult {
+	ck := s.checks
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	for _, c := range ck.retired {
+		_ = c.Close()
+	}
+	ck.retired = nil
+	set := ck.set.Load()
+	if set.mode == "" {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	names := []string{CheckMaxmemoryPolicy, CheckDestructiveCommands}
@@ -185,7 +308,7 @@ func (s *Store) CheckStore(ctx context.Context) []budget.CheckResult {
 	names = append(names, CheckEvictions)
 	per := make([][]budget.CheckResult, len(names))
 	var mu sync.Mutex
-	err := ck.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+	err := eachMaster(ctx, set.c, func(ctx context.Context, c *redis.Client) error {
 		addr := c.Options().Addr
 		if ck.primary != "" {
 			addr = "the primary of " + ck.primary // a Sentinel client has no one address
@@ -208,19 +331,19 @@ func (s *Store) CheckStore(ctx context.Context) []budget.CheckResult {
 			results[i] = budget.CheckResult{Check: name, Result: CheckSkipped, Detail: "the masters could not be listed: " + err.Error()}
 		}
 	}
-	s.recordChecks(results)
+	s.recordChecks(set, results)
 	return results
 }
 
-// eachMaster runs f on every master: each of a cluster's, or the one server.
-func (ck *checker) eachMaster(ctx context.Context, f func(context.Context, *redis.Client) error) error {
-	switch c := ck.c.(type) {
+// eachMaster runs f on every master of uc: each of a cluster's, or the one server.
+func eachMaster(ctx context.Context, uc redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
+	switch c := uc.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, f)
 	case *redis.Client:
 		return f(ctx, c)
 	}
-	return fmt.Errorf("a %T cannot be checked", ck.c)
+	return fmt.Errorf("a %T cannot be checked", uc)
 }
 
 // worst combines one check's results over the masters: a failure wins, then a skip.
@@ -339,7 +462,7 @@ func infoField(info, name string) string {
 
 // recordChecks stores the results, records them, logs each change and sets or lifts
 // the fences.
-func (s *Store) recordChecks(results []budget.CheckResult) {
+func (s *Store) recordChecks(set *checkSettings, results []budget.CheckResult) {
 	ck := s.checks
 	prev := map[string]budget.CheckResult{}
 	if p := ck.results.Load(); p != nil {
@@ -356,7 +479,7 @@ func (s *Store) recordChecks(results []budget.CheckResult) {
 		}
 		if p, ok := prev[r.Check]; !ok || p.Result != r.Result {
 			changed = true
-			s.logCheck(r)
+			s.logCheck(set.mode, r)
 		}
 		switch {
 		case r.Result != CheckFail:
@@ -367,7 +490,7 @@ func (s *Store) recordChecks(results []budget.CheckResult) {
 					"they answer 503 until the balances are restored or attested", "group", s.name, "detail", r.Detail)
 			}
 			changed = true
-		case ck.mode == CheckEnforce:
+		case set.mode == CheckEnforce:
 			failing = append(failing, r.Check+": "+r.Detail)
 		}
 	}
@@ -388,14 +511,14 @@ func (s *Store) recordChecks(results []budget.CheckResult) {
 }
 
 // logCheck logs a check's new result.
-func (s *Store) logCheck(r budget.CheckResult) {
+func (s *Store) logCheck(mode string, r budget.CheckResult) {
 	switch r.Result {
 	case CheckPass:
-		s.log.Info("Redis store check passes", "check", r.Check, "mode", s.checks.mode)
+		s.log.Info("Redis store check passes", "check", r.Check, "mode", mode)
 	case CheckSkipped:
 		s.log.Warn("Redis store check skipped", "check", r.Check, "reason", r.Detail)
 	default:
-		s.log.Warn("Redis store check fails", "check", r.Check, "mode", s.checks.mode, "detail", r.Detail)
+		s.log.Warn("Redis store check fails", "check", r.Check, "mode", mode, "detail", r.Detail)
 	}
 }
 
@@ -403,9 +526,6 @@ func (s *Store) logCheck(r budget.CheckResult) {
 // durable rules; nil when none does.
 func (s *Store) checkFence() error {
 	ck := s.checks
-	if ck == nil {
-		return nil
-	}
 	var reasons []string
 	for _, f := range []*string{ck.evictedFence.Load(), ck.failing.Load()} {
 		if f != nil {
@@ -429,9 +549,6 @@ func (s *Store) storeFence() string {
 
 // checkResults are the checks' last results; nil before the first.
 func (s *Store) checkResults() []budget.CheckResult {
-	if s.checks == nil {
-		return nil
-	}
 	if p := s.checks.results.Load(); p != nil {
 		return *p
 	}
@@ -439,8 +556,4 @@ func (s *Store) checkResults() []budget.CheckResult {
 }
 
 // attested lifts the eviction fence: the balances were restored or attested.
-func (ck *checker) attested() {
-	if ck != nil {
-		ck.evictedFence.Store(nil)
-	}
-}
+func (ck *checker) attested() { ck.evictedFence.Store(nil) }

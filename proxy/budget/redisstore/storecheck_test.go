@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -38,15 +39,33 @@ type checked struct {
 	s    *redisstore.Store
 	l    *budget.Limiter
 	m    *metrics.Metrics
-	logs *bytes.Buffer
+	logs *syncBuffer
 	p    *budget.Policy
+}
+
+// syncBuffer is a log written by the checking goroutine while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // openChecked opens a store on url with the checks in mode, as the check credential
 // user (none when empty), and runs the first check.
 func openChecked(url, mode, checkUser string) *checked {
 	GinkgoHelper()
-	c := &checked{m: metrics.New(prometheus.NewRegistry()), logs: &bytes.Buffer{}, p: redisPolicy(checkRules)}
+	c := &checked{m: metrics.New(prometheus.NewRegistry()), logs: &syncBuffer{}, p: redisPolicy(checkRules)}
 	opts := redisstore.CheckOptions{Mode: mode, Interval: -1}
 	if checkUser != "" {
 		opts.Username, opts.Password = checkUser, "pw"
@@ -193,6 +212,39 @@ var _ = Describe("Store checks", func() {
 			Expect(c.s.Epochs()[0].StoreFence).To(BeEmpty())
 			Expect(c.gauge(redisstore.CheckMaxmemoryPolicy, redisstore.CheckFail)).To(BeZero())
 			Expect(c.logs.String()).To(ContainSubstring("no longer fenced"))
+		})
+
+		It("puts changed settings in force at once, as a reload does: the mode, the check credential, and none", func() {
+			fleetUser(srv, "")
+			lru(srv)
+			// The least-privilege fleet user, reporting: its checks are skipped.
+			c := openChecked(fleetURL(srv.URL(), "fleet"), redisstore.CheckReport, "")
+			Expect(c.result(redisstore.CheckMaxmemoryPolicy).Result).To(Equal(redisstore.CheckSkipped))
+			Expect(storeFenced(c.admit("alice"))).To(BeEmpty())
+
+			// A check credential and enforce mode, checking every hour: the first round
+			// runs now, on the new connection.
+			enforce := redisstore.CheckOptions{Mode: redisstore.CheckEnforce, Interval: time.Hour, Username: "checker", Password: "pw"}
+			Expect(c.s.SetChecks(enforce)).To(Succeed())
+			Eventually(func() string { return c.result(redisstore.CheckMaxmemoryPolicy).Result }).Should(Equal(redisstore.CheckFail))
+			Expect(storeFenced(c.admit("alice"))).To(HavePrefix("maxmemory_policy: "))
+			Expect(c.logs.String()).To(ContainSubstring("Redis store checks reconfigured"))
+			Expect(c.s.SetChecks(enforce)).To(Succeed(), "the same settings change nothing")
+
+			// Back to report mode: the failed check no longer fences.
+			report := enforce
+			report.Mode = redisstore.CheckReport
+			Expect(c.s.SetChecks(report)).To(Succeed())
+			Eventually(func() string { return storeFenced(c.admit("alice")) }).Should(BeEmpty())
+			Expect(c.result(redisstore.CheckMaxmemoryPolicy).Result).To(Equal(redisstore.CheckFail), "still reported")
+
+			// No checks: nothing reported, nothing fenced.
+			Expect(c.s.SetChecks(redisstore.CheckOptions{Mode: redisstore.CheckEnforce, Interval: time.Hour, Username: "checker", Password: "pw"})).To(Succeed())
+			Eventually(func() string { return storeFenced(c.admit("alice")) }).ShouldNot(BeEmpty())
+			Expect(c.s.SetChecks(redisstore.CheckOptions{})).To(Succeed())
+			Expect(storeFenced(c.admit("alice"))).To(BeEmpty())
+			Expect(c.s.Epochs()[0].StoreChecks).To(BeEmpty())
+			Expect(c.s.SetChecks(redisstore.CheckOptions{Mode: "strict"})).To(MatchError(ContainSubstring("rate_limiting.redis.checks.mode")))
 		})
 
 		It("fences the durable rules when counters are evicted, in report mode too, until the balances are attested", func() {

@@ -269,6 +269,7 @@ func run(args []string) error {
 	apply := func(data []byte, origin string) error {
 		cfg, err := srv.Apply(data, origin)
 		if err == nil {
+			applyChecks(store, cfg, log)
 			applied(cfg, data)
 		}
 		return err
@@ -386,14 +387,9 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 		}
 		sentinelPassword = v
 	}
-	checks := redisstore.CheckOptions{Mode: rl.Redis.Checks.Mode, Interval: time.Duration(rl.Redis.Checks.IntervalSeconds) * time.Second,
-		Username: rl.Redis.Checks.Username}
-	if env := rl.Redis.Checks.PasswordEnv; env != "" {
-		v, ok := os.LookupEnv(env)
-		if !ok {
-			return nil, nil, fmt.Errorf("rate_limiting.redis.checks.password_env: the environment variable %s is not set", env)
-		}
-		checks.Password = v
+	checks, err := checkOptions(&rl.Redis.Checks)
+	if err != nil {
+		return nil, nil, err
 	}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	opts := redisstore.Options{Checks: checks,
@@ -406,6 +402,36 @@ func newStore(c *config.Config, clock budget.Clock, rec budget.Recorder, log *sl
 	}
 	s, err := redisstore.New(opts)
 	return s, mem, err
+}
+
+// checkOptions are the store checks a config document sets, with the check
+// credential's password read from its environment variable.
+func checkOptions(c *config.RedisChecks) (redisstore.CheckOptions, error) {
+	o := redisstore.CheckOptions{Mode: c.Mode, Interval: time.Duration(c.IntervalSeconds) * time.Second, Username: c.Username}
+	if env := c.PasswordEnv; env != "" {
+		v, ok := os.LookupEnv(env)
+		if !ok {
+			return o, fmt.Errorf("rate_limiting.redis.checks.password_env: the environment variable %s is not set", env)
+		}
+		o.Password = v
+	}
+	return o, nil
+}
+
+// applyChecks puts a reloaded document's store checks in force on a Redis store; a
+// check credential whose variable is unset keeps the checks in force, and is logged.
+func applyChecks(store budget.Store, cfg *config.Config, log *slog.Logger) {
+	rs, ok := store.(*redisstore.Store)
+	if !ok || cfg.RateLimiting.Storage != config.StorageRedis {
+		return
+	}
+	o, err := checkOptions(&cfg.RateLimiting.Redis.Checks)
+	if err == nil {
+		err = rs.SetChecks(o)
+	}
+	if err != nil {
+		log.Error("The reloaded store checks are not applied; the checks in force stay", "error", err)
+	}
 }
 
 // usageReport builds the replica's usage report: from the shared buckets when the

@@ -66,10 +66,12 @@ func freeAddr(t *testing.T) string {
 
 // proxyProcess is the proxy binary running on a config document.
 type proxyProcess struct {
-	url    string
-	cmd    *exec.Cmd
-	log    *lockedBuffer
-	exited chan struct{}
+	url string
+	// admin is the admin listener's address; path is the config document's file.
+	admin, path string
+	cmd         *exec.Cmd
+	log         *lockedBuffer
+	exited      chan struct{}
 }
 
 type lockedBuffer struct {
@@ -98,7 +100,7 @@ func startProxy(t *testing.T, doc string, env ...string) *proxyProcess {
 		t.Fatal(err)
 	}
 	listen, admin := freeAddr(t), freeAddr(t)
-	p := &proxyProcess{url: "http://" + listen, log: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &proxyProcess{url: "http://" + listen, admin: admin, path: path, log: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(proxyBinary(t), "--config", path, "--listen", listen, "--admin-listen", admin, "--drain-delay", "0s")
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
