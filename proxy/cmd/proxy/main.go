@@ -39,9 +39,11 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/ledger"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/report"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/proxy/settlement"
 	"github.com/tokenwarden/tokenwarden/proxy/source"
 	"github.com/tokenwarden/tokenwarden/proxy/telemetry"
 )
@@ -228,10 +230,23 @@ func run(args []string) error {
 			}
 		}()
 	}
+	// The spend ledger, one observer of settlements (its Add never blocks).
+	spend, err := openLedger(first, *configPath, ledgerReplica(fs, *replicaName, *configMap != ""), reg, log)
+	if err != nil {
+		return err
+	}
+	var observers []settlement.Observer
+	if spend != nil {
+		defer spend.close(log) // after serve has drained every request
+		observers = append(observers, &ledger.Observer{Ledger: spend.Ledger, Fleet: first.Ledger.Fleet})
+		if lease != nil {
+			lease.Ledger = func() string { return spend.State().Encode() }
+		}
+	}
 	// A store that makes a network call settles what waits for it off the request's
 	// goroutine.
 	srvOpts := server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
-		Started: first, Overridden: overridden, Refusals: refusals, AccessLogBuffer: first.Observability.AccessLog.Buffer()}
+		Started: first, Overridden: overridden, Refusals: refusals, AccessLogBuffer: first.Observability.AccessLog.Buffer(), Observers: observers}
 	if tp != nil {
 		srvOpts.TracerProvider = tp
 	}
@@ -290,6 +305,9 @@ func run(args []string) error {
 		return fmt.Errorf("admin_listen: %w", err)
 	}
 	admin := srv.AdminHandler(reg)
+	if spend != nil {
+		admin = spend.withReports(admin)
+	}
 	switch authMode {
 	case adminauth.ModeKubernetes:
 		open := []string{"/healthz", "/readyz"}
