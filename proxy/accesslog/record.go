@@ -91,8 +91,11 @@ type Record struct {
 	User, Team      string
 	// Upstream is the upstream the request was last handed to; empty when nothing
 	// was forwarded.
-	Upstream         string
-	Reserved         int64
-	TraceID          trace.TraceID
+	Upstream string
+	Reserved int64
+	TraceID  trace.TraceID
+	// Cache is how the response cache answered (hit, miss, coalesced, bypass); empty
+	// when the cache is off or the request was not one it serves.
+	Cache            string
 	RetryAfterSecond int64
 }

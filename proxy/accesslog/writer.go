@@ -243,6 +243,9 @@ func (l *Writer) line(b []byte, rec *Record) []byte {
 		b = hex.AppendEncode(b, rec.TraceID[:])
 		b = append(b, '"')
 	}
+	if rec.Cache != "" && want(21) {
+		b = appendStringField(b, "cache", rec.Cache)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -44,6 +44,8 @@ type Metrics struct {
 	Settlements      *prometheus.CounterVec   // tokenwarden_settlements_total{result}
 	// Observability counts the access log's lines.
 	Observability *Observability
+	// Cache is the response cache's families (cache.go).
+	Cache *Cache
 	// RedisShared watches the slot groups' releases and the leased slices (redisshared.go).
 	RedisShared *RedisShared
 
@@ -291,6 +293,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.StoreChecks, m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 	m.Agents.register(reg)
 	m.Observability = newObservability(reg)
+	m.Cache = newCache(reg)
 	m.RedisShared = newRedisShared(reg)
 
 	for d := budget.Dimension(0); d < budget.NumDimensions; d++ {

@@ -48,7 +48,7 @@ func (ex *exchange) capOutput() bool {
 		return true
 	}
 	ex.keepTokenized(&est)
-	ex.est = est
+	ex.est, ex.body = est, out
 	if ex.try.Body != nil {
 		// An attempt under a provider's model name is rewritten from this body.
 		ex.try.Body = out

@@ -84,28 +84,36 @@ func (s *Server) onResponse(resp *http.Response) error {
 	// copies the upstream's with an allocation for each.
 	refusal.SetLimitHeaders(ex.cw.Header(), &ex.dec, s.clock.Now(), ex.route.family)
 	if !success {
+		ex.cacheAnswered(resp, false)
 		s.release(ex)
 		return nil
 	}
 	if !ex.route.charged {
 		return nil
 	}
-	st := &settler{ReadCloser: resp.Body, s: s, ex: ex}
+	st := &settler{ReadCloser: resp.Body, s: s, ex: ex, status: resp.StatusCode, header: resp.Header}
 	resp.Body = st
 	codings, ok := contentCodings(resp.Header)
 	if !ok {
 		st.undecodable = true
+		ex.cacheUndecodable()
 		return nil
 	}
-	if isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream) {
+	stream := isEventStream(resp.Header.Get("Content-Type"), ex.est.Stream)
+	if stream {
 		st.stream = streamReaders.Get().(*usage.Stream)
 		st.reader = st.stream
 	} else {
 		st.body = bodyReaders.Get().(*usage.Body)
 		st.reader = st.body
 	}
+	// The cache takes the body decoded: a waiter and a hit get it without a coding.
+	st.sink = st.reader
+	if tee := ex.cacheAnswered(resp, stream); tee != nil {
+		st.sink = io.MultiWriter(st.reader, tee)
+	}
 	if len(codings) > 0 {
-		st.dec = newDecoder(codings, st.reader)
+		st.dec = newDecoder(codings, st.sink)
 	}
 	return nil
 }
@@ -131,6 +139,7 @@ func (s *Server) onError(w http.ResponseWriter, r *http.Request, err error) {
 	if s.attemptFailed(ex, r, err) {
 		return // the model's next upstream takes the request
 	}
+	ex.cacheFailed()
 	s.release(ex)
 	if r.Context().Err() != nil {
 		ex.status = 499 // the client closed the request
@@ -155,7 +164,7 @@ var (
 
 // giveBack returns the reader to its pool; the settler reads nothing more.
 func (st *settler) giveBack() {
-	st.reader = nil
+	st.reader, st.sink = nil, nil
 	if st.body != nil {
 		st.body.Reset()
 		bodyReaders.Put(st.body)
@@ -184,6 +193,12 @@ type settler struct {
 	s      *Server
 	ex     *exchange
 	reader usageReader
+	// sink is where the decoded body goes: the reader, and the response cache's
+	// recorder and waiters when it takes the answer.
+	sink io.Writer
+	// status and header are the upstream's, for the cache.
+	status int
+	header http.Header
 	// body or stream is the reader, lent by a pool.
 	body   *usage.Body
 	stream *usage.Stream
@@ -204,8 +219,8 @@ func (st *settler) Read(p []byte) (int, error) {
 		switch {
 		case st.dec != nil:
 			st.dec.write(p[:n])
-		case st.reader != nil:
-			_, _ = st.reader.Write(p[:n])
+		case st.sink != nil:
+			_, _ = st.sink.Write(p[:n])
 		}
 	}
 	if err == io.EOF {
@@ -215,6 +230,7 @@ func (st *settler) Read(p []byte) (int, error) {
 }
 
 func (st *settler) Close() error {
+	st.drainForWaiters()
 	err := st.ReadCloser.Close()
 	st.once.Do(st.finish)
 	return err
@@ -244,6 +260,7 @@ func (st *settler) finish() {
 	}
 	st.giveBack()
 	ex.rec.End = end
+	st.s.cacheEnded(ex, st.status, st.header, end, verdict, u)
 	switch verdict {
 	case usage.Settle:
 		st.s.settle(ex, u, settlement.Usage)

@@ -148,6 +148,8 @@ type Server struct {
 	audit   accesslog.Audit
 	// observers are told of each settled request, in order (settle.go).
 	observers []settlement.Observer
+	// cache is the response cache in force, nil when it is off (cache.go).
+	cache atomic.Pointer[cacheRoom]
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -203,6 +205,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	}
 	s.bindSchedulers(rt)
 	s.agents.Configure(cfg)
+	s.bindCache(cfg)
 	took := time.Since(began)
 	prev := s.rt.Swap(rt)
 	s.applyLive(rt, origin)
@@ -265,6 +268,8 @@ type exchange struct {
 	// settled is what the observers are told, once (told), when the answer ends.
 	settled settlement.Request
 	told    bool
+	// cache is the request's part in the response cache (cache.go).
+	cache cacheState
 
 	// The access log line (observe.go): settling, the hold was settled and the store
 	// tells the settlement (Settled); arrived counts Settled and observe, the last of

@@ -34,9 +34,11 @@ var stages = [...]stage{
 	(*Server).chooseUpstream,
 	(*Server).agentLimits, // before admission: what they refuse reserves nothing
 	(*Server).admit,
-	// The response cache's lookup goes here, after admission: a hit releases its hold,
-	// request limits still count it, and a refused request never reads the cache.
-	// Coalescing follows it: a waiter holds its own reservation, never a queue slot.
+	// After admission: a hit releases its hold, request limits still count it, and a
+	// refused request never reads the cache (cache.go).
+	(*Server).cacheLookup,
+	// A waiter holds its own reservation, never a queue slot.
+	(*Server).coalesce,
 	(*Server).queue,
 	(*Server).forward,
 	// What follows the answer, its settlement and the observers told of it (a ledger
@@ -60,6 +62,7 @@ func (s *Server) arrive(w http.ResponseWriter, r *http.Request) *exchange {
 // nothing); then the request is counted and observed.
 func (s *Server) finish(ex *exchange) {
 	s.release(ex)
+	s.cacheFinish(ex)
 	s.agents.End(&ex.agent)
 	if ex.status == 0 {
 		ex.status = http.StatusBadGateway
@@ -227,7 +230,7 @@ func (s *Server) queue(ex *exchange) bool {
 // forward hands the request to the upstream. Its latency is measured from here, after
 // any wait for capacity (the queue wait's own histogram), so the two never overlap.
 func (s *Server) forward(ex *exchange) bool {
-	ctx := ex.r.Context()
+	ctx := ex.cacheForward(ex.r.Context())
 	at := s.clock.Now()
 	if s.tracing != nil {
 		ctx = s.tracing.upstream(ctx, ex, at)
