@@ -4,54 +4,35 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tokenwarden/tokenwarden/proxy/admin"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
-// Effective is the config in force as /admin/effective shows it: no key material, only
-// key names and the resolved allowances.
-type Effective struct {
-	Generation int64              `json:"generation"`
-	Digest     string             `json:"digest"`
-	LoadedAt   time.Time          `json:"loaded_at"`
-	Storage    string             `json:"storage"`
-	Divisor    int64              `json:"budget_division_replicas"`
-	AuthMode   string             `json:"auth_mode"`
-	Upstreams  []EffectiveUpstrm  `json:"upstreams"`
-	APIKeys    []EffectiveKey     `json:"api_keys"`
-	Limits     []budget.Effective `json:"limits"`
-	// Rules are the rule windows in force, with this replica's allowance.
-	Rules    []budget.EffectiveRule `json:"rules"`
-	Warnings []string               `json:"warnings"`
-	// RestartRequired names the fields of this config that differ from the ones the
-	// process started with and take effect only at its next restart (listen
-	// addresses, storage, how the store reaches Redis); empty when none.
-	RestartRequired []string `json:"restart_required"`
-
-	// Models is the model registry with where each value came from (providers_admin.go).
-	Models []EffectiveModel `json:"models"`
-}
-
-// EffectiveUpstrm is one upstream in /admin/effective.
-type EffectiveUpstrm struct {
-	Name   string   `json:"name"`
-	URL    string   `json:"url"`
-	Models []string `json:"models"`
-}
-
-// EffectiveKey is one API key in /admin/effective, by name.
-type EffectiveKey struct {
-	Name   string `json:"name"`
-	User   string `json:"user,omitempty"`
-	Team   string `json:"team,omitempty"`
-	Bypass bool   `json:"bypass,omitempty"`
-}
+// The admin endpoints' values (proxy/admin).
+type (
+	// Effective is the config in force as /admin/effective shows it.
+	Effective = admin.Effective
+	// EffectiveUpstrm is one upstream in /admin/effective.
+	EffectiveUpstrm = admin.EffectiveUpstrm
+	// EffectiveKey is one API key in /admin/effective, by name.
+	EffectiveKey = admin.EffectiveKey
+	// EffectiveModel is one model of the registry in /admin/effective.
+	EffectiveModel = admin.EffectiveModel
+	// EffectiveValue is a value in force and where it came from.
+	EffectiveValue = admin.EffectiveValue
+	// EffectiveServer is one upstream of a model in /admin/effective.
+	EffectiveServer = admin.EffectiveServer
+	// ProbeResult is what POST /admin/upstreams/{name}/probe answers.
+	ProbeResult = admin.ProbeResult
+	// Attestation is the body of POST /admin/durable/attest.
+	Attestation = admin.Attestation
+	// AttestResult is the answer of POST /admin/durable/attest.
+	AttestResult = admin.AttestResult
+)
 
 // Effective describes the config in force; ok is false before the first config.
 func (s *Server) Effective() (Effective, bool) {
@@ -66,7 +47,7 @@ func (s *Server) Effective() (Effective, bool) {
 		Limits: rt.policy.Effective(), Rules: rt.policy.EffectiveRules(), Warnings: c.Warnings(),
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
 		RestartRequired: append([]string{}, rt.restartRequired...),
-		Models:          s.effectiveModels(rt),
+		Models:          admin.Models(c, rt.CatchAll, s.health, s.clock.Now()),
 	}
 	for _, u := range c.Upstreams {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})
@@ -77,41 +58,37 @@ func (s *Server) Effective() (Effective, bool) {
 	return e, true
 }
 
-// AdminHandler serves /metrics, /healthz, /readyz, /admin/effective, /admin/refusals
-// (audit.go), the trust fence's /admin/durable and POST /admin/durable/attest
-// (docs/runbooks.md), and an upstream's probe, POST /admin/upstreams/{name}/probe
-// (docs/providers.md).
-func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.Draining() {
-			http.Error(w, "draining: the proxy is stopping", http.StatusServiceUnavailable)
-			return
-		}
-		if !s.Ready() {
-			http.Error(w, "no configuration loaded yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /admin/effective", func(w http.ResponseWriter, _ *http.Request) {
-		e, ok := s.Effective()
-		if !ok {
-			http.Error(w, "no configuration loaded yet", http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(e)
-	})
-	mux.HandleFunc("GET /admin/durable", s.durableEpochs)
-	mux.HandleFunc("GET /admin/refusals", s.refusalsHandler)
-	mux.HandleFunc("POST /admin/durable/attest", s.attest)
-	mux.HandleFunc("POST /admin/upstreams/{name}/probe", s.probe)
-	return mux
+// AdminHandler serves the admin endpoints (proxy/admin) on this server, /metrics
+// from g.
+func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler { return admin.Handler(s, g, s.log) }
+
+// Durable is the store's trust fence (admin.Source); false when it keeps no durable
+// counters.
+func (s *Server) Durable() (budget.Durable, bool) {
+	ds, ok := s.store.(budget.Durable)
+	return ds, ok
+}
+
+// RestoreCharge is the charge that restores a balance under the config in force
+// (admin.Source).
+func (s *Server) RestoreCharge(b budget.Balance) (budget.Charge, error) {
+	rt := s.rt.Load()
+	if rt == nil {
+		return budget.Charge{}, &admin.Refused{Status: http.StatusServiceUnavailable, Msg: "no configuration loaded yet"}
+	}
+	return s.limiter.RestoreCharge(rt.policy, b)
+}
+
+// ProbeTarget is what probing the upstream named takes (admin.Source).
+func (s *Server) ProbeTarget(name string) (admin.ProbeTarget, error) {
+	rt := s.rt.Load()
+	if rt == nil {
+		return admin.ProbeTarget{}, &admin.Refused{Status: http.StatusServiceUnavailable, Msg: "no configuration loaded yet"}
+	}
+	t, err := admin.Target(rt.cfg, rt.Upstreams, name)
+	if err != nil {
+		return t, err
+	}
+	t.Transport, t.Health, t.Clock, t.Log = s.transports.Get(t.Config), s.health, s.clock, s.log
+	return t, nil
 }
