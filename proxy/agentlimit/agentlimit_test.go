@@ -205,3 +205,47 @@ func TestSetBodyForwardsPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestCapOutputEstimatesTheRewriteAsTheBodyWould: the estimate a cap's rewrite returns
+// is the one a scan of the rewritten body gives, every field of it, whether the
+// estimate kept the body's output limits or the cap read them itself; and a
+// tokenizer's count stands through the rewrite.
+func TestCapOutputEstimatesTheRewriteAsTheBodyWould(t *testing.T) {
+	lim := config.ClassLimits{MaxOutputTokens: 50}
+	for _, c := range []struct{ route, body string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":900,"messages":[{"role":"user","content":"hello there"}]}`},
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}],"n":3}`},
+		{"/v1/chat/completions", `{}`},
+		{"/v1/chat/completions", `{ "max_tokens" : 123456789 , "max_completion_tokens": 40, "model":"m"}`},
+		{"/v1/chat/completions", `{"max_tokens":900,"max_tokens":"7000.5","messages":[]}`},
+		{"/v1/chat/completions", `{"max\u005ftokens":900,"messages":[]}`},
+		{"/v1/chat/completions", `{"max_tokens":1e400,"best_of":2,"n":1}`},
+		{"/v1/completions", `{"model":"m","prompt":["a","b","c"],"max_tokens":1000}`},
+		{"/v1/responses", `{"model":"m","input":"hi","max_output_tokens":9000,"stream":true}`},
+		{"/v1/messages", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		// More output limits than the estimate keeps: the cap reads the body.
+		{"/v1/chat/completions", `{"max_tokens":900,"max_tokens":800,"max_tokens":700,"max_tokens":600}`},
+	} {
+		est, err := estimate.Body([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, got, ref := agentlimit.CapOutput(lim, schedule.Batch, c.route, []byte(c.body), est)
+		if ref != nil || out == nil {
+			t.Fatalf("%s: not rewritten (%+v)", c.body, ref)
+		}
+		want, err := estimate.Body(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Input != want.Input || got.Output != want.Output || got.InputLower != want.InputLower ||
+			got.OutputCap != want.OutputCap || got.Model != want.Model || got.Stream != want.Stream || !got.Parsed {
+			t.Errorf("%s, rewritten %s: estimate %+v, the rewritten body's %+v", c.body, out, got, want)
+		}
+		est.Tokenize(1234, 1000)
+		_, got, _ = agentlimit.CapOutput(lim, schedule.Batch, c.route, []byte(c.body), est)
+		if got.Input != 1234 || got.InputLower != 1000 || got.Output != want.Output {
+			t.Errorf("%s: a tokenizer's count through the rewrite: %+v", c.body, got)
+		}
+	}
+}

@@ -32,10 +32,13 @@ func CapOutput(lim config.ClassLimits, class schedule.Class, route string, body 
 		// every completion's is at most its total: nothing to read.
 		return nil, est, nil
 	}
-	spans, err := outputLimits(body)
-	if err != nil {
-		// Not a JSON object: the estimate's fallback stands, and the upstream refuses it.
-		return nil, est, nil
+	spans, kept := keptLimits(&est)
+	if !kept {
+		var err error
+		if spans, err = outputLimits(body); err != nil {
+			// Not a JSON object: the estimate's fallback stands, and the upstream refuses it.
+			return nil, est, nil
+		}
 	}
 	var over []outputSpan
 	for _, s := range spans {
@@ -52,16 +55,38 @@ func CapOutput(lim config.ClassLimits, class schedule.Class, route string, body 
 				over[0].field, over[0].value, class, limCap, limCap),
 			map[string]any{"param": over[0].field, "max_output_tokens": limCap})
 	}
+	field := outputField(route)
 	if len(spans) == 0 {
-		out = insertOutputLimit(body, outputField(route), limCap)
+		out = insertOutputLimit(body, field, limCap)
 	} else {
 		out = replaceSpans(body, over, limCap)
 	}
-	outEst, err = estimate.Body(out)
+	if kept {
+		// The estimate follows the rewrite: the body is not read again.
+		return out, est.WithOutputLimit(field, limCap), nil
+	}
+	outEst, err := estimate.Body(out)
 	if err != nil {
 		return nil, est, nil
 	}
+	if est.Tokenized {
+		// A number changed, not the text: the tokenizer's count stands.
+		outEst.Tokenize(est.Input, est.InputLower)
+	}
 	return out, outEst, nil
+}
+
+// keptLimits are the output limits the estimate kept of the body, as spans.
+func keptLimits(est *estimate.Estimate) ([]outputSpan, bool) {
+	limits, ok := est.OutputLimits()
+	if !ok {
+		return nil, false
+	}
+	spans := make([]outputSpan, 0, len(limits))
+	for _, l := range limits {
+		spans = append(spans, outputSpan{field: l.Field, value: l.Value, start: l.Start, end: l.End})
+	}
+	return spans, true
 }
 
 // SetBody makes out the request's body, forwarded plain.

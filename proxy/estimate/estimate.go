@@ -56,6 +56,93 @@ type Estimate struct {
 	// Parsed is false when the body is not a JSON object; the estimate is then the
 	// conservative fallback.
 	Parsed bool
+	// Tokenized: Input and InputLower are a model's tokenizer's count (Tokenized),
+	// which a rewrite of the body's output limits leaves as they are.
+	Tokenized bool
+
+	// limits are the body's top-level output limits, every occurrence in order (n of
+	// them; more than fit sets n past len(limits)); mult is what one completion's
+	// limit is multiplied by (prompts × the largest of n and best_of).
+	limits [3]OutputLimit
+	n      int
+	mult   int64
+}
+
+// OutputLimit is one top-level output limit of a body: its field, the limit it states
+// (Ceiling), and where its value's bytes are.
+type OutputLimit struct {
+	Field      string
+	Value      int64
+	Start, End int
+	// key and value are the input tokens of its key and of its value.
+	key, value int64
+}
+
+// The output limits' fields.
+const (
+	FieldMaxTokens           = "max_tokens"
+	FieldMaxCompletionTokens = "max_completion_tokens"
+	FieldMaxOutputTokens     = "max_output_tokens"
+)
+
+// Tokenize sets a model's tokenizer's count of the input: input, the budget's
+// reservation (the text's count plus the estimate's allowances for media and
+// framing), and text, the text's count alone, which the context window reads.
+func (e *Estimate) Tokenize(input, text int64) {
+	e.Input, e.InputLower, e.Tokenized = input, text, true
+}
+
+// OutputLimits are the body's top-level output limits, every occurrence in order; ok
+// is false when the estimate did not keep them (the body is not a JSON object, or
+// states more of them than the estimate keeps) and the caller must read the body.
+func (e *Estimate) OutputLimits() (limits []OutputLimit, ok bool) {
+	if !e.Parsed || e.n > len(e.limits) {
+		return nil, false
+	}
+	return e.limits[:e.n], true
+}
+
+// WithOutputLimit is the estimate of the body rewritten to state limit as its output
+// limit: each of its output limits above limit lowered to it or, when the body states
+// none, field inserted with it (agentlimit.CapOutput), the body scanned once. It needs
+// OutputLimits' ok, which the estimate it returns no longer has.
+func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
+	lit := []byte(strconv.FormatInt(limit, 10))
+	litTokens := numberTokens(lit)
+	delta := int64(0)
+	if e.n == 0 {
+		e.limits[0] = OutputLimit{Field: field, Value: limit, key: textRaw([]byte(field)), value: litTokens}
+		e.n = 1
+		delta = satAdd(e.limits[0].key, litTokens)
+	}
+	var tok, compl, out int64
+	for i := range e.limits[:e.n] {
+		l := &e.limits[i]
+		if l.Value > limit {
+			delta += litTokens - l.value
+			l.Value, l.value = limit, litTokens
+		}
+		switch l.Field {
+		case FieldMaxTokens:
+			tok = l.Value
+		case FieldMaxCompletionTokens:
+			compl = l.Value
+		case FieldMaxOutputTokens:
+			out = l.Value
+		}
+	}
+	if !e.Tokenized {
+		e.Input += delta
+	}
+	e.OutputCap = max(tok, compl, out)
+	o := e.OutputCap
+	if o <= 0 {
+		o = DefaultOutput
+	}
+	e.Output = satMul(o, e.mult)
+	// The offsets are the body's before the rewrite: not kept.
+	e.n = len(e.limits) + 1
+	return e
 }
 
 // Total is the reservation: input estimate plus output ceiling, with no margin.
@@ -193,6 +280,13 @@ func scanBody(body []byte) (Estimate, error) {
 		}
 		if target != nil {
 			*target = Ceiling(raw)
+			if field := limitField(key); field != "" {
+				if e.n < len(e.limits) {
+					e.limits[e.n] = OutputLimit{Field: field, Value: *target, Start: s.i - len(raw), End: s.i,
+						key: keyTokens, value: w.tokens}
+				}
+				e.n++
+			}
 		}
 		other = satAdd(other, satAdd(keyTokens, w.tokens))
 		return nil
@@ -215,9 +309,33 @@ func scanBody(body []byte) (Estimate, error) {
 	if out <= 0 {
 		out = DefaultOutput
 	}
-	out = satMul(satMul(out, prompts), max(n, bestOf, 1))
+	e.mult = satMul(prompts, max(n, bestOf, 1))
+	out = satMul(out, e.mult)
 	e.Input, e.Output, e.InputLower = in, out, low
 	return e, nil
+}
+
+// limitField is the output limit a top-level key names, or "".
+func limitField(key []byte) string {
+	switch string(key) {
+	case FieldMaxTokens:
+		return FieldMaxTokens
+	case FieldMaxCompletionTokens:
+		return FieldMaxCompletionTokens
+	case FieldMaxOutputTokens:
+		return FieldMaxOutputTokens
+	}
+	return ""
+}
+
+// numberTokens are a plain number literal's input tokens, as the scan counts them.
+func numberTokens(lit []byte) int64 {
+	s := &scanner{b: lit}
+	_, w, err := s.span(1)
+	if err != nil {
+		return 0
+	}
+	return w.tokens
 }
 
 // Text is the generous count of a string's text (text.go): a quarter token per ASCII

@@ -38,7 +38,7 @@ func (s *Server) agentLimits(ex *exchange) bool {
 }
 
 // capOutput applies the class's output cap to a charged request; a changed body is
-// estimated again and forwarded plain.
+// forwarded plain, with the estimate the rewrite made (a tokenizer's count stands).
 func (ex *exchange) capOutput() bool {
 	out, est, ref := agentlimit.CapOutput(ex.rt.classLimits[ex.agent.Class], ex.agent.Class, ex.route.name, ex.body, ex.est)
 	if ref != nil {
@@ -47,7 +47,6 @@ func (ex *exchange) capOutput() bool {
 	if out == nil {
 		return true
 	}
-	ex.keepTokenized(&est)
 	ex.est, ex.body = est, out
 	if ex.try.Body != nil {
 		// An attempt under a provider's model name is rewritten from this body.

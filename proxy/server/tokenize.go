@@ -4,7 +4,6 @@
 package server
 
 import (
-	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
 )
 
@@ -15,14 +14,6 @@ import (
 // encoding/json does not decode keeps the estimate.
 func (ex *exchange) tokenize(enc *tokenize.Encoding) {
 	if r, ok := enc.Body(ex.try.Body); ok {
-		ex.est.Input, ex.est.InputLower = r.Input, r.Text
-	}
-}
-
-// keepTokenized keeps, in the estimate of a body the agent limits rewrote (a
-// number changed, not the text), the input a model's tokenizer counted.
-func (ex *exchange) keepTokenized(est *estimate.Estimate) {
-	if mr := ex.rt.Models[ex.est.Model]; mr != nil && mr.Tok != nil {
-		est.Input, est.InputLower = ex.est.Input, ex.est.InputLower
+		ex.est.Tokenize(r.Input, r.Text)
 	}
 }
