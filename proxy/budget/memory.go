@@ -378,3 +378,12 @@ func (m *Memory) deleteIf(drop func(Key, *bucket) bool) {
 
 // Close implements Store.
 func (m *Memory) Close() error { return nil }
+
+// Peek implements Peeker: the bucket's level in this replica's memory, its capacity
+// when it holds none (an absent bucket is full).
+func (m *Memory) Peek(_ context.Context, ch Charge) (float64, bool, error) {
+	if level, ok := m.Level(ch.Key); ok {
+		return level, false, nil
+	}
+	return ch.Capacity, false, nil
+}

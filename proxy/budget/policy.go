@@ -320,6 +320,12 @@ type KeyPolicy struct {
 	counters       []*counter
 	tenantCounters []*counter
 	level          *level
+	// replaced are those of its limits that a named api_key rule replaces (for
+	// Explain).
+	replaced []*counter
+	// overrides are the key's own values that replace per_api_key's: requests, then
+	// the minute and day tokens (for Explain).
+	overrides [3]bool
 }
 
 // NewPolicy resolves a validated config's limits and rules.
@@ -418,6 +424,11 @@ func NewPolicy(c *config.Config) *Policy {
 	for _, k := range c.APIKeys {
 		kp := p.newKeyPolicy(k, div)
 		// A named api_key rule replaces the key's limit of the same amount and period.
+		for _, x := range kp.counters {
+			if replaced[x.group].has(k.Name) {
+				kp.replaced = append(kp.replaced, x)
+			}
+		}
 		kp.counters = slices.DeleteFunc(kp.counters, func(x *counter) bool { return replaced[x.group].has(k.Name) })
 		kp.counters = keyCounters(kp.counters, k.Name, apiKeyEach[""], apiKeyNamed[""])
 		if k.Tenant != "" {
@@ -452,20 +463,20 @@ func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	if k.RateLimitTokensPerMinute > 0 {
 		// Every number written on a resource is a fleet total: the override is divided too.
 		tpm = k.RateLimitTokensPerMinute
-		kp.minute = Divide(tpm, div)
+		kp.minute, kp.overrides[1] = Divide(tpm, div), true
 	}
 	if k.RateLimitTokensPerDay > 0 {
 		tpd = k.RateLimitTokensPerDay
-		kp.day = Divide(tpd, div)
+		kp.day, kp.overrides[2] = Divide(tpd, div), true
 	}
 	kp.configuredTPM, kp.configuredTPD = tpm, tpd
 	rps := d.limits.RequestsPerSecond
 	if k.RateLimit > 0 {
-		rps = k.RateLimit
+		rps, kp.overrides[0] = k.RateLimit, true
 	}
 	burst := d.limits.BurstCapacity
 	if k.RateLimitBurst > 0 {
-		burst = k.RateLimitBurst
+		burst, kp.overrides[0] = k.RateLimitBurst, true
 	}
 	kp.reqRate, kp.reqBurst = requestBucket(rps, burst)
 	kp.counters = limitCounters(APIKey, rps, burst, tpm, tpd, div)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/admin"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/explain"
 )
 
 // The admin endpoints' values (proxy/admin).
@@ -59,8 +60,13 @@ func (s *Server) Effective() (Effective, bool) {
 }
 
 // AdminHandler serves the admin endpoints (proxy/admin) on this server, /metrics
-// from g.
-func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler { return admin.Handler(s, g, s.log) }
+// from g, and GET /admin/explain (proxy/explain).
+func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /admin/explain", explain.Handler(s.Explain))
+	mux.Handle("/", admin.Handler(s, g, s.log))
+	return mux
+}
 
 // Durable is the store's trust fence (admin.Source); false when it keeps no durable
 // counters.

@@ -654,3 +654,20 @@ func (s *Store) Level(ctx context.Context, k budget.Key) (float64, bool, error) 
 	}
 	return level, true, nil
 }
+
+// Peek implements budget.Peeker: the bucket's level in Redis, on the fleet's totals
+// (an absent key is a full bucket); while Redis is marked down, the fallback's, which
+// then decides.
+func (s *Store) Peek(ctx context.Context, ch budget.Charge) (float64, bool, error) {
+	if fb := s.fallback.Load(); fb != nil && s.down() {
+		return fb.Peek(ctx, ch)
+	}
+	level, ok, err := s.Level(ctx, ch.Key)
+	if err != nil {
+		return 0, true, fmt.Errorf("read %s: %w", s.Key(ch.Key), err)
+	}
+	if !ok {
+		return ch.SharedCapacity, true, nil
+	}
+	return level, true, nil
+}

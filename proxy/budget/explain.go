@@ -1,0 +1,300 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package budget
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Explanation is every budget that applies to one identity's requests, as the limiter
+// resolves them for admission: the same walk over the same compiled counters, so it
+// never disagrees with what a request is charged.
+type Explanation struct {
+	APIKey string `json:"api_key"`
+	User   string `json:"user,omitempty"`
+	Team   string `json:"team,omitempty"`
+	Model  string `json:"model,omitempty"`
+	// Charged: the route is charged, so every amount applies; otherwise only the
+	// request counts do.
+	Charged bool `json:"charged"`
+	// Bypass: the key is exempt, and nothing applies.
+	Bypass bool `json:"bypass,omitempty"`
+	// Divisor is the budget division: a replica's memory holds 1/Divisor of each
+	// rolling fleet total.
+	Divisor int64 `json:"budget_division_replicas"`
+	// Budgets are the buckets a request draws on, in the order they are reserved.
+	Budgets []Explained `json:"budgets"`
+	// Replaced are the budgets that would apply but for a budget of this identity's
+	// own that replaces them.
+	Replaced []Replaced `json:"replaced,omitempty"`
+	// Tightest is the Order of the enforcing budget with the smallest share left now;
+	// 0 when no level is known.
+	Tightest int `json:"tightest,omitempty"`
+	// Levels says where the levels were read: "shared" (the fleet's totals in the
+	// shared store), "memory" (this replica's share), or "" when unread; LevelsError
+	// says why they were not.
+	Levels      string `json:"levels,omitempty"`
+	LevelsError string `json:"levels_error,omitempty"`
+	// Unresolved names the dimensions with budgets this identity does not resolve:
+	// client (a client address is the caller's, not the key's), model (no model).
+	Unresolved []string `json:"unresolved,omitempty"`
+}
+
+// Explained is one bucket a request draws on.
+type Explained struct {
+	// Order is its place in the reservation, from 1: the request counts first, then
+	// every other amount.
+	Order int `json:"order"`
+	// Source is "limits" (a dimension's limits), "api_key" (the key's own override of
+	// per_api_key) or "rule"; Rule names the rule.
+	Source string `json:"source"`
+	Rule   string `json:"rule,omitempty"`
+	// Window is the period (second, minute, hour, day, or calendar_day, _week, _month).
+	Window    string `json:"window"`
+	Dimension string `json:"dimension"`
+	// Subject is the identity's value in the dimension (empty for global); By its
+	// count_by value.
+	Subject string `json:"subject,omitempty"`
+	CountBy string `json:"count_by,omitempty"`
+	By      string `json:"by,omitempty"`
+	Amount  string `json:"amount"`
+	Warn    bool   `json:"warn,omitempty"`
+	Durable bool   `json:"durable,omitempty"`
+	// Own: the budget is the key's own (api_key, or counted by api_key), so refusals
+	// and headers tell its level.
+	Own bool `json:"own,omitempty"`
+	// Limit and RatePerSecond are the fleet totals, as a shared store holds them;
+	// ReplicaLimit and ReplicaRatePerSecond are one replica's share, what each replica
+	// enforces in memory mode (a calendar window is never divided).
+	Limit                float64 `json:"limit"`
+	RatePerSecond        float64 `json:"rate_per_second,omitempty"`
+	ReplicaLimit         float64 `json:"replica_limit"`
+	ReplicaRatePerSecond float64 `json:"replica_rate_per_second,omitempty"`
+	// Remaining is the bucket's level now, of the capacity Levels names; UsedPercent
+	// the share of it used. Nil when not read.
+	Remaining   *float64 `json:"remaining,omitempty"`
+	UsedPercent *float64 `json:"used_percent,omitempty"`
+	// ResetsAt is when a calendar window starts again.
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
+	// Replaces are the Replaced entries this budget stands in for.
+	Replaces []string `json:"replaces,omitempty"`
+}
+
+// Replaced is a budget an identity's own budget replaces.
+type Replaced struct {
+	// What names it as Explained.Name does; By names the budget that replaces it.
+	What string `json:"what"`
+	By   string `json:"by"`
+}
+
+// Name is how an explained budget is named in Replaced: the rule and window, or the
+// source, dimension and window.
+func (e *Explained) Name() string {
+	if e.Rule != "" {
+		return "rule " + e.Rule + " " + e.Window
+	}
+	return e.Source + " " + e.Dimension + " " + e.Window
+}
+
+// Peeker is a store that reads a bucket's level without taking from it.
+type Peeker interface {
+	// Peek is the bucket's level now (an absent bucket is full), and whether the store
+	// holds the fleet's totals (a shared store) rather than this replica's share.
+	Peek(ctx context.Context, ch Charge) (level float64, shared bool, err error)
+}
+
+// Explain resolves every budget the identity's requests draw on, on a charged route
+// or not, and reads each bucket's level when the store can (Peeker). It takes
+// nothing and counts nothing.
+func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged bool) Explanation {
+	e := Explanation{Model: id.Model, Charged: charged, Divisor: p.Divisor, Budgets: []Explained{}}
+	if id.Key != nil {
+		e.APIKey, e.User, e.Team, e.Bypass = id.Key.Name, id.Key.User, id.Key.Team, id.Key.Bypass
+	}
+	if e.Bypass || id.Exempt {
+		return e
+	}
+	quiet := &Limiter{store: l.store, rec: NopRecorder{}, clock: l.clock}
+	var c charges
+	quiet.collect(p, &id, &c, &Ask{}, charged)
+	all := slices.Concat(c.reqs, c.toks)
+	for _, ch := range all {
+		e.Budgets = append(e.Budgets, explained(len(e.Budgets)+1, ch, id.Key))
+	}
+	e.Replaced = replaced(p, &id, e.Budgets)
+	levels := p.levelsOf(id.Key)
+	if id.Client == "" && slices.ContainsFunc(levels, func(lv *level) bool { return len(lv.counters[Client]) > 0 }) {
+		e.Unresolved = append(e.Unresolved, Client.String())
+	}
+	if id.Model == "" && slices.ContainsFunc(levels, func(lv *level) bool { return len(lv.byModel) > 0 || len(lv.counters[Model]) > 0 }) {
+		e.Unresolved = append(e.Unresolved, Model.String())
+	}
+	quiet.levels(ctx, &e, all)
+	return e
+}
+
+// explained describes one charge of the reservation.
+func explained(order int, ch Charge, key *KeyPolicy) Explained {
+	ctr := ch.ctr
+	x := Explained{
+		Order: order, Source: "limits", Rule: ctr.rule, Window: ctr.name, Dimension: ctr.dim.String(),
+		Subject: ch.Key.ID, By: ch.Key.By, Amount: ctr.amount.String(), Warn: ctr.warn, Durable: ctr.durable, Own: ctr.scoped,
+		Limit: ctr.sharedCapacity, RatePerSecond: ctr.sharedRate, ReplicaLimit: ctr.capacity, ReplicaRatePerSecond: ctr.rate,
+	}
+	if ctr.rule != "" {
+		x.Source = "rule"
+	} else if ctr.dim == APIKey && key != nil && overridden(key, ctr.kind) {
+		x.Source = "api_key"
+	}
+	if ctr.countBy != NumDimensions {
+		x.CountBy = ctr.countBy.String()
+	}
+	if ctr.kind == Calendar {
+		t := time.UnixMilli(ch.EndMillis).UTC()
+		x.ResetsAt = &t
+	}
+	return x
+}
+
+// overridden reports whether the key's own value sets its limit of this kind.
+func overridden(k *KeyPolicy, kind Kind) bool {
+	switch kind {
+	case Requests:
+		return k.overrides[0]
+	case TokensMinute:
+		return k.overrides[1]
+	case TokensDay:
+		return k.overrides[2]
+	}
+	return false
+}
+
+// replaced lists the counters that would govern the identity but that a budget of
+// its own replaces (a named-subject rule, or the key's override of per_api_key), and
+// marks each replacing budget.
+func replaced(p *Policy, id *Identity, budgets []Explained) []Replaced {
+	var out []Replaced
+	add := func(what, by string) {
+		out = append(out, Replaced{What: what, By: by})
+		for i := range budgets {
+			if budgets[i].Name() == by {
+				budgets[i].Replaces = append(budgets[i].Replaces, what)
+			}
+		}
+	}
+	// The key's overrides replace per_api_key's values.
+	if id.Key != nil {
+		for i := range budgets {
+			b := &budgets[i]
+			if b.Source == "api_key" {
+				add("limits api_key "+b.Window+" (per_api_key)", b.Name())
+			}
+		}
+	}
+	// A named-subject counter replaces the each-subject counters of its group.
+	var each []*counter
+	for _, lv := range p.levelsOf(id.Key) {
+		for d := range lv.counters {
+			each = append(each, lv.counters[d]...)
+		}
+	}
+	each = append(each, slices.SortedFunc(maps.Values(p.rules), func(a, b *counter) int {
+		return cmp.Or(cmp.Compare(p.order[a.rule], p.order[b.rule]), cmp.Compare(a.window, b.window))
+	})...)
+	if id.Key != nil {
+		each = append(each, id.Key.replaced...)
+	}
+	seen := map[*counter]bool{}
+	for _, ctr := range each {
+		subject := id.value(ctr.dim)
+		if seen[ctr] || ctr.subjects != nil || subject == "" || (ctr.models != nil && !ctr.models.has(id.Model)) {
+			continue
+		}
+		if !ctr.excluded.has(subject) && !slices.Contains(id.Key.replacedOrNil(), ctr) {
+			continue
+		}
+		seen[ctr] = true
+		what := Explained{Source: "limits", Rule: ctr.rule, Window: ctr.name, Dimension: ctr.dim.String()}
+		if ctr.rule != "" {
+			what.Source = "rule"
+		}
+		for i := range budgets {
+			if b := &budgets[i]; b.Rule != "" && replaces(p, b, ctr, subject) {
+				add(what.Name(), b.Name())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// levelsOf are the levels a key's requests are checked against: the platform's, then
+// its tenant's.
+func (p *Policy) levelsOf(k *KeyPolicy) []*level {
+	if k != nil && k.level != nil {
+		return []*level{&p.platform, k.level}
+	}
+	return []*level{&p.platform}
+}
+
+// replacedOrNil is the key's replaced limits; nil for no key.
+func (k *KeyPolicy) replacedOrNil() []*counter {
+	if k == nil {
+		return nil
+	}
+	return k.replaced
+}
+
+// replaces reports whether the explained rule window is the named-subject counter
+// that replaces ctr for subject.
+func replaces(p *Policy, b *Explained, ctr *counter, subject string) bool {
+	for _, w := range p.rules {
+		if w.rule == b.Rule && w.name == b.Window && w.group == ctr.group && w.subjects.has(subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// levels reads each bucket's level from the store, and names the tightest enforcing
+// budget: the one with the smallest share of its capacity left.
+func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge) {
+	pk, ok := l.store.(Peeker)
+	if !ok || len(charges) == 0 {
+		return
+	}
+	least := 2.0
+	for i, ch := range charges {
+		level, shared, err := pk.Peek(ctx, ch)
+		if err != nil {
+			e.Levels, e.LevelsError = "", err.Error()
+			for j := range e.Budgets {
+				e.Budgets[j].Remaining, e.Budgets[j].UsedPercent = nil, nil
+			}
+			e.Tightest = 0
+			return
+		}
+		capacity := ch.Capacity
+		e.Levels = "memory"
+		if shared {
+			capacity, e.Levels = ch.SharedCapacity, "shared"
+		}
+		b := &e.Budgets[i]
+		b.Remaining = &level
+		if capacity > 0 {
+			used := 100 * (1 - level/capacity)
+			b.UsedPercent = &used
+			if left := level / capacity; !b.Warn && left < least {
+				least, e.Tightest = left, b.Order
+			}
+		} else if !b.Warn && least > 0 {
+			// A zero allowance admits nothing: nothing is tighter.
+			least, e.Tightest = 0, b.Order
+		}
+	}
+}
