@@ -3,11 +3,300 @@
 
 package plugin
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
 
-// newExplainCommand is `explain KEY`: every budget and rule that applies to a key, as
-// the proxy's own resolver orders them. Not available yet.
-func newExplainCommand() *cobra.Command {
-	return notYet("explain KEY [--model M] [--route R]", "Every budget and rule that applies to a key, in the order they are reserved",
-		"it needs the proxy's admin endpoint that resolves a key's budgets")
+	"github.com/spf13/cobra"
+
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/explain"
+)
+
+// explainOptions are the flags of `explain`.
+type explainOptions struct {
+	*Options
+	out      *outputFlags
+	replicas replicaFlags
+	model    string
+	route    string
+}
+
+func newExplainCommand(o *Options) *cobra.Command {
+	x := &explainOptions{Options: o, out: newOutputFlags()}
+	cmd := &cobra.Command{
+		Use:   "explain KEY [--model M] [--route R]",
+		Short: "Every budget and rule that applies to a key, in the order they are reserved",
+		Long: `explain asks each replica of the fleet (GET /admin/explain on its admin port) which budgets and
+rules apply to the key's requests for the model on the route, as the proxy's own resolver reserves
+them: request counts first, then every other amount, dimension by dimension. It shows what replaces
+what (a key's own override of per_api_key, a rule that names the key, its user or its team in place of
+the rule for every other subject), the fleet's total and one replica's share of each (what each
+replica enforces in memory mode), how much of each is used now, and which is tightest.
+
+Under memory storage each replica holds its own buckets: USED is the most used replica's, and -o wide
+shows each replica's. Under Redis storage every replica reads the same buckets.
+
+It reaches the replicas as why does (port-forward with your credentials, or --admin-addr).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return x.run(cmd.Context(), args[0])
+		},
+	}
+	x.out.addFlags(cmd)
+	x.replicas.addFlags(cmd)
+	cmd.Flags().StringVar(&x.model, "model", "", "The model the requests ask for (the body's \"model\"); without it, budgets of a model do not apply.")
+	cmd.Flags().StringVar(&x.route, "route", explain.DefaultRoute, "The request path; a path that is not a charged route draws only on request counts.")
+	return cmd
+}
+
+// Explained is what explain prints: one replica's answer, with the use of each budget
+// on every replica that answered.
+type Explained struct {
+	explain.Answer
+	// Replicas are the replicas that answered, in order; Used holds, per budget, each
+	// one's used percent (memory storage: each replica's own buckets).
+	Replicas []string     `json:"replicas"`
+	Used     [][]*float64 `json:"used_by_replica,omitempty"`
+	// Generations are the replicas' config generations when they differ.
+	Generations []int64 `json:"generations,omitempty"`
+}
+
+func (x *explainOptions) run(ctx context.Context, key string) error {
+	ns, err := x.namespace()
+	if err != nil {
+		return err
+	}
+	a, err := x.connect(ctx, &x.replicas, ns)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	var out *Explained
+	var failed []error
+	q := url.Values{"api_key": {key}, "route": {x.route}}
+	if x.model != "" {
+		q.Set("model", x.model)
+	}
+	for _, r := range a.replica {
+		var ans explain.Answer
+		if err := a.get(ctx, r, "/admin/explain", q, &ans); err != nil {
+			if refusedErr(err) {
+				return err
+			}
+			failed = append(failed, err)
+			continue
+		}
+		out = merge(out, r.name, ans)
+	}
+	if out == nil {
+		return failed[0]
+	}
+	for _, err := range failed {
+		fmt.Fprintf(x.Streams.ErrOut, "warning: %v\n", err)
+	}
+	out.tightest()
+	if !x.out.table() {
+		return x.out.printRows(x.Streams.Out, []*Explained{out})
+	}
+	return x.printTable(x.Streams.Out, out)
+}
+
+// merge adds one replica's answer: the first is the one printed, the others add their
+// use of each budget (the same budgets, when they run the same generation).
+func merge(e *Explained, name string, a explain.Answer) *Explained {
+	if e == nil {
+		e = &Explained{Answer: a}
+	} else if a.Generation != e.Generation || len(a.Budgets) != len(e.Budgets) {
+		if len(e.Generations) == 0 {
+			e.Generations = []int64{e.Generation}
+		}
+		e.Generations = append(e.Generations, a.Generation)
+		return e
+	}
+	e.Replicas = append(e.Replicas, name)
+	for i := range a.Budgets {
+		if len(e.Used) <= i {
+			e.Used = append(e.Used, nil)
+		}
+		e.Used[i] = append(e.Used[i], a.Budgets[i].UsedPercent)
+	}
+	return e
+}
+
+// tightest makes each budget's UsedPercent the most used replica's, and Tightest the
+// enforcing budget used most: under memory storage each replica's own buckets decide,
+// and the most used one refuses first.
+func (e *Explained) tightest() {
+	if e.Levels != "memory" || len(e.Replicas) < 2 {
+		return
+	}
+	most := 0.0
+	e.Tightest = 0
+	for i := range e.Budgets {
+		b := &e.Budgets[i]
+		for _, u := range e.Used[i] {
+			if u != nil && (b.UsedPercent == nil || *u > *b.UsedPercent) {
+				v := *u
+				b.UsedPercent = &v
+			}
+		}
+		if !b.Warn && b.UsedPercent != nil && *b.UsedPercent > most {
+			most, e.Tightest = *b.UsedPercent, b.Order
+		}
+	}
+}
+
+// printTable prints the key, the budgets in reservation order, what is replaced and
+// the tightest.
+func (x *explainOptions) printTable(w io.Writer, e *Explained) error {
+	fmt.Fprintf(w, "Key %s%s, model %s, route %s (%s), config generation %d, asked of %s.\n",
+		e.APIKey, identity(e), dash(e.Model), e.Route, charged(e.Charged), e.Generation, replicas(int32(len(e.Replicas))))
+	if len(e.Generations) > 0 {
+		fmt.Fprintf(w, "Warning: the replicas run different config generations (%v): only the first one's answer is shown.\n", e.Generations)
+	}
+	if e.Bypass {
+		_, err := fmt.Fprintln(w, "The key bypasses every budget: nothing applies.")
+		return err
+	}
+	header := []string{"#", "BUDGET", "DIMENSION", "WINDOW", "AMOUNT", "LIMIT", "PER REPLICA", "USED", "NOTE"}
+	if x.out.wide() {
+		header = append(header, "RATE/S", "REPLICA RATE/S", "USED BY REPLICA")
+	}
+	var rows [][]string
+	for i, b := range e.Budgets {
+		row := []string{fmt.Sprint(b.Order), budgetName(&b), subject(&b), b.Window, b.Amount, number(b.Limit), number(b.ReplicaLimit), percent(b.UsedPercent), note(e, &b)}
+		if x.out.wide() {
+			row = append(row, rate(b.RatePerSecond), rate(b.ReplicaRatePerSecond), usedBy(e, i))
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "No budget applies to these requests.")
+	} else if err := printTable(w, header, rows); err != nil {
+		return err
+	}
+	for _, r := range e.Replaced {
+		fmt.Fprintf(w, "%s is replaced by %s.\n", r.What, r.By)
+	}
+	if e.Tightest > 0 {
+		b := e.Budgets[e.Tightest-1]
+		fmt.Fprintf(w, "Tightest now: #%d %s %s, %s used.\n", b.Order, budgetName(&b), b.Window, percent(b.UsedPercent))
+	}
+	switch {
+	case e.LevelsError != "":
+		fmt.Fprintf(w, "Use not shown: %s.\n", e.LevelsError)
+	case e.Levels == "memory" && e.Divisor > 1:
+		fmt.Fprintf(w, "Memory storage: each replica enforces its share (PER REPLICA, 1/%d of LIMIT) on its own buckets; USED is the most used replica's.\n", e.Divisor)
+	case e.Levels == "shared":
+		fmt.Fprintln(w, "Redis storage: every replica draws on the fleet's totals (LIMIT); USED is the fleet's.")
+	}
+	for _, d := range e.Unresolved {
+		switch d {
+		case "client":
+			fmt.Fprintln(w, "Budgets of each client address also apply: they depend on the caller's address, not the key.")
+		case "model":
+			fmt.Fprintln(w, "Budgets of models also apply: pass --model to see them.")
+		}
+	}
+	return nil
+}
+
+// identity is the key's user and team, for the first line.
+func identity(e *Explained) string {
+	var parts []string
+	if e.User != "" {
+		parts = append(parts, "user "+e.User)
+	}
+	if e.Team != "" {
+		parts = append(parts, "team "+e.Team)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func charged(c bool) string {
+	if c {
+		return "charged"
+	}
+	return "not charged: request counts only"
+}
+
+// budgetName names a budget as the config does: a rule by its name (a TokenBudget's
+// NAMESPACE/NAME), a limit by its dimension, a key's override as its own.
+func budgetName(b *budget.Explained) string {
+	switch b.Source {
+	case "rule":
+		return b.Rule
+	case "api_key":
+		return "the key's own"
+	}
+	return "limits per_" + b.Dimension
+}
+
+// subject is the dimension and the key's subject in it.
+func subject(b *budget.Explained) string {
+	s := b.Dimension
+	if b.Subject != "" {
+		s += " " + b.Subject
+	}
+	if b.CountBy != "" {
+		s += " by " + b.CountBy + " " + b.By
+	}
+	return s
+}
+
+// note says what is notable of a budget: tightest, warn only, durable, what it
+// replaces.
+func note(e *Explained, b *budget.Explained) string {
+	var n []string
+	if b.Order == e.Tightest {
+		n = append(n, "tightest")
+	}
+	if b.Warn {
+		n = append(n, "warn only")
+	}
+	if b.ResetsAt != nil {
+		n = append(n, "resets "+b.ResetsAt.UTC().Format("2006-01-02T15:04Z"))
+	}
+	if len(b.Replaces) > 0 {
+		n = append(n, "replaces "+strings.Join(b.Replaces, ", "))
+	}
+	return dash(strings.Join(n, "; "))
+}
+
+// percent is a use: with a decimal below 10%, so that a little use shows.
+func percent(p *float64) string {
+	switch {
+	case p == nil:
+		return "-"
+	case *p > 0 && *p < 10:
+		return fmt.Sprintf("%.1f%%", *p)
+	}
+	return fmt.Sprintf("%.0f%%", *p)
+}
+
+// rate is a refill per second, to three decimals.
+func rate(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", r), "0"), ".")
+}
+
+// usedBy is each replica's use of budget i.
+func usedBy(e *Explained, i int) string {
+	if i >= len(e.Used) {
+		return "-"
+	}
+	parts := make([]string, 0, len(e.Used[i]))
+	for j, u := range e.Used[i] {
+		parts = append(parts, e.Replicas[j]+"="+percent(u))
+	}
+	return strings.Join(parts, ",")
 }

@@ -60,11 +60,13 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = filepath.Join(dir, "bin")
-	// The plugin as `make build` builds it.
-	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "kubectl-tokenwarden"), "./cmd/kubectl-tokenwarden")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build the plugin: %v\n%s", err, out)
-		return 1
+	// The plugin as `make build` builds it, and the proxy whose admin API it reads.
+	for _, b := range [][2]string{{"kubectl-tokenwarden", "./cmd/kubectl-tokenwarden"}, {"proxy", "../proxy/cmd/proxy"}} {
+		build := exec.Command("go", "build", "-o", filepath.Join(binDir, b[0]), b[1])
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b[0], err, out)
+			return 1
+		}
 	}
 	testEnv = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
 	if cfg, err = testEnv.Start(); err != nil {
@@ -454,9 +456,9 @@ func TestTopWatch(t *testing.T) {
 	waitFor("alice key 100% 30k/min 60s per-key")
 }
 
-// why, explain and spend say on one line that this version does not have them.
+// spend says on one line that this version does not have it.
 func TestNotYet(t *testing.T) {
-	for _, c := range []string{"why", "explain", "spend"} {
+	for _, c := range []string{"spend"} {
 		_, errOut, err := kubectl(t, adminKC, "tokenwarden", c, "alice")
 		if err == nil || !strings.HasPrefix(errOut, "error: kubectl tokenwarden "+c+" is not available in this version: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("kubectl tokenwarden %s: %v %q", c, err, errOut)

@@ -33,7 +33,7 @@ type Explanation struct {
 	// own that replaces them.
 	Replaced []Replaced `json:"replaced,omitempty"`
 	// Tightest is the Order of the enforcing budget with the smallest share left now;
-	// 0 when no level is known.
+	// 0 when no level is known or every bucket is whole.
 	Tightest int `json:"tightest,omitempty"`
 	// Levels says where the levels were read: "shared" (the fleet's totals in the
 	// shared store), "memory" (this replica's share), or "" when unread; LevelsError
@@ -92,13 +92,16 @@ type Replaced struct {
 	By   string `json:"by"`
 }
 
-// Name is how an explained budget is named in Replaced: the rule and window, or the
-// source, dimension and window.
+// Name is how an explained budget is named in Replaced: "rule NAME WINDOW", "the
+// key's own WINDOW limit", or "limits DIMENSION WINDOW".
 func (e *Explained) Name() string {
-	if e.Rule != "" {
+	switch {
+	case e.Rule != "":
 		return "rule " + e.Rule + " " + e.Window
+	case e.Source == "api_key":
+		return "the key's own " + e.Window + " limit"
 	}
-	return e.Source + " " + e.Dimension + " " + e.Window
+	return "limits " + e.Dimension + " " + e.Window
 }
 
 // Peeker is a store that reads a bucket's level without taking from it.
@@ -192,7 +195,7 @@ func replaced(p *Policy, id *Identity, budgets []Explained) []Replaced {
 		for i := range budgets {
 			b := &budgets[i]
 			if b.Source == "api_key" {
-				add("limits api_key "+b.Window+" (per_api_key)", b.Name())
+				add("limits api_key "+b.Window, b.Name())
 			}
 		}
 	}
@@ -268,7 +271,8 @@ func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge) 
 	if !ok || len(charges) == 0 {
 		return
 	}
-	least := 2.0
+	// A budget is tightest only once it is used: among whole buckets none is.
+	least := 1.0
 	for i, ch := range charges {
 		level, shared, err := pk.Peek(ctx, ch)
 		if err != nil {

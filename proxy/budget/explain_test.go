@@ -71,13 +71,13 @@ var _ = Describe("Explain", func() {
 			"limits api_key second",
 			"rule llm/per-model hour",
 			"limits global minute",
-			"api_key api_key minute",
+			"the key's own minute limit",
 			"limits api_key day",
 			"rule llm/watch minute",
 			"rule llm/research minute",
 		}), "request counts first, then the dimensions in order; research's rule in place of per_team")
 		Expect(e.Replaced).To(ConsistOf(
-			budget.Replaced{What: "limits api_key minute (per_api_key)", By: "api_key api_key minute"},
+			budget.Replaced{What: "limits api_key minute", By: "the key's own minute limit"},
 			budget.Replaced{What: "limits team minute", By: "rule llm/research minute"},
 		))
 		Expect(e.Budgets[6].Replaces).To(Equal([]string{"limits team minute"}))

@@ -91,8 +91,8 @@ func TestExplain(t *testing.T) {
 	if len(a.Replaced) != 1 || a.Replaced[0].What != "limits team minute" {
 		t.Errorf("replaced %+v, want the team's limit", a.Replaced)
 	}
-	if a.Levels != "memory" || a.Tightest == 0 {
-		t.Errorf("levels %q, tightest %d: want levels read from memory", a.Levels, a.Tightest)
+	if a.Levels != "memory" || a.Budgets[1].Remaining == nil || *a.Budgets[1].Remaining != 10000 {
+		t.Errorf("levels %q, budgets %+v: want each level read from memory, whole", a.Levels, a.Budgets)
 	}
 	// A route that is not charged: only the request count.
 	_, body = get(t, srv.URL+"/admin/explain?api_key=alice&route=/v1/models")
