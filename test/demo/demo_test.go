@@ -43,7 +43,7 @@ func TestDemo(t *testing.T) {
 	RunSpecs(t, "Demo Suite")
 }
 
-var root, proxyBinary string
+var root, proxyBinary, pluginDir string
 
 var _ = BeforeSuite(func() {
 	var err error
@@ -54,6 +54,12 @@ var _ = BeforeSuite(func() {
 	build := exec.Command("go", "build", "-o", proxyBinary, "./proxy/cmd/proxy")
 	build.Dir = root
 	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s", out)
+	// And the kubectl plugin the story ends with.
+	pluginDir = GinkgoT().TempDir()
+	build = exec.Command("go", "build", "-o", filepath.Join(pluginDir, "kubectl-tokenwarden"), "./plugin/cmd/kubectl-tokenwarden")
+	build.Dir = root
+	out, err = build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s", out)
 })
 
@@ -91,7 +97,7 @@ var _ = Describe("make demo DEMO_ONCE=1", func() {
 		GinkgoWriter.Printf("%d CPU burners run while the story is told.\n", runtime.NumCPU())
 
 		start := time.Now()
-		Expect(run(ctx, options{Root: root, Once: true, ProxyBinary: proxyBinary, LogPath: logPath, NeedRedis: true})).To(Succeed())
+		Expect(run(ctx, options{Root: root, Once: true, ProxyBinary: proxyBinary, PluginDir: pluginDir, LogPath: logPath, NeedRedis: true})).To(Succeed())
 		AddReportEntry("the story's duration with every core busy", time.Since(start).Round(time.Millisecond).String())
 	}, SpecTimeout(15*time.Minute))
 })

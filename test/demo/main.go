@@ -114,6 +114,8 @@ type options struct {
 	// NeedRedis makes a missing redis-server a failed step; otherwise the story skips
 	// the Redis-backed fleet and says how to install it.
 	NeedRedis bool
+	// PluginDir holds the kubectl plugin kubectl-tokenwarden; default bin/.
+	PluginDir string
 }
 
 func run(ctx context.Context, o options) error {
@@ -277,6 +279,8 @@ func run(ctx context.Context, o options) error {
 		st.check(spend > 0, "the proxy exports spend and rule levels: the dashboard's cost panel and near-limit table read them")
 	}
 	st.check(shown > 0, "the proxy counts reserved, refunded and refused tokens per dimension and per key")
+
+	pluginStory(st, s, o, proxies)
 
 	fmt.Println()
 	if len(st.failed) > 0 {

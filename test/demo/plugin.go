@@ -1,0 +1,84 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tokenwarden/tokenwarden/test/stack"
+)
+
+// pluginStory ends the story with the kubectl plugin: who is near their limit, why
+// the batch job was refused, and what applies to alice.
+func pluginStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy) {
+	st.step(7, "kubectl tokenwarden: who is near a limit, why the batch job was refused, what applies to alice")
+	// The batch job runs again until refused: the replicas report their use within a
+	// usage interval, and the operator writes it into the budgets' status, which top
+	// reads.
+	p0 := proxies[0].URL
+	for i := 1; i <= 4; i++ {
+		b, err := chat(p0, "sk-demo-batch", 1000)
+		if err != nil {
+			break
+		}
+		say("batch call %d: %d", i, b.code)
+		if b.code == 429 {
+			break
+		}
+	}
+	var out string
+	var err error
+	deadline := time.Now().Add(enforceTimeout)
+	for {
+		out, err = plugin(s, o, "top", "-n", ns)
+		if (err == nil && strings.Contains(out, "batch")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	say("kubectl tokenwarden top -n %s", ns)
+	indent(out)
+	st.check(err == nil && strings.Contains(out, "batch"), "top ranks the namespace's keys by the tightest budget each uses: the batch job first")
+
+	// The proxies here are processes, not pods: the plugin reaches their admin API at
+	// its address, with the token of a ServiceAccount bound to the admin reader role
+	// (the demo's kubeconfig holds a client certificate, which a replica cannot check).
+	addrs := make([]string, 0, len(proxies))
+	for _, p := range proxies {
+		addrs = append(addrs, p.AdminURL)
+	}
+	reach := []string{"--admin-addr", strings.Join(addrs, ","), "--admin-token", s.AdminToken}
+	out, err = plugin(s, o, append([]string{"why", "batch", "-n", ns}, reach...)...)
+	say("kubectl tokenwarden why batch -n %s --admin-addr ... --admin-token ...", ns)
+	indent(out)
+	st.check(err == nil && strings.Contains(out, "api_key tokens") && strings.Contains(out, "minute"),
+		"why batch: its own minute budget refused it, what it asked, what was left and its Retry-After, from every replica's audit")
+
+	// alice sends a request just before: a minute budget refills within seconds.
+	if a, err := chat(p0, "sk-demo-alice", 500); err == nil {
+		say("alice → %d", a.code)
+	}
+	out, err = plugin(s, o, append([]string{"explain", "alice", "--model", "demo", "-n", ns}, reach...)...)
+	say("kubectl tokenwarden explain alice --model demo -n %s --admin-addr ... --admin-token ...", ns)
+	indent(out)
+	st.check(err == nil && strings.Contains(out, "limits per_api_key") && strings.Contains(out, "7500") && strings.Contains(out, "Tightest now: #1 "),
+		"explain alice: every budget that applies to her, in reservation order, 1/4 of each per replica, her minute budget the tightest")
+}
+
+// plugin runs `kubectl tokenwarden ARGS` with the plugin on PATH and the stack's
+// kubeconfig (kubectl passes no flag written before a plugin's name).
+func plugin(s *stack.Stack, o options, args ...string) (string, error) {
+	dir := o.PluginDir
+	if dir == "" {
+		dir = filepath.Join(o.Root, "bin")
+	}
+	cmd := exec.Command(filepath.Join(o.Root, "bin", "kubectl"), append([]string{"tokenwarden"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
