@@ -14,8 +14,7 @@ import (
 type Observer struct {
 	Ledger *Ledger
 	// Fleet is the fleet's name in the record (config ledger.fleet: the operator's
-	// namespace/name of the TokenProxy); its namespace is the tenant of the fleet's
-	// own keys.
+	// namespace/name of the TokenProxy).
 	Fleet string
 }
 
@@ -27,20 +26,17 @@ func (o *Observer) Settled(r *settlement.Request) {
 	}
 	o.Ledger.Add(Record{
 		Time: r.Settled,
-		Dims: Dims{Fleet: o.Fleet, Tenant: tenantOf(o.Fleet, r.APIKey), APIKey: r.APIKey, User: r.User, Team: r.Team,
+		Dims: Dims{Fleet: o.Fleet, Tenant: tenantOf(r.APIKey), APIKey: r.APIKey, User: r.User, Team: r.Team,
 			Model: r.Model, Upstream: r.Upstream},
 		Used: r.Used, CostMicros: r.CostMicros,
 	})
 }
 
-// tenantOf is the namespace a key belongs to: the operator names a key of another
-// namespace namespace_name, and one of the fleet's own namespace by its name alone.
-// A standalone proxy's keys have no tenant.
-func tenantOf(fleet, key string) string {
+// tenantOf is the tenant a key belongs to, as the config's api_keys[].tenant says:
+// the operator names a key of a tenant namespace namespace_name; a key of the
+// fleet's own namespace (the platform's) and a standalone proxy's keys have none.
+func tenantOf(key string) string {
 	if ns, _, ok := strings.Cut(key, "_"); ok {
-		return ns
-	}
-	if ns, _, ok := strings.Cut(fleet, "/"); ok {
 		return ns
 	}
 	return ""
