@@ -160,6 +160,14 @@ lab: ## Run the lab's synthetic world (four chat apps, a batch job and a runaway
 bench: ## Run the proxy's benchmarks with -benchmem.
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...
 
+# make bench-openloop sends this many requests a second, for this many seconds, each round.
+OPENLOOP_RPS ?= 1000
+OPENLOOP_SECONDS ?= 10
+OPENLOOP_ROUNDS ?= 3
+.PHONY: bench-openloop
+bench-openloop: ## The latency the proxy adds below saturation: an open loop of $(OPENLOOP_RPS) requests a second for $(OPENLOOP_SECONDS) s, straight to the fake backend and through the proxy ($(OPENLOOP_ROUNDS) rounds; p50, p99 and max in µs).
+	OPENLOOP_RPS=$(OPENLOOP_RPS) OPENLOOP_SECONDS=$(OPENLOOP_SECONDS) $(GO) test -run '^$$' -bench '^BenchmarkOpenLoop$$' -benchtime 1x -count $(OPENLOOP_ROUNDS) ./proxy/server/
+
 ##@ Tools
 
 # What the tests need: the envtest control plane, kubectl, controller-gen and helm.
