@@ -55,7 +55,8 @@ type Replica struct {
 
 // Observed returns nil once the operator has observed the current state of the fleet:
 // the TokenProxy's status.observedGeneration is its metadata.generation, every
-// TokenBudget and ApiKey in the namespace whose spec.proxyRef.name is the fleet has
+// TokenBudget and ApiKey whose spec.proxyRef is the fleet (in its namespace, or in
+// another that names the fleet's) has
 // its current generation observed and Ready=True for it, and the fleet's status counts
 // as many budgets and keys in force as reference it (so a create or a delete has been
 // rendered too). Otherwise the error names the first object that is not observed, or
@@ -77,13 +78,13 @@ func Observed(ctx context.Context, c client.Reader, namespace, name string) erro
 	}
 
 	var budgets twv1alpha1.TokenBudgetList
-	if err := c.List(ctx, &budgets, client.InNamespace(namespace)); err != nil {
-		return fmt.Errorf("list TokenBudgets in %s: %w", namespace, err)
+	if err := c.List(ctx, &budgets); err != nil {
+		return fmt.Errorf("list TokenBudgets: %w", err)
 	}
 	nBudgets := 0
 	for i := range budgets.Items {
 		b := &budgets.Items[i]
-		if b.Spec.ProxyRef.Name != name || !b.DeletionTimestamp.IsZero() {
+		if !refersTo(b, b.Spec.ProxyRef, namespace, name) || !b.DeletionTimestamp.IsZero() {
 			continue
 		}
 		nBudgets++
@@ -93,13 +94,13 @@ func Observed(ctx context.Context, c client.Reader, namespace, name string) erro
 	}
 
 	var keys twv1alpha1.ApiKeyList
-	if err := c.List(ctx, &keys, client.InNamespace(namespace)); err != nil {
-		return fmt.Errorf("list ApiKeys in %s: %w", namespace, err)
+	if err := c.List(ctx, &keys); err != nil {
+		return fmt.Errorf("list ApiKeys: %w", err)
 	}
 	nKeys := 0
 	for i := range keys.Items {
 		k := &keys.Items[i]
-		if k.Spec.ProxyRef.Name != name || !k.DeletionTimestamp.IsZero() {
+		if !refersTo(k, k.Spec.ProxyRef, namespace, name) || !k.DeletionTimestamp.IsZero() {
 			continue
 		}
 		nKeys++
@@ -116,6 +117,15 @@ func Observed(ctx context.Context, c client.Reader, namespace, name string) erro
 			namespace, name, tp.Status.Budgets, tp.Status.Keys, nBudgets, nKeys)
 	}
 	return nil
+}
+
+// refersTo reports whether an object's proxyRef names the fleet namespace/name.
+func refersTo(o client.Object, ref twv1alpha1.ProxyReference, namespace, name string) bool {
+	ns := ref.Namespace
+	if ns == "" {
+		ns = o.GetNamespace()
+	}
+	return ref.Name == name && ns == namespace
 }
 
 func observedReady(kind string, o client.Object, observed int64, conds []metav1.Condition) error {
