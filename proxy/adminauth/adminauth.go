@@ -5,7 +5,9 @@
 // the Kubernetes API server says who it is (a TokenReview) and whether it may make
 // this call (a SubjectAccessReview for the path and verb as a non-resource URL), and
 // the answer is cached briefly. It is how kube-rbac-proxy and controller-runtime's
-// metrics filter guard an endpoint.
+// metrics filter guard an endpoint. A path that returns per-tenant data may instead be
+// served to a caller without that permission, scoped to the tenant namespaces it may
+// read (a resource SubjectAccessReview per namespace: Scope).
 package adminauth
 
 import (
@@ -86,6 +88,11 @@ type Decision struct {
 	User string
 	// Reason says why a call is refused, for the caller and the log.
 	Reason string
+	// Tenants: the call may proceed on a tenant path for the namespaces the caller may
+	// read (Scope), not for the whole path.
+	Tenants bool
+	// user is who the token is, for the reviews of a scoped call.
+	user authnv1.UserInfo
 }
 
 type entry struct {
@@ -137,8 +144,27 @@ func New(o Options) *Reviewer {
 
 // Review decides whether the bearer token may make the call verb on path.
 func (r *Reviewer) Review(ctx context.Context, token, verb, urlPath string) Decision {
+	return r.review1(ctx, token, verb, urlPath, false)
+}
+
+// ReviewTenants is Review for a path that returns per-tenant data: a caller that may
+// not make the call as a whole, but is authenticated, is allowed with Tenants set,
+// to be served what Scope lets it read.
+func (r *Reviewer) ReviewTenants(ctx context.Context, token, verb, urlPath string) Decision {
+	return r.review1(ctx, token, verb, urlPath, true)
+}
+
+// tokenKey keys a token in the cache: its SHA-256, never the token.
+func tokenKey(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:]) + " " + verb + " " + urlPath
+	return hex.EncodeToString(sum[:])
+}
+
+func (r *Reviewer) review1(ctx context.Context, token, verb, urlPath string, tenants bool) Decision {
+	key := tokenKey(token) + " " + verb + " " + urlPath
+	if tenants {
+		key += " tenants"
+	}
 	if d, ok := r.cached(key); ok {
 		r.count(d, true)
 		return d
@@ -151,6 +177,9 @@ func (r *Reviewer) Review(ctx context.Context, token, verb, urlPath string) Deci
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
 		d := r.review(ctx, token, verb, urlPath)
+		if tenants && d.Status == http.StatusForbidden {
+			d = Decision{Status: http.StatusOK, User: d.User, Tenants: true, user: d.user}
+		}
 		if d.Status != http.StatusServiceUnavailable {
 			r.store(key, d)
 		}
@@ -188,10 +217,99 @@ func (r *Reviewer) review(ctx context.Context, token, verb, urlPath string) Deci
 	}
 	r.reviews.WithLabelValues("access", "ok").Inc()
 	if !sar.Status.Allowed || sar.Status.Denied {
-		return Decision{Status: http.StatusForbidden, User: u.Username,
+		return Decision{Status: http.StatusForbidden, User: u.Username, user: u,
 			Reason: fmt.Sprintf("user %q may not %s %s", u.Username, verb, urlPath)}
 	}
 	return Decision{Status: http.StatusOK, User: u.Username}
+}
+
+// reviewNamespace asks whether user may read namespace's tenant data: get
+// tokenbudgets.tokenwarden.io there. An API server error is not an answer.
+func (r *Reviewer) reviewNamespace(ctx context.Context, u authnv1.UserInfo, namespace string) (bool, error) {
+	extra := make(map[string]authzv1.ExtraValue, len(u.Extra))
+	for k, v := range u.Extra {
+		extra[k] = authzv1.ExtraValue(v)
+	}
+	sar, err := r.o.SubjectAccessReviews.Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: namespace, Verb: "get", Group: TenantGroup, Resource: TenantResource},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		r.reviews.WithLabelValues("access", "error").Inc()
+		r.o.Logger.Error("The admin API cannot review a tenant's access", "user", u.Username, "namespace", namespace, "error", err)
+		return false, err
+	}
+	r.reviews.WithLabelValues("access", "ok").Inc()
+	return sar.Status.Allowed && !sar.Status.Denied, nil
+}
+
+// The resource whose read in a namespace lets a caller read that tenant's admin data.
+const (
+	TenantGroup    = "tokenwarden.io"
+	TenantResource = "tokenbudgets"
+)
+
+// Scope is what one caller of a tenant path may read: everything (it may make the
+// call as a whole, or the admin API is not guarded), or the namespaces where it may
+// get tokenbudgets. A nil Scope reads everything.
+type Scope struct {
+	r     *Reviewer
+	all   bool
+	token string // the token's cache key
+	user  authnv1.UserInfo
+}
+
+type scopeKey struct{}
+
+// ScopeOf is the Scope of a tenant path's call; nil (everything) outside GuardTenants.
+func ScopeOf(ctx context.Context) *Scope {
+	s, _ := ctx.Value(scopeKey{}).(*Scope)
+	return s
+}
+
+// All reports whether the caller may read every namespace's data.
+func (s *Scope) All() bool { return s == nil || s.all }
+
+// May reports whether the caller may read the data of namespace (a tenant's, or the
+// fleet's for the platform's and the shared budgets'). Each answer is cached for the
+// token as the path's are; an API server that does not answer refuses (uncached).
+func (s *Scope) May(ctx context.Context, namespace string) bool {
+	if s.All() {
+		return true
+	}
+	key := s.token + " namespace " + namespace
+	if d, ok := s.r.cached(key); ok {
+		return d.Status == http.StatusOK
+	}
+	v, err, _ := s.r.flight.Do(key, func() (any, error) {
+		if d, ok := s.r.cached(key); ok {
+			return d.Status == http.StatusOK, nil
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		ok, err := s.r.reviewNamespace(ctx, s.user, namespace)
+		if err != nil {
+			return false, err
+		}
+		d := Decision{Status: http.StatusForbidden, User: s.user.Username}
+		if ok {
+			d.Status = http.StatusOK
+		}
+		s.r.store(key, d)
+		return ok, nil
+	})
+	return err == nil && v.(bool)
+}
+
+// Readable is the namespaces of namespaces the caller may read, in their order.
+func (s *Scope) Readable(ctx context.Context, namespaces []string) []string {
+	var out []string
+	for _, ns := range namespaces {
+		if s.May(ctx, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 func (r *Reviewer) cached(key string) (Decision, bool) {
@@ -250,9 +368,20 @@ func (r *Reviewer) count(d Decision, cached bool) {
 // (exact paths after cleaning, such as the kubelet's /healthz and /readyz). Whatever
 // is not open is guarded, so an endpoint added later is guarded by construction.
 func Guard(r *Reviewer, open []string, next http.Handler) http.Handler {
+	return GuardTenants(r, open, nil, next)
+}
+
+// GuardTenants is Guard, with tenant paths: paths that return per-tenant data, served
+// to an authenticated caller that may not make the call as a whole with a Scope
+// (ScopeOf) of the namespaces it may read, which the handler filters its answer by.
+func GuardTenants(r *Reviewer, open, tenant []string, next http.Handler) http.Handler {
 	isOpen := make(map[string]bool, len(open))
 	for _, p := range open {
 		isOpen[p] = true
+	}
+	isTenant := make(map[string]bool, len(tenant))
+	for _, p := range tenant {
+		isTenant[p] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p := cleanPath(req.URL.Path)
@@ -265,7 +394,7 @@ func Guard(r *Reviewer, open []string, next http.Handler) http.Handler {
 			refuse(w, Decision{Status: http.StatusUnauthorized, Reason: "a bearer token is required (Authorization: Bearer TOKEN)"})
 			return
 		}
-		d := r.Review(req.Context(), token, verb(req.Method), p)
+		d := r.review1(req.Context(), token, verb(req.Method), p, isTenant[p])
 		if d.Status != http.StatusOK {
 			// An authenticated user refused is worth a line; anonymous callers, who
 			// can send any number of bad tokens, only at debug level.
@@ -276,6 +405,10 @@ func Guard(r *Reviewer, open []string, next http.Handler) http.Handler {
 			r.o.Logger.Log(req.Context(), level, "Refused an admin call", "path", p, "method", req.Method, "status", d.Status, "user", d.User, "reason", d.Reason)
 			refuse(w, d)
 			return
+		}
+		if isTenant[p] {
+			sc := &Scope{r: r, all: !d.Tenants, token: tokenKey(token), user: d.user}
+			req = req.WithContext(context.WithValue(req.Context(), scopeKey{}, sc))
 		}
 		next.ServeHTTP(w, req)
 	})
