@@ -5,6 +5,7 @@ package budget_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,5 +51,45 @@ rate_limiting:
 			b.Fatalf("not admitted: %v", err)
 		}
 		dec.Hold.Settle(budget.Used{Input: 500, Output: 200})
+	}
+}
+
+// BenchmarkTenantBudgets is one request's admission and settlement under two
+// budgets: two of the platform's (a global and a per-team rule, as a fleet without
+// tenants has), or the platform's global rule and its tenant's, alone or beside 100
+// other tenants' rules, which the request never looks at.
+func BenchmarkTenantBudgets(b *testing.B) {
+	key := func(tenant string) string {
+		return `- {name: alice, team: research, tenant: "` + tenant + `", key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"}` + "\n"
+	}
+	platform := "  - {name: llm/all, dimension: global, windows: [{limit: 1e13, rolling: {period: hour}}]}\n"
+	others := ""
+	for i := range 100 {
+		others += fmt.Sprintf("  - {name: t%[1]d/cap, tenant: t%[1]d, dimension: global, windows: [{limit: 1e12, rolling: {period: hour}}]}\n", i)
+	}
+	for _, bc := range []struct{ name, keys, rules string }{
+		{"platform=2", key(""), platform + "  - {name: llm/team, dimension: team, windows: [{limit: 1e12, rolling: {period: hour}}]}\n"},
+		{"platform=1/tenant=1", key("team-a"), platform + "  - {name: team-a/cap, tenant: team-a, dimension: global, windows: [{limit: 1e12, rolling: {period: hour}}]}\n"},
+		{"platform=1/tenant=1/tenants=101", key("team-a"), platform + "  - {name: team-a/cap, tenant: team-a, dimension: global, windows: [{limit: 1e12, rolling: {period: hour}}]}\n" + others},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c, err := config.Parse([]byte("upstreams: [{name: default, url: \"http://127.0.0.1:1\"}]\napi_keys:\n" + bc.keys +
+				"rate_limiting:\n  budget_division: {replicas: 1}\n  rules:\n" + bc.rules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := budget.NewPolicy(c)
+			l := budget.NewLimiter(budget.NewMemory(budget.SystemClock{}, 1000), metrics.New(prometheus.NewRegistry()), budget.SystemClock{}, false)
+			id := budget.Identity{Key: p.Key("alice")}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				dec, err := l.Admit(ctx, p, id, budget.Ask{Input: 500, Output: 1000})
+				if err != nil || dec.Refusal != nil || dec.Hold == nil {
+					b.Fatalf("not admitted: %v", err)
+				}
+				dec.Hold.Settle(budget.Used{Input: 500, Output: 200})
+			}
+		})
 	}
 }
