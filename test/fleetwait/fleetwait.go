@@ -77,8 +77,14 @@ func Observed(ctx context.Context, c client.Reader, namespace, name string) erro
 			namespace, name, tp.Generation, tp.Status.ObservedGeneration)
 	}
 
+	// Objects of other namespaces count only for a fleet that accepts them: a list of
+	// every namespace's keys is long on a cluster that holds a large fleet.
+	var where []client.ListOption
+	if from := tp.Spec.AllowedNamespaces.From; from == "" || from == twv1alpha1.NamespacesFromSame {
+		where = append(where, client.InNamespace(namespace))
+	}
 	var budgets twv1alpha1.TokenBudgetList
-	if err := c.List(ctx, &budgets); err != nil {
+	if err := c.List(ctx, &budgets, where...); err != nil {
 		return fmt.Errorf("list TokenBudgets: %w", err)
 	}
 	nBudgets := 0
@@ -94,7 +100,7 @@ func Observed(ctx context.Context, c client.Reader, namespace, name string) erro
 	}
 
 	var keys twv1alpha1.ApiKeyList
-	if err := c.List(ctx, &keys); err != nil {
+	if err := c.List(ctx, &keys, where...); err != nil {
 		return fmt.Errorf("list ApiKeys: %w", err)
 	}
 	nKeys := 0
