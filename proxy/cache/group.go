@@ -80,9 +80,9 @@ type Call struct {
 
 	mu sync.Mutex
 	// changed is closed, and replaced, at every change a waiter may wait for.
-	changed chan struct{}
-	status  int
-	header  http.Header
+	changed     chan struct{}
+	status      int
+	contentType string
 	// buf holds the answer from byte base on.
 	buf      []byte
 	base     int
@@ -105,8 +105,12 @@ func (c *Call) addWaiter(ctx context.Context) *Waiter {
 	return w
 }
 
-// broadcastLocked wakes every waiter.
+// broadcastLocked wakes every waiter. Without one nothing waits: a waiter that joins
+// later reads the state before it waits.
 func (c *Call) broadcastLocked() {
+	if len(c.waiters) == 0 {
+		return
+	}
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -139,15 +143,16 @@ func (c *Call) Waiters() int {
 	return len(c.waiters)
 }
 
-// Head publishes the answer's status and headers. An answer other than 2xx is not
-// shared: the call ends as by Fail, and the leader serves its own answer alone.
+// Head publishes the answer's status and Content-Type: a waiter gets no other header
+// of the leader's. An answer other than 2xx is not shared: the call ends as by Fail,
+// and the leader serves its own answer alone.
 func (c *Call) Head(status int, header http.Header) {
 	if status < 200 || status > 299 {
 		c.Fail()
 		return
 	}
 	c.mu.Lock()
-	c.status, c.header = status, header.Clone()
+	c.status, c.contentType = status, header.Get("Content-Type")
 	c.broadcastLocked()
 	c.mu.Unlock()
 }
@@ -245,27 +250,28 @@ type Waiter struct {
 	left bool
 }
 
-// Head waits for the answer's status and headers. It returns ErrLeaderFailed when
-// the leader's call failed before them, and the context's error when it ends first.
-func (w *Waiter) Head() (int, http.Header, error) {
+// Head waits for the answer's status and Content-Type. It returns ErrLeaderFailed
+// when the leader's call failed before them, and the context's error when it ends
+// first.
+func (w *Waiter) Head() (int, string, error) {
 	c := w.c
 	for {
 		c.mu.Lock()
 		switch {
 		case c.status != 0:
-			s, h := c.status, c.header
+			s, ct := c.status, c.contentType
 			c.mu.Unlock()
-			return s, h, nil
+			return s, ct, nil
 		case c.failed || (c.ended && c.status == 0):
 			c.mu.Unlock()
-			return 0, nil, ErrLeaderFailed
+			return 0, "", ErrLeaderFailed
 		}
 		ch := c.changed
 		c.mu.Unlock()
 		select {
 		case <-ch:
 		case <-w.ctx.Done():
-			return 0, nil, w.ctx.Err()
+			return 0, "", w.ctx.Err()
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"hash"
 	"net/http"
 	"net/url"
 	"slices"
@@ -66,30 +65,28 @@ type Request struct {
 // requests concatenate to the same input.
 func (r *Request) Key() Key {
 	h := sha256.New()
-	field(h, "v1") // the key's own version: a change of its parts changes every key
-	field(h, r.Scope)
-	field(h, r.Route)
-	field(h, r.Model)
-	field(h, canonicalQuery(r.Query))
+	// The short parts go in one write, the body in another.
+	b := make([]byte, 0, 256)
+	b = field(b, "v1") // the key's own version: a change of its parts changes every key
+	b = field(b, r.Scope)
+	b = field(b, r.Route)
+	b = field(b, r.Model)
+	b = field(b, canonicalQuery(r.Query))
 	for _, name := range VaryHeaders {
-		field(h, headerValue(r.Header, name))
+		b = field(b, headerValue(r.Header, name))
 	}
-	fieldBytes(h, r.Body)
+	b = binary.AppendUvarint(b, uint64(len(r.Body)))
+	h.Write(b)
+	h.Write(r.Body)
 	k := Key{Scope: r.Scope, Model: r.Model}
 	h.Sum(k.Hash[:0])
 	return k
 }
 
-func field(h hash.Hash, s string) {
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-	h.Write([]byte(s))
-}
-
-func fieldBytes(h hash.Hash, b []byte) {
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
-	h.Write(b)
+// field appends s, length-prefixed.
+func field(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // canonicalQuery orders the query's parameters by name (each name's values keep
@@ -114,6 +111,9 @@ func headerValue(h http.Header, name string) string {
 	vs := h.Values(name)
 	if len(vs) == 0 {
 		return "\x00"
+	}
+	if len(vs) == 1 && !strings.ContainsAny(vs[0], ", \t") {
+		return vs[0]
 	}
 	var parts []string
 	for _, v := range vs {

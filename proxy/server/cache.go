@@ -189,7 +189,7 @@ func (s *Server) coalesce(ex *exchange) bool {
 // leader failed before its answer began, so that the request joins again.
 func (s *Server) serveWaiter(ex *exchange, w *cache.Waiter) (again bool) {
 	defer w.Leave()
-	status, lh, err := w.Head()
+	status, ct, err := w.Head()
 	if errors.Is(err, cache.ErrLeaderFailed) {
 		return true
 	}
@@ -200,7 +200,7 @@ func (s *Server) serveWaiter(ex *exchange, w *cache.Waiter) (again bool) {
 	ex.cache.result = metrics.CacheCoalesced
 	h := ex.w.Header()
 	h.Set(cacheHeader, metrics.CacheCoalesced)
-	if ct := lh.Get("Content-Type"); ct != "" {
+	if ct != "" {
 		h.Set("Content-Type", ct)
 	}
 	refusal.SetLimitHeaders(h, &ex.dec, s.clock.Now(), ex.route.family)
