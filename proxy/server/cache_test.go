@@ -135,6 +135,28 @@ cache: {storage: memory}
 		Expect(counter(h.m.Cache.Requests.WithLabelValues("other", "coalesced"))).To(Equal(1.0))
 	})
 
+	It("keeps a leader's upstream call for its waiter when the leader's client leaves, and settles the leader on the whole answer", func() {
+		h := newHarness(keysDoc + "  limits:\n    per_api_key: {tokens_per_minute: 60000}\ncache: {storage: memory}\n")
+		h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 10, ChunkDelay: 30 * time.Millisecond})
+		body := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		leader := h.post("/v1/chat/completions", "sk-alice", body)
+		Expect(leader.Header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+		waiter := make(chan reply, 1)
+		go func() {
+			defer GinkgoRecover()
+			waiter <- h.do("POST", "/v1/chat/completions", "sk-alice", body)
+		}()
+		time.Sleep(60 * time.Millisecond) // it joins while the stream runs
+		_ = leader.Body.Close()           // the leader's client leaves
+		var w reply
+		Eventually(waiter, 5*time.Second).Should(Receive(&w))
+		Expect(w.header.Get("X-Tokenwarden-Cache")).To(Equal("coalesced"))
+		Expect(string(w.body)).To(HaveSuffix("data: [DONE]\n\n"), "the waiter got the whole stream")
+		Expect(h.llm.Requests()).To(HaveLen(1))
+		Eventually(func() float64 { return counter(h.m.Settlements.WithLabelValues("settled")) }).Should(Equal(1.0), "the leader settles on the whole answer")
+		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(1.0), "the waiter is released")
+	})
+
 	Describe("as an attack surface", func() {
 		DescribeTable("never serves one caller's answer to a request that is not the same",
 			func(doc string, second func(h *harness) reply, want string) {
