@@ -52,6 +52,9 @@ func credentialRefs(tp *twv1alpha1.TokenProxy, def *twv1alpha1.LedgerSpec) []cre
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
 		refs = append(refs, credentialRef{field: "spec.storage.redis.sentinelPasswordSecretRef", ref: *rs.SentinelPasswordSecretRef})
 	}
+	if ref := checkPasswordRef(tp); ref != nil {
+		refs = append(refs, credentialRef{field: "spec.storage.redis.storeChecks.passwordSecretRef", ref: *ref})
+	}
 	if l := render.EffectiveLedger(tp, def); l != nil {
 		field := "spec.ledger.urlSecretRef"
 		if tp.Spec.Ledger == nil || tp.Spec.Ledger.URLSecretRef == nil {
@@ -63,6 +66,16 @@ func credentialRefs(tp *twv1alpha1.TokenProxy, def *twv1alpha1.LedgerSpec) []cre
 		refs = append(refs, credentialRef{field: "spec.cache.redis.passwordSecretRef", ref: *ref})
 	}
 	return refs
+}
+
+// checkPasswordRef is the store checks' credential's password, when the fleet stores
+// its budgets in Redis and has one.
+func checkPasswordRef(tp *twv1alpha1.TokenProxy) *twv1alpha1.SecretKeyReference {
+	rs := tp.Spec.Storage.Redis
+	if tp.Spec.Storage.Type != twv1alpha1.StorageRedis || rs == nil || rs.StoreChecks == nil {
+		return nil
+	}
+	return rs.StoreChecks.PasswordSecretRef
 }
 
 // cachePasswordRef is the cache Redis' password, when the fleet's cache is on Redis

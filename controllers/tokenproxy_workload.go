@@ -96,6 +96,9 @@ func (r *TokenProxyReconciler) podTemplate(tp *twv1alpha1.TokenProxy, t *corev1.
 	if rs := tp.Spec.Storage.Redis; tp.Spec.Storage.Type == twv1alpha1.StorageRedis && rs != nil && rs.SentinelPasswordSecretRef != nil {
 		env = append(env, secretEnv(render.RedisSentinelPasswordEnv, rs.SentinelPasswordSecretRef))
 	}
+	if ref := checkPasswordRef(tp); ref != nil {
+		env = append(env, secretEnv(render.RedisCheckPasswordEnv, ref))
+	}
 	ledger := render.EffectiveLedger(tp, r.DefaultLedger)
 	if ledger != nil {
 		env = append(env, secretEnv(render.LedgerURLEnv, ledger.URLSecretRef))

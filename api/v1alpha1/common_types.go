@@ -85,8 +85,9 @@ const (
 	ReplicaDigestAnnotation = "tokenwarden.io/config-digest"
 	// ReplicaDurableEpochsAnnotation on a replica's Lease is the epochs of the durable
 	// counters the replica runs under, per slot group, as JSON:
-	// [{"group", "epoch", "fenced", "found"}] (fenced: Redis holds another epoch, or
-	// none, "found").
+	// [{"group", "epoch", "fenced", "found", "store_fence", "store_checks"}] (fenced:
+	// Redis holds another epoch, or none, "found"; store_fence: what the store checks
+	// fence the durable rules for; store_checks: [{"check", "result", "detail"}]).
 	ReplicaDurableEpochsAnnotation = "tokenwarden.io/durable-epochs"
 	// ReplicaUpstreamHealthAnnotation on a replica's Lease is the health of the model
 	// registry's upstreams as the replica sees it, as JSON:
@@ -105,6 +106,22 @@ const ConditionDurableBudgetsFenced = "DurableBudgetsFenced"
 const (
 	ReasonCounterStateLost = "CounterStateLost"
 	ReasonTrusted          = "Trusted"
+)
+
+// ConditionStoreChecksFailed is, on a TokenProxy with Redis storage, True while a live
+// replica reports a failed check of its Redis (spec.storage.redis.storeChecks): Redis
+// may evict counters, the fleet's user may destroy them, a cluster stops serving
+// every slot when a master fails, or keys were evicted. The message names the checks,
+// the replicas and whether the calendar and cost budgets are fenced. Reasons:
+// CheckFailed (reported only), FencedByCheck (Enforce mode, or keys evicted: the
+// calendar and cost budgets answer 503), ChecksPass.
+const ConditionStoreChecksFailed = "StoreChecksFailed"
+
+// Reasons of StoreChecksFailed.
+const (
+	ReasonCheckFailed   = "CheckFailed"
+	ReasonFencedByCheck = "FencedByCheck"
+	ReasonChecksPass    = "ChecksPass"
 )
 
 // Condition reasons.

@@ -217,6 +217,51 @@ type RedisSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	FallbackToMemory *bool `json:"fallbackToMemory,omitempty"`
+	// StoreChecks configure the proxies' checks of this Redis: maxmemory-policy
+	// noeviction, no destructive command for the fleet's user, on a cluster
+	// cluster-require-full-coverage no, and no keys evicted. A failed check sets
+	// StoreChecksFailed. Default: Report mode, every 60 seconds, on the fleet's own
+	// connection (which skips the checks its user may not run). A change applies
+	// without restarting the proxies.
+	// +optional
+	StoreChecks *RedisStoreChecks `json:"storeChecks,omitempty"`
+}
+
+// StoreCheckMode is what a failed store check does.
+// +kubebuilder:validation:Enum=Report;Enforce
+type StoreCheckMode string
+
+// Store-check modes.
+const (
+	// StoreCheckReport reports a failed check: a metric, a log line and the
+	// StoreChecksFailed condition.
+	StoreCheckReport StoreCheckMode = "Report"
+	// StoreCheckEnforce also fences the calendar and cost budgets (503
+	// budget_recovering) while a check fails; token budgets are unaffected.
+	StoreCheckEnforce StoreCheckMode = "Enforce"
+)
+
+// RedisStoreChecks configure the checks of the counters' Redis.
+type RedisStoreChecks struct {
+	// Mode is Report or Enforce. Evicted keys fence the calendar and cost budgets in
+	// both modes, until their balances are attested. Default Report.
+	// +optional
+	Mode StoreCheckMode `json:"mode,omitempty"`
+	// IntervalSeconds is how often the checks run after the first, at start. Default
+	// 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+	// Username is the check credential's Redis user, one that may run CONFIG GET,
+	// ACL DRYRUN and INFO (and on a cluster CLUSTER SLOTS). Empty with a
+	// passwordSecretRef: the default user. Both empty: the fleet's own connection.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Username string `json:"username,omitempty"`
+	// PasswordSecretRef selects the check credential's password.
+	// +optional
+	PasswordSecretRef *SecretKeyReference `json:"passwordSecretRef,omitempty"`
 }
 
 // StorageSpec says where the fleet keeps its buckets.
@@ -501,12 +546,13 @@ type TokenProxyStatus struct {
 	// Conditions: Accepted, Ready, Enforced (every live replica runs the current
 	// config generation), Degraded (a step of the reconcile fails) and, with Redis
 	// storage, DurableBudgetsFenced (a replica refuses calendar and cost budgets
-	// until their balances are restored or attested) and, with a ledger,
-	// LedgerSpooling (a replica's settlements wait in its spool).
+	// until their balances are restored or attested) and StoreChecksFailed (a
+	// replica's checks of Redis fail), and, with a ledger, LedgerSpooling (a
+	// replica's settlements wait in its spool).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:MaxItems=12
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 

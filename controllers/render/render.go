@@ -28,6 +28,9 @@ const (
 	// RedisSentinelPasswordEnv is the proxy's environment variable with the sentinels'
 	// password.
 	RedisSentinelPasswordEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
+	// RedisCheckPasswordEnv is the proxy's environment variable with the store checks'
+	// credential's password.
+	RedisCheckPasswordEnv = "TOKENWARDEN_REDIS_CHECK_PASSWORD"
 )
 
 // KeyInput is an accepted ApiKey with the SHA-256 of its Secret's key.
@@ -138,6 +141,7 @@ func Render(f *Fleet) *config.Config {
 		if r.HotBudgetSlicePercent != nil {
 			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
 		}
+		rl.Redis.Checks = StoreChecks(r.StoreChecks)
 	}
 	for _, b := range f.Budgets {
 		if RendersAsRules(p, b) {
@@ -259,4 +263,24 @@ func ResolveKeyConflicts(keys []KeyInput) (winners, losers []KeyInput) {
 		winners = append(winners, k)
 	}
 	return winners, losers
+}
+
+// StoreChecks renders spec.storage.redis.storeChecks (nil: the proxy's defaults).
+func StoreChecks(c *twv1alpha1.RedisStoreChecks) config.RedisChecks {
+	var out config.RedisChecks
+	if c == nil {
+		return out
+	}
+	switch c.Mode {
+	case twv1alpha1.StoreCheckEnforce:
+		out.Mode = config.ChecksEnforce
+	case twv1alpha1.StoreCheckReport:
+		out.Mode = config.ChecksReport
+	}
+	out.IntervalSeconds = int64(c.IntervalSeconds)
+	out.Username = c.Username
+	if c.PasswordSecretRef != nil {
+		out.PasswordEnv = RedisCheckPasswordEnv
+	}
+	return out
 }
