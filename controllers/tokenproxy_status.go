@@ -118,8 +118,10 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 		if storageOf(tp) == twv1alpha1.StorageRedis {
 			st.DurableEpochs = recordEpochs(st.DurableEpochs, rs, time.Now())
 			setFenced(st, rs, tp.Generation)
+			setStoreChecks(st, rs, tp.Generation)
 		} else {
 			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced)
+			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionStoreChecksFailed)
 		}
 		setLedgerSpooling(st, rs, render.EffectiveLedger(tp, r.DefaultLedger) != nil, tp.Generation)
 	}

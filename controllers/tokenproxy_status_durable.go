@@ -28,6 +28,10 @@ type reportedEpoch struct {
 	Epoch  string `json:"epoch,omitempty"`
 	Fenced bool   `json:"fenced,omitempty"`
 	Found  string `json:"found,omitempty"`
+	// StoreFence is what the store checks fence the durable rules for; StoreChecks
+	// are the checks' last results (tokenproxy_status_storechecks.go).
+	StoreFence  string          `json:"store_fence,omitempty"`
+	StoreChecks []reportedCheck `json:"store_checks,omitempty"`
 }
 
 // parseEpochs reads a Lease's ReplicaDurableEpochsAnnotation; a value that does not
