@@ -140,4 +140,18 @@ rate_limiting:
 		Expect(e.Unresolved).To(Equal([]string{"client", "model"}))
 		Expect(names(e)).To(Equal([]string{"limits global minute"}))
 	})
+
+	It("lists a tenant's rules after the platform's, and never says a tenant's rule replaces the platform's", func() {
+		tp := tenancyPolicy(`
+  limits:
+    per_team: {tokens_per_minute: 500}
+  rules:
+  - {name: team-a/teams, tenant: team-a, dimension: team, windows: [{limit: 100, rolling: {period: minute}}]}
+  - {name: team-a/research, tenant: team-a, dimension: team, subjects: [team-a/research], windows: [{limit: 6000, rolling: {period: minute}}]}
+`)
+		e := l.Explain(ctx, tp, budget.Identity{Key: tp.Key("team-a_ci")}, true)
+		Expect(names(e)).To(Equal([]string{"limits team minute", "rule team-a/research minute"}))
+		Expect(e.Replaced).To(Equal([]budget.Replaced{{What: "rule team-a/teams minute", By: "rule team-a/research minute"}}),
+			"the tenant's own rule replaces its each-team rule; the platform's 500 a team still holds")
+	})
 })
