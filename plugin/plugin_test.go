@@ -456,16 +456,6 @@ func TestTopWatch(t *testing.T) {
 	waitFor("alice key 100% 30k/min 60s per-key")
 }
 
-// spend says on one line that this version does not have it.
-func TestNotYet(t *testing.T) {
-	for _, c := range []string{"spend"} {
-		_, errOut, err := kubectl(t, adminKC, "tokenwarden", c, "alice")
-		if err == nil || !strings.HasPrefix(errOut, "error: kubectl tokenwarden "+c+" is not available in this version: ") || strings.Count(errOut, "\n") != 1 {
-			t.Errorf("kubectl tokenwarden %s: %v %q", c, err, errOut)
-		}
-	}
-}
-
 // table splits a table into its rows' cells (a column of two words, such as FULL IN,
 // is split too: rows compare as printed, cell by cell).
 func table(out string) [][]string {

@@ -302,30 +302,39 @@ func adminError(r replica, path string, resp *http.Response, body []byte) error 
 
 // get reads one admin path of one replica into out.
 func (a *adminClient) get(ctx context.Context, r replica, path string, q url.Values, out any) error {
+	body, err := a.getRaw(ctx, r, path, q)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
+	}
+	return nil
+}
+
+// getRaw reads one admin path of one replica.
+func (a *adminClient) getRaw(ctx context.Context, r replica, path string, q url.Values) ([]byte, error) {
 	u := r.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return fmt.Errorf("replica %s: %w", r.name, err)
+		return nil, fmt.Errorf("replica %s: %w", r.name, err)
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
+		return nil, fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
+		return nil, fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return adminError(r, path, resp, body)
+		return nil, adminError(r, path, resp, body)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("replica %s: GET %s: %w", r.name, path, err)
-	}
-	return nil
+	return body, nil
 }
 
 // refusedErr reports whether an error is a refusal of the caller (every replica

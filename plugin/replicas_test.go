@@ -43,6 +43,7 @@ auth: {mode: required}
 api_keys:
 - {name: alice, user: alice, team: research, key_sha256: %q, rate_limit_tokens_per_minute: 40000}
 - {name: batch, user: batch, team: batch, key_sha256: %q, rate_limit_tokens_per_day: 1000}
+ledger: {flush_interval_seconds: 1}
 rate_limiting:
   storage: memory
   budget_division: {replicas: 2}
@@ -251,6 +252,24 @@ func TestWhyAndExplain(t *testing.T) {
 	golden(t, "why.json", stable(mustKubectl(t, reader, "tokenwarden", "why", "batch", addrs, "-o", "json")))
 	if out := mustKubectl(t, reader, "tokenwarden", "why", "alice", addrs); out != "No refusal of key \"alice\" in the audit of 2 replicas.\n" {
 		t.Errorf("why alice: %q", out)
+	}
+
+	// The spend ledger of replica a (a standalone proxy records into a SQLite file of
+	// its own) holds alice's request once it has flushed.
+	var spend string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		spend = mustKubectl(t, reader, "tokenwarden", "spend", "--by", "team", "--admin-addr", a.admin)
+		if strings.Contains(spend, "research") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if rows := table(spend); len(rows) != 4 || strings.Join(rows[2], " ") != "research 1 1200 300 0 0.000000" {
+		t.Errorf("spend --by team:\n%s", spend)
+	}
+	golden(t, "spend.txt", stable(spend))
+	golden(t, "spend.json", stable(mustKubectl(t, reader, "tokenwarden", "spend", "--by", "key", "--admin-addr", a.admin, "-o", "json")))
+	if csv := mustKubectl(t, reader, "tokenwarden", "spend", "--by", "user", "--admin-addr", a.admin, "-o", "csv"); !strings.Contains(csv, ",alice,1,1200,300,") {
+		t.Errorf("spend -o csv:\n%s", csv)
 	}
 
 	// One line for each caller who may not.

@@ -61,7 +61,7 @@ func NewCommand(o *Options) *cobra.Command {
 	cmd.SetOut(o.Streams.Out)
 	cmd.SetErr(o.Streams.ErrOut)
 	o.Config.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newTopCommand(o), newStatusCommand(o), newWhyCommand(o), newExplainCommand(o), newSpendCommand())
+	cmd.AddCommand(newTopCommand(o), newStatusCommand(o), newWhyCommand(o), newExplainCommand(o), newSpendCommand(o))
 	return cmd
 }
 
