@@ -36,7 +36,27 @@ const NodeTimeout = 500 * time.Millisecond
 
 // StartCluster starts masters masters with replicas replicas each, and waits until
 // every node reports the cluster ok.
+// A cluster that does not form (a node that did not start, gossip that did not
+// converge on a loaded machine) is torn down and started again, twice at most: what
+// failed is logged, and the test fails only when the third attempt fails too.
 func StartCluster(t TB, masters, replicas int) *Cluster {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		try := &attemptTB{TB: t}
+		c, err := try.run(func() *Cluster { return startCluster(try, masters, replicas) })
+		if err == nil {
+			try.keep()
+			return c
+		}
+		try.discard()
+		if attempt == 3 {
+			t.Fatalf("redisserver: the cluster did not form in %d attempts: %v", attempt, err)
+		}
+		t.Logf("redisserver: the cluster did not form (attempt %d), starting it again: %v", attempt, err)
+	}
+}
+
+func startCluster(t TB, masters, replicas int) *Cluster {
 	t.Helper()
 	node := func() *Server {
 		return startWith(t, func(port int, dir string) (string, []string) {
@@ -320,4 +340,49 @@ func writeFile(t TB, dir, name, text string) string {
 		t.Fatalf("redisserver: %v", err)
 	}
 	return p
+}
+
+// attemptTB is one attempt at a setup: its Fatalf ends the attempt rather than the
+// test, and its cleanups run when the attempt is discarded or, when it is kept, when
+// the test ends.
+type attemptTB struct {
+	TB
+	cleanups []func()
+}
+
+// errAttempt carries an attempt's failure out of the setup it ended.
+type errAttempt struct{ err error }
+
+func (a *attemptTB) Cleanup(f func()) { a.cleanups = append(a.cleanups, f) }
+
+func (a *attemptTB) Fatalf(format string, args ...any) {
+	panic(errAttempt{fmt.Errorf(format, args...)})
+}
+
+// run calls setup and returns its result, or the failure that ended it.
+func (a *attemptTB) run(setup func() *Cluster) (c *Cluster, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			failed, ok := r.(errAttempt)
+			if !ok {
+				panic(r)
+			}
+			err = failed.err
+		}
+	}()
+	return setup(), nil
+}
+
+// keep hands the attempt's cleanups to the test, in the order they were registered.
+func (a *attemptTB) keep() {
+	for _, f := range a.cleanups {
+		a.TB.Cleanup(f)
+	}
+}
+
+// discard runs the attempt's cleanups now, last registered first.
+func (a *attemptTB) discard() {
+	for _, f := range slices.Backward(a.cleanups) {
+		f()
+	}
 }
