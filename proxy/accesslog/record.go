@@ -93,7 +93,12 @@ type Record struct {
 	// was forwarded.
 	Upstream string
 	Reserved int64
-	TraceID  trace.TraceID
+	// OutputAdmitted is the output the model's context admission lets the request
+	// have: its output cap as forwarded (lowered, under clamp), or what the window
+	// leaves after the input for a request that states none; 0 when the model sets no
+	// limit. It is not the reservation, which Reserved is.
+	OutputAdmitted int64
+	TraceID        trace.TraceID
 	// Cache is how the response cache answered (hit, miss, coalesced, bypass); empty
 	// when the cache is off or the request was not one it serves.
 	Cache            string

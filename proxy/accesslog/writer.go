@@ -246,6 +246,9 @@ func (l *Writer) line(b []byte, rec *Record) []byte {
 	if rec.Cache != "" && want(21) {
 		b = appendStringField(b, "cache", rec.Cache)
 	}
+	if rec.OutputAdmitted > 0 && want(22) {
+		b = appendIntField(b, "output_admitted", rec.OutputAdmitted)
+	}
 	return append(b, "}\n"...)
 }
 

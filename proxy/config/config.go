@@ -43,6 +43,8 @@ type Config struct {
 	// Models are the client-facing models with what they cost, for budgets whose
 	// amount is cost.
 	Models []Model `json:"models,omitempty"`
+	// Routing holds the fleet's defaults for the models (routing.go).
+	Routing Routing `json:"routing,omitzero"`
 
 	Auth         Auth         `json:"auth,omitempty"`
 	APIKeys      []APIKey     `json:"api_keys,omitempty"`

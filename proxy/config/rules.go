@@ -40,6 +40,14 @@ type Model struct {
 	// Tokenizer is the byte-pair encoding that counts the model's input in place of the
 	// estimate: o200k_base or cl100k_base (Tokenizers). Absent: the estimate.
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// AdmissionPolicy is what becomes of a request that asks for more output than
+	// the model generates or its window leaves: refuse or clamp (routing.go).
+	// Absent: routing.admission_policy.
+	AdmissionPolicy AdmissionPolicy `json:"admission_policy,omitempty"`
+	// AcceptsLoweredOutputCap declares that the model's providers answer a request
+	// whose output cap was lowered as they answer any other (a stop at the cap is
+	// finish_reason "length"): only then may clamp lower it.
+	AcceptsLoweredOutputCap bool `json:"accepts_lowered_output_cap,omitempty"`
 }
 
 // Price is a model's price in US dollars per million tokens.

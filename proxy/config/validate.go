@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateModels(&errs)
 	c.validateRegistry(&errs)
+	c.validateRouting(&errs)
 	c.validateKeys(&errs)
 	c.validateRateLimiting(&errs)
 	c.validateRules(&errs)

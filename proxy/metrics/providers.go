@@ -18,6 +18,11 @@ type Providers struct {
 	// context window (limit context_window) or ask for more output than it generates
 	// (limit max_output_tokens).
 	ContextRefusals *prometheus.CounterVec
+	// ContextClamps is tokenwarden_context_window_clamps_total{model,limit}: requests
+	// forwarded with their output cap lowered to what the model (limit
+	// max_output_tokens) or its context window (limit context_window) leaves, under the
+	// admission policy clamp.
+	ContextClamps *prometheus.CounterVec
 	// Failovers is tokenwarden_failovers_total{model}: attempts moved to a model's next
 	// upstream after an error before the answer began.
 	Failovers *prometheus.CounterVec
@@ -51,6 +56,10 @@ func newProviders(reg prometheus.Registerer) *Providers {
 			Name: "tokenwarden_context_window_refusals_total",
 			Help: "Requests refused with 400 before any budget or upstream because they cannot fit the model's context window (limit context_window) or ask for more output than it generates (limit max_output_tokens), by model.",
 		}, []string{"model", "limit"}),
+		ContextClamps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_context_window_clamps_total",
+			Help: "Requests forwarded with their output cap lowered to what the model generates (limit max_output_tokens) or its context window leaves (limit context_window), under the admission policy clamp, by model.",
+		}, []string{"model", "limit"}),
 		Failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_failovers_total",
 			Help: "Requests moved to their model's next upstream after an upstream error before any byte reached the client, by model.",
@@ -70,7 +79,7 @@ func newProviders(reg prometheus.Registerer) *Providers {
 			"Seconds the upstream's credential has been put on cooldown after 429s; its rate is the share of time it cools.",
 			[]string{"upstream"}, nil),
 	}
-	reg.MustRegister(p.ContextRefusals, p.Failovers, p.Unavailable, p.Fallbacks, healthCollector{p})
+	reg.MustRegister(p.ContextRefusals, p.ContextClamps, p.Failovers, p.Unavailable, p.Fallbacks, healthCollector{p})
 	return p
 }
 

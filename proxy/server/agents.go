@@ -6,6 +6,7 @@ package server
 import (
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 )
@@ -44,16 +45,21 @@ func (ex *exchange) capOutput() bool {
 	if ref != nil {
 		return ex.refuseAgent(ref)
 	}
-	if out == nil {
-		return true
+	if out != nil {
+		ex.setBody(out, est)
 	}
+	return true
+}
+
+// setBody makes out, a rewrite of the body's output limits, the body forwarded, with
+// est its estimate.
+func (ex *exchange) setBody(out []byte, est estimate.Estimate) {
 	ex.est, ex.body = est, out
 	if ex.try.Body != nil {
 		// An attempt under a provider's model name is rewritten from this body.
 		ex.try.Body = out
 	}
 	agentlimit.SetBody(ex.r, out)
-	return true
 }
 
 // refuseAgent answers a refusal of the limits for agents in the route's shape.

@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
+	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
@@ -25,10 +27,16 @@ import (
 // served it: only that one, so that no caller learns of another caller's failures.
 const UpstreamHeader = "X-Tokenwarden-Upstream"
 
+// ClampHeader says, on the answer to a request whose output cap the admission policy
+// clamp lowered, from what to what and which limit: "8000 -> 6000 (context_window)".
+const ClampHeader = "X-Tokenwarden-Output-Clamped"
+
 // precheck refuses, with 400 in the route's shape, a request that cannot fit its
 // model's context window: the lower bound of its input plus the output it asks for
 // (its input alone when it asks for none); or one asking for more output than the
-// model generates. It runs before any reservation or upstream call, and reports
+// model generates. Under the admission policy clamp, such a request that states an
+// output cap and whose input leaves room is forwarded with its cap lowered to the
+// room instead (clamp). It runs before any reservation or upstream call, and reports
 // false when it answered.
 func (s *Server) precheck(ex *exchange) bool {
 	mr := ex.rt.Models[ex.est.Model]
@@ -39,7 +47,11 @@ func (s *Server) precheck(ex *exchange) bool {
 		ex.tokenize(mr.Tok)
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
-	switch mr.OverLimit(in, out) {
+	limit := mr.OverLimit(in, out)
+	if limit != "" && mr.Clamp && out > 0 && mr.Room(in) > 0 {
+		return s.clamp(ex, mr, limit)
+	}
+	switch limit {
 	case upstream.LimitModelOutput:
 		return s.tooLong(ex, mr, upstream.LimitModelOutput, fmt.Sprintf("the request asks for %d output tokens; model %q generates at most %d (max_output_tokens)", out, mr.Name, mr.MaxOut),
 			map[string]any{"max_output_tokens": mr.MaxOut, "requested_output_tokens": out})
@@ -52,7 +64,37 @@ func (s *Server) precheck(ex *exchange) bool {
 		}
 		return s.tooLong(ex, mr, upstream.LimitContextWindow, msg, details)
 	}
+	ex.admittedOutput(mr)
 	return true
+}
+
+// clamp forwards an over-ask with its output cap lowered to what the model and its
+// window leave after the input's lower bound; the reservation is then taken on the
+// lowered cap. The answer's ClampHeader says so.
+func (s *Server) clamp(ex *exchange, mr *upstream.Model, limit string) bool {
+	from, room := ex.est.OutputCap, mr.Room(ex.est.InputLower)
+	lim := config.ClassLimits{MaxOutputTokens: room, OverMaxOutputTokens: config.OverClamp}
+	out, est, _ := agentlimit.CapOutput(lim, schedule.Interactive, ex.route.name, ex.body, ex.est)
+	if out == nil {
+		// Not rewritable (the estimate's fallback): refused as refuse refuses it.
+		return s.tooLong(ex, mr, limit, fmt.Sprintf("the request asks for %d output tokens; model %q leaves room for %d", from, mr.Name, room),
+			map[string]any{"requested_output_tokens": from, "room_output_tokens": room})
+	}
+	ex.setBody(out, est)
+	ex.admittedOutput(mr)
+	s.metrics.Providers.ContextClamps.WithLabelValues(mr.Name, limit).Inc()
+	ex.w.Header().Set(ClampHeader, strconv.FormatInt(from, 10)+" -> "+strconv.FormatInt(room, 10)+" ("+limit+")")
+	return true
+}
+
+// admittedOutput records the output the model's context admission lets the request
+// have: its cap, or what the model and its window leave when it states none.
+func (ex *exchange) admittedOutput(mr *upstream.Model) {
+	out := ex.est.OutputCap
+	if room := mr.Room(ex.est.InputLower); out <= 0 || (room >= 0 && room < out) {
+		out = max(room, 0)
+	}
+	ex.rec.OutputAdmitted = out
 }
 
 // tooLong answers a pre-check's refusal and counts it.

@@ -43,6 +43,9 @@ type Model struct {
 	Candidates []Candidate
 	// Tok counts the model's input when the model names a tokenizer.
 	Tok *tokenize.Encoding
+	// Clamp: an over-ask is forwarded with its output cap lowered (the admission
+	// policy clamp, on a model that accepts a lowered cap), not refused.
+	Clamp bool
 }
 
 // Candidate is one upstream of a registered model.
@@ -126,6 +129,7 @@ func (reg *Registry) compileModels(cfg *config.Config) {
 	for i := range cfg.Models {
 		m := &cfg.Models[i]
 		mr := &Model{Name: m.Name, Window: m.ContextWindow, MaxOut: m.MaxOutputTokens}
+		mr.Clamp = m.AcceptsLoweredOutputCap && cfg.Admission(m) == config.AdmitClamp
 		for _, mu := range m.Upstreams {
 			if up := byName[mu.Upstream]; up != nil {
 				mr.Candidates = append(mr.Candidates, Candidate{Up: up, ProviderModel: mu.ProviderModel, Header: []string{up.Name}})
@@ -176,6 +180,23 @@ func (m *Model) OverLimit(in, out int64) string {
 		return LimitContextWindow
 	}
 	return ""
+}
+
+// Room is the largest output a request of at least in input tokens may ask for: what
+// the model generates and what its window leaves after the input, whichever is less;
+// 0 when the input leaves no room, -1 when the model sets neither limit.
+func (m *Model) Room(in int64) int64 {
+	room := int64(-1)
+	if m.MaxOut > 0 {
+		room = m.MaxOut
+	}
+	if m.Window > 0 {
+		left := max(m.Window-in, 0)
+		if room < 0 || left < room {
+			room = left
+		}
+	}
+	return room
 }
 
 // Fallback is where a request a rule's budget refused may go instead: the rule's

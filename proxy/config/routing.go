@@ -1,0 +1,55 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import "fmt"
+
+// AdmissionPolicy is what becomes of a request whose stated output does not fit its
+// model: more than the model generates, or more than its context window leaves after
+// the input.
+type AdmissionPolicy string
+
+// Admission policies.
+const (
+	// AdmitRefuse refuses the over-ask with 400 before any budget or upstream sees it.
+	AdmitRefuse AdmissionPolicy = "refuse"
+	// AdmitClamp forwards the over-ask with its output cap lowered to what the model
+	// and its window leave, when the model declares accepts_lowered_output_cap;
+	// without that declaration it refuses, as refuse does.
+	AdmitClamp AdmissionPolicy = "clamp"
+)
+
+// AdmissionPolicies are the policies a document may name.
+var AdmissionPolicies = []AdmissionPolicy{AdmitRefuse, AdmitClamp}
+
+// Routing holds the fleet's defaults for where and how a request goes.
+type Routing struct {
+	// AdmissionPolicy is the admission policy of a model that names none: refuse
+	// (absent) or clamp.
+	AdmissionPolicy AdmissionPolicy `json:"admission_policy,omitempty"`
+}
+
+// Admission is the admission policy in force for m: its own, else the fleet's,
+// else refuse.
+func (c *Config) Admission(m *Model) AdmissionPolicy {
+	switch {
+	case m.AdmissionPolicy != "":
+		return m.AdmissionPolicy
+	case c.Routing.AdmissionPolicy != "":
+		return c.Routing.AdmissionPolicy
+	}
+	return AdmitRefuse
+}
+
+// validateRouting checks the routing defaults and each model's admission policy.
+func (c *Config) validateRouting(errs *fieldErrors) {
+	if p := c.Routing.AdmissionPolicy; p != "" {
+		oneOf(errs, "routing.admission_policy", p, AdmissionPolicies)
+	}
+	for i, m := range c.Models {
+		if m.AdmissionPolicy != "" {
+			oneOf(errs, fmt.Sprintf("models[%d].admission_policy", i), m.AdmissionPolicy, AdmissionPolicies)
+		}
+	}
+}
