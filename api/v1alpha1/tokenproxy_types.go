@@ -148,6 +148,37 @@ type ModelSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=o200k_base;cl100k_base
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// AdmissionPolicy is what becomes of a request that asks for more output than
+	// the model generates or its context window leaves after the input: Refuse (400)
+	// or Clamp (forwarded with its output cap lowered to the room, when
+	// acceptsLoweredOutputCap is true; refused otherwise). Default:
+	// spec.routing.admissionPolicy.
+	// +optional
+	AdmissionPolicy AdmissionPolicy `json:"admissionPolicy,omitempty"`
+	// AcceptsLoweredOutputCap declares that the model's providers answer a request
+	// whose output cap was lowered as any other (a stop at the cap is a "length"
+	// finish): only then does Clamp lower it. Default false.
+	// +optional
+	AcceptsLoweredOutputCap bool `json:"acceptsLoweredOutputCap,omitempty"`
+}
+
+// AdmissionPolicy is what becomes of a request whose stated output does not fit its
+// model.
+// +kubebuilder:validation:Enum=Refuse;Clamp
+type AdmissionPolicy string
+
+// Admission policies.
+const (
+	AdmissionRefuse AdmissionPolicy = "Refuse"
+	AdmissionClamp  AdmissionPolicy = "Clamp"
+)
+
+// RoutingSpec holds a fleet's defaults for its models.
+type RoutingSpec struct {
+	// AdmissionPolicy is the admission policy of a model that names none: Refuse or
+	// Clamp. Default Refuse.
+	// +optional
+	AdmissionPolicy AdmissionPolicy `json:"admissionPolicy,omitempty"`
 }
 
 // ModelPrice is a model's price in US dollars per million tokens: quantities such as
@@ -309,6 +340,9 @@ type TokenProxySpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=256
 	Models []ModelSpec `json:"models,omitempty"`
+	// Routing holds the fleet's defaults for its models: the admission policy.
+	// +optional
+	Routing RoutingSpec `json:"routing,omitempty"`
 	// CachedInputWeight is how much an input token read from the backend's prompt
 	// cache counts in Tokens and InputTokens budgets: from 0 to 1, for example 0.1.
 	// Default 1 (a cached token counts in full). Cost budgets use the model's

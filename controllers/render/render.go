@@ -107,6 +107,7 @@ func Render(f *Fleet) *config.Config {
 		})
 		renderKeyScheduling(s, &c.APIKeys[len(c.APIKeys)-1])
 	}
+	renderRouting(&p.Spec.Routing, c)
 	renderScheduling(p.Spec.Scheduling, c)
 	rl := &c.RateLimiting
 	rl.Storage = config.StorageMemory
