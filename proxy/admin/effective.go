@@ -81,7 +81,10 @@ type EffectiveServer struct {
 	Provider string `json:"provider,omitempty"`
 	// ProviderModel is the model name sent upstream.
 	ProviderModel string `json:"provider_model"`
-	From          string `json:"from"`
+	// Tokenizer is the encoding that counts the input for this upstream, in tokenizer
+	// mode: its own or the model's.
+	Tokenizer string `json:"tokenizer,omitempty"`
+	From      string `json:"from"`
 	// Breaker is closed, open or half_open; CoolingUntil is set while the
 	// credential cools after a 429. Both are this replica's.
 	Breaker      string     `json:"breaker"`
@@ -144,6 +147,7 @@ func Models(c *config.Config, catchAll *upstream.Upstream, h *health.Registry, n
 		if m.Registered() {
 			for k, mu := range m.Upstreams {
 				e.Upstreams = append(e.Upstreams, server(c.Upstreams[idx[mu.Upstream]], m.Name, mu.ProviderModel, fmt.Sprintf("%s.upstreams[%d]", f, k)))
+				e.Upstreams[k].Tokenizer = m.Encoding(k)
 			}
 		} else {
 			e.Upstreams = routed(m.Name)

@@ -34,6 +34,26 @@ type ModelUpstream struct {
 	// ProviderModel is the provider's own name of the model, sent upstream in place of
 	// the client-facing name. Absent: the client-facing name.
 	ProviderModel string `json:"provider_model,omitempty"`
+	// Tokenizer is the encoding of the provider model behind this upstream, when it
+	// differs from the model's tokenizer: o200k_base or cl100k_base. Absent: the
+	// model's tokenizer.
+	Tokenizer string `json:"tokenizer,omitempty"`
+}
+
+// Tokenized reports whether the model is in tokenizer mode: it or one of its
+// upstreams names an encoding. Its input is then counted with each candidate's
+// encoding, and the largest count is reserved and pre-checked.
+func (m *Model) Tokenized() bool {
+	return m.Tokenizer != "" || slices.ContainsFunc(m.Upstreams, func(mu ModelUpstream) bool { return mu.Tokenizer != "" })
+}
+
+// Encoding is the encoding that counts the input of the model's k-th upstream: its
+// own, else the model's; empty when neither names one.
+func (m *Model) Encoding(k int) string {
+	if t := m.Upstreams[k].Tokenizer; t != "" {
+		return t
+	}
+	return m.Tokenizer
 }
 
 // Health timing of the upstreams: when a breaker opens and for how long, and how long
@@ -117,6 +137,30 @@ func (c *Config) validateRegistry(errs *fieldErrors) {
 			if len(mu.ProviderModel) > 256 {
 				errs.add(uf+".provider_model", "must be at most 256 characters")
 			}
+			if mu.Tokenizer != "" {
+				oneOf(errs, uf+".tokenizer", mu.Tokenizer, Tokenizers)
+			}
+		}
+		c.validateEncodings(errs, f, &m, upstreams)
+	}
+}
+
+// validateEncodings refuses a model in tokenizer mode with a candidate that has no
+// encoding: one naming none (nor the model), or an Anthropic upstream, whose tokens
+// no encoding here counts. Counting it with another's encoding would under-reserve.
+func (c *Config) validateEncodings(errs *fieldErrors, f string, m *Model, upstreams map[string]int) {
+	if !m.Tokenized() {
+		return
+	}
+	for k, mu := range m.Upstreams {
+		uf := fmt.Sprintf("%s.upstreams[%d]", f, k)
+		i, ok := upstreams[mu.Upstream]
+		switch {
+		case !ok:
+		case c.Upstreams[i].Provider == ProviderAnthropic:
+			errs.add(uf, "upstream %q speaks the Anthropic API: no encoding here counts its tokens, and model %q is in tokenizer mode; remove its tokenizer or this upstream", mu.Upstream, m.Name)
+		case m.Encoding(k) == "":
+			errs.add(uf+".tokenizer", "model %q is in tokenizer mode and upstream %q has no encoding: name one here or in %s.tokenizer", m.Name, mu.Upstream, f)
 		}
 	}
 }

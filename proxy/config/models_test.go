@@ -50,6 +50,17 @@ var _ = Describe("The model registry", func() {
 		Expect(c.Models[2].Tokenizer).To(Equal("cl100k_base"))
 	})
 
+	It("reads each upstream's encoding, the model's where it names none", func() {
+		c, err := config.Parse([]byte(registryDoc + `
+- {name: group, tokenizer: o200k_base, upstreams: [{upstream: openai-a}, {upstream: rest, tokenizer: cl100k_base}]}
+`))
+		Expect(err).NotTo(HaveOccurred())
+		g := &c.Models[1]
+		Expect(g.Tokenized()).To(BeTrue())
+		Expect([]string{g.Encoding(0), g.Encoding(1)}).To(Equal([]string{"o200k_base", "cl100k_base"}))
+		Expect(c.Models[0].Tokenized()).To(BeFalse())
+	})
+
 	DescribeTable("refuses a bad registry, naming the field",
 		func(extra, want string) {
 			_, err := config.Parse([]byte(registryDoc + extra))
@@ -67,6 +78,14 @@ var _ = Describe("The model registry", func() {
 		Entry("a negative window", `- {name: m, context_window: -1}`, `models[1].context_window: must not be negative`),
 		Entry("a tokenizer the proxy does not have", `- {name: m, tokenizer: p50k_base}`,
 			`models[1].tokenizer: unknown word "p50k_base": must be one of o200k_base, cl100k_base`),
+		Entry("an upstream's tokenizer the proxy does not have", `- {name: m, upstreams: [{upstream: openai-a, tokenizer: p50k_base}]}`,
+			`models[1].upstreams[0].tokenizer: unknown word "p50k_base"`),
+		Entry("a tokenizer-mode model with an Anthropic candidate", `- {name: m, tokenizer: o200k_base, upstreams: [{upstream: openai-a}, {upstream: claude}]}`,
+			`models[1].upstreams[1]: upstream "claude" speaks the Anthropic API: no encoding here counts its tokens, and model "m" is in tokenizer mode`),
+		Entry("an Anthropic candidate naming an encoding", `- {name: m, upstreams: [{upstream: claude, tokenizer: cl100k_base}]}`,
+			`models[1].upstreams[0]: upstream "claude" speaks the Anthropic API`),
+		Entry("a candidate without an encoding beside one with", `- {name: m, upstreams: [{upstream: openai-a, tokenizer: o200k_base}, {upstream: rest}]}`,
+			`models[1].upstreams[1].tokenizer: model "m" is in tokenizer mode and upstream "rest" has no encoding: name one here or in models[1].tokenizer`),
 		Entry("an unknown provider", `- {name: m}
 upstreams_extra: 1`, `upstreams_extra: unknown field`),
 	)

@@ -43,8 +43,8 @@ func (s *Server) precheck(ex *exchange) bool {
 	if mr == nil || !ex.route.charged || !ex.est.Parsed {
 		return true
 	}
-	if mr.Tok != nil {
-		ex.tokenize(mr.Tok)
+	if mr.Toks != nil {
+		ex.tokenize(mr.Toks)
 	}
 	in, out := ex.est.InputLower, ex.est.OutputCap
 	limit := mr.OverLimit(in, out)

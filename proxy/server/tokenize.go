@@ -7,13 +7,19 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
 )
 
-// tokenize counts the request's input with its model's tokenizer: the budget
-// reservation's input becomes the tokenizer's count plus the estimate's allowances
-// for media and message framing, and the context-window pre-check reads the
-// tokenizer's count of the text in place of the estimate's lower bound. A body
-// encoding/json does not decode keeps the estimate.
-func (ex *exchange) tokenize(enc *tokenize.Encoding) {
-	if r, ok := enc.Body(ex.try.Body); ok {
-		ex.est.Tokenize(r.Input, r.Text)
+// tokenize counts the request's input with its model's candidates' encodings, and
+// keeps the largest count: the budget reservation's input becomes it plus the
+// estimate's allowances for media and message framing, and the context-window
+// pre-check reads the largest count of the text in place of the estimate's lower
+// bound. A body encoding/json does not decode keeps the estimate.
+func (ex *exchange) tokenize(encs []*tokenize.Encoding) {
+	var in, text int64
+	for _, enc := range encs {
+		r, ok := enc.Body(ex.try.Body)
+		if !ok {
+			return
+		}
+		in, text = max(in, r.Input), max(text, r.Text)
 	}
+	ex.est.Tokenize(in, text)
 }

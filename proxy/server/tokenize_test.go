@@ -43,7 +43,8 @@ func chatOf(model, content string, maxTokens int) string {
 	return string(b)
 }
 
-var _ = Describe("A model with a tokenizer", func() {
+// Ordered: the last specs build cl100k_base, which one before them finds unbuilt.
+var _ = Describe("A model with a tokenizer", Ordered, func() {
 	It("pre-checks the tokenizer's count: it refuses what the lower bound under-counts", func() {
 		r := newTokenizerRegistry(tokenize.O200kBase)
 		// 12,000 spaces: 95 tokens of o200k_base, and a lower bound of 2 (spaces count
@@ -142,4 +143,6 @@ rate_limiting:
 		Expect(e.Models[2].Name).To(Equal("gpt-4.1"))
 		Expect(e.Models[2].Tokenizer).To(Equal(&server.EffectiveValue{Value: "cl100k_base", From: "models[2].tokenizer"}))
 	})
+
+	tokenizerGroups()
 })

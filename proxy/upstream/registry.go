@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,8 +42,9 @@ type Model struct {
 	// Candidates are the upstreams that serve the model, in order; empty when the
 	// model names none in the registry (then it is routed by upstreams[].models).
 	Candidates []Candidate
-	// Tok counts the model's input when the model names a tokenizer.
-	Tok *tokenize.Encoding
+	// Toks count the model's input in tokenizer mode: each candidate's encoding, once
+	// each; the largest count is the one reserved and pre-checked.
+	Toks []*tokenize.Encoding
 	// Clamp: an over-ask is forwarded with its output cap lowered (the admission
 	// policy clamp, on a model that accepts a lowered cap), not refused.
 	Clamp bool
@@ -135,8 +137,8 @@ func (reg *Registry) compileModels(cfg *config.Config) {
 				mr.Candidates = append(mr.Candidates, Candidate{Up: up, ProviderModel: mu.ProviderModel, Header: []string{up.Name}})
 			}
 		}
-		mr.Tok = tokenize.Get(m.Tokenizer) // nil without one; built on the first config naming it
-		if mr.Window > 0 || mr.MaxOut > 0 || len(mr.Candidates) > 0 || reg.Fallbacks[m.Name] != "" || mr.Tok != nil {
+		mr.Toks = encodings(m)
+		if mr.Window > 0 || mr.MaxOut > 0 || len(mr.Candidates) > 0 || reg.Fallbacks[m.Name] != "" || mr.Toks != nil {
 			reg.Models[m.Name] = mr
 			reg.Known[m.Name] = true
 		}
@@ -145,6 +147,25 @@ func (reg *Registry) compileModels(cfg *config.Config) {
 			reg.byModel[m.Name] = mr.Candidates[0].Up
 		}
 	}
+}
+
+// encodings are the distinct encodings of a model's candidates (its own when it has
+// none), each built on the first config naming it; nil when it is not in tokenizer
+// mode.
+func encodings(m *config.Model) []*tokenize.Encoding {
+	var out []*tokenize.Encoding
+	add := func(name string) {
+		if e := tokenize.Get(name); e != nil && !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if len(m.Upstreams) == 0 {
+		add(m.Tokenizer)
+	}
+	for k := range m.Upstreams {
+		add(m.Encoding(k))
+	}
+	return out
 }
 
 // Route picks the upstream of a model: the one that lists it, else the catch-all. With
