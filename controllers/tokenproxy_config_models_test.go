@@ -33,6 +33,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), tp)).To(Succeed())
 		patch := client.MergeFrom(tp.DeepCopy())
 		tp.Spec.Models[0].Upstreams[1].Upstream = "vllm"
+		tp.Spec.Models[0].Upstreams[1].Tokenizer = "cl100k_base"
 		tp.Spec.Models[0].AdmissionPolicy, tp.Spec.Models[0].AcceptsLoweredOutputCap = twv1alpha1.AdmissionClamp, true
 		tp.Spec.Routing.AdmissionPolicy = twv1alpha1.AdmissionRefuse
 		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
@@ -45,7 +46,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 			g.Expect(c.Models[0].AdmissionPolicy).To(Equal(config.AdmitClamp))
 			g.Expect(c.Models[0].AcceptsLoweredOutputCap).To(BeTrue())
 			g.Expect(c.Routing.AdmissionPolicy).To(Equal(config.AdmitRefuse))
-			g.Expect(c.Models[0].Upstreams).To(Equal([]config.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "vllm"}}))
+			g.Expect(c.Models[0].Upstreams).To(Equal([]config.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "vllm", Tokenizer: "cl100k_base"}}))
 			g.Expect(c.Upstreams[0].Provider).To(Equal(config.ProviderAnthropic))
 			g.Expect(c.Upstreams[2].Provider).To(Equal(config.ProviderOpenAI))
 		}).Should(Succeed())

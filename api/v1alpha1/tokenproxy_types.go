@@ -109,6 +109,14 @@ type ModelUpstream struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	ProviderModel string `json:"providerModel,omitempty"`
+	// Tokenizer is the encoding of the provider model behind this upstream, when it
+	// differs from the model's tokenizer: o200k_base or cl100k_base. A model with a
+	// tokenizer here or on itself counts its input with every upstream's encoding and
+	// keeps the largest; each of its upstreams then needs one (an Anthropic upstream
+	// cannot have one: the operator refuses it, InvalidConfig). Default: the model's.
+	// +optional
+	// +kubebuilder:validation:Enum=o200k_base;cl100k_base
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // ModelSpec is one client-facing model of a fleet.

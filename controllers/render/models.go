@@ -44,6 +44,6 @@ func renderRegistry(cm *config.Model, m *twv1alpha1.ModelSpec) {
 	cm.AdmissionPolicy = renderAdmission(m.AdmissionPolicy)
 	cm.AcceptsLoweredOutputCap = m.AcceptsLoweredOutputCap
 	for _, u := range m.Upstreams {
-		cm.Upstreams = append(cm.Upstreams, config.ModelUpstream{Upstream: u.Upstream, ProviderModel: u.ProviderModel})
+		cm.Upstreams = append(cm.Upstreams, config.ModelUpstream{Upstream: u.Upstream, ProviderModel: u.ProviderModel, Tokenizer: u.Tokenizer})
 	}
 }
