@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -40,7 +41,9 @@ replica enforces in memory mode), how much of each is used now, and which is tig
 Under memory storage each replica holds its own buckets: USED is the most used replica's, and -o wide
 shows each replica's. Under Redis storage every replica reads the same buckets.
 
-It reaches the replicas as why does (port-forward with your credentials, or --admin-addr).`,
+It reaches the replicas as why does (port-forward with your credentials, or --admin-addr). A caller who
+reads only some tenants (get tokenbudgets in their namespaces) is told only of their keys, and of the
+platform's budgets without their use unless it may read the fleet's namespace.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return x.run(cmd.Context(), args[0])
@@ -186,6 +189,9 @@ func (x *explainOptions) printTable(w io.Writer, e *Explained) error {
 		b := e.Budgets[e.Tightest-1]
 		fmt.Fprintf(w, "Tightest now: #%d %s %s, %s used.\n", b.Order, budgetName(&b), b.Window, percent(b.UsedPercent))
 	}
+	if slices.ContainsFunc(e.Budgets, func(b budget.Explained) bool { return b.LevelWithheld }) {
+		fmt.Fprintln(w, "Use withheld: the platform's budgets' use is shown only to readers of the fleet's namespace.")
+	}
 	switch {
 	case e.LevelsError != "":
 		fmt.Fprintf(w, "Use not shown: %s.\n", e.LevelsError)
@@ -213,6 +219,9 @@ func identity(e *Explained) string {
 	}
 	if e.Team != "" {
 		parts = append(parts, "team "+e.Team)
+	}
+	if e.Tenant != "" {
+		parts = append(parts, "tenant "+e.Tenant)
 	}
 	if len(parts) == 0 {
 		return ""
@@ -260,6 +269,9 @@ func note(e *Explained, b *budget.Explained) string {
 	}
 	if b.Warn {
 		n = append(n, "warn only")
+	}
+	if b.LevelWithheld {
+		n = append(n, "use withheld")
 	}
 	if b.ResetsAt != nil {
 		n = append(n, "resets "+b.ResetsAt.UTC().Format("2006-01-02T15:04Z"))

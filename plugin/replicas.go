@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 )
 
 // defaultAdminPort is the proxy container's admin port when its pod does not name one.
@@ -64,6 +65,8 @@ type replica struct {
 type adminClient struct {
 	http    *http.Client
 	replica []replica
+	// scoped: a replica answered with only the tenants the caller may read.
+	scoped bool
 }
 
 // Close ends every port-forward.
@@ -333,6 +336,9 @@ func (a *adminClient) getRaw(ctx context.Context, r replica, path string, q url.
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, adminError(r, path, resp, body)
+	}
+	if resp.Header.Get(adminauth.ScopeHeader) == "tenants" {
+		a.scoped = true
 	}
 	return body, nil
 }

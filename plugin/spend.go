@@ -37,7 +37,9 @@ admin port): requests, tokens and US dollars by the dimension given, over the la
 from --from to --to (RFC 3339, or a date). Under a PostgreSQL ledger every replica reports the fleet's
 whole record; a SQLite ledger is one replica's own. -o csv prints the ledger's CSV.
 
-It reaches the replicas as why does (port-forward with your credentials, or --admin-addr).`,
+It reaches the replicas as why does (port-forward with your credentials, or --admin-addr). A caller who
+may not read the whole report is shown the spend of the tenant namespaces where it may get
+tokenbudgets (the platform's own keys' with the fleet's namespace).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return s.run(cmd.Context())

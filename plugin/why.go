@@ -40,7 +40,9 @@ own (a shared budget's level is never told), and the Retry-After the client got.
 It port-forwards to each running pod of the fleet with your kubeconfig (pods/portforward in the
 namespace, so RBAC decides), and presents your kubeconfig's bearer token to the replicas' admin
 authentication (a ClusterRole such as tokenwarden-proxy-admin-reader decides). --admin-addr asks
-replicas at addresses you give instead; --admin-token presents another bearer token.
+replicas at addresses you give instead; --admin-token presents another bearer token. A caller who may
+not read the whole audit is shown the refusals of the keys of the tenant namespaces where it may get
+tokenbudgets (the platform's own keys with the fleet's namespace).
 
 KEY is the key's name in the fleet's config: an ApiKey's name in the fleet's namespace
 (NAMESPACE_NAME for an ApiKey of another namespace).`,
@@ -99,6 +101,11 @@ func (w *whyOptions) run(ctx context.Context, key string) error {
 	slices.SortStableFunc(rows, func(x, y Refusal) int { return y.Time.Compare(x.Time) })
 	if !w.out.table() {
 		return w.out.printRows(w.Streams.Out, rows)
+	}
+	if len(rows) == 0 && a.scoped {
+		_, err := fmt.Fprintf(w.Streams.Out, "No refusal of key %q that you may read in the audit of %s: you read the keys of the namespaces where you may get tokenbudgets.\n",
+			key, replicas(int32(len(a.replica)-len(failed))))
+		return err
 	}
 	if len(rows) == 0 {
 		_, err := fmt.Fprintf(w.Streams.Out, "No refusal of key %q in the audit of %s.\n", key, replicas(int32(len(a.replica)-len(failed))))

@@ -28,6 +28,9 @@ type Source interface {
 	Effective() (Effective, bool)
 	// Refusals are the last refusals of the key named (every key's when all).
 	Refusals(key string, all bool) []accesslog.KeyRefusals
+	// KeyTenant is the tenant of the key named in the config in force: "" for the
+	// platform's own keys and a name the config does not know.
+	KeyTenant(key string) string
 	// Durable is the store's trust fence; false when the store keeps no durable
 	// counters.
 	Durable() (budget.Durable, bool)
@@ -67,12 +70,13 @@ func Handler(src Source, g prometheus.Gatherer, log *slog.Logger) http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /admin/effective", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /admin/effective", func(w http.ResponseWriter, r *http.Request) {
 		e, ok := src.Effective()
 		if !ok {
 			http.Error(w, "no configuration loaded yet", http.StatusServiceUnavailable)
 			return
 		}
+		e = scopeEffective(r.Context(), e)
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -93,7 +97,7 @@ func refusals(src Source, w http.ResponseWriter, r *http.Request) {
 	if one && len(name) > 0 {
 		key = name[0]
 	}
-	out := src.Refusals(key, !one)
+	out := scopeRefusals(r.Context(), src, src.Refusals(key, !one))
 	if one && len(out) == 0 {
 		out = append(out, accesslog.KeyRefusals{APIKey: key, Refusals: []accesslog.AuditedRefusal{}})
 	}

@@ -47,9 +47,11 @@ type EffectiveUpstrm struct {
 
 // EffectiveKey is one API key in /admin/effective, by name.
 type EffectiveKey struct {
-	Name   string `json:"name"`
-	User   string `json:"user,omitempty"`
-	Team   string `json:"team,omitempty"`
+	Name string `json:"name"`
+	User string `json:"user,omitempty"`
+	Team string `json:"team,omitempty"`
+	// Tenant is the key's tenant (its namespace); empty for the platform's own keys.
+	Tenant string `json:"tenant,omitempty"`
 	Bypass bool   `json:"bypass,omitempty"`
 }
 

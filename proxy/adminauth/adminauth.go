@@ -74,6 +74,10 @@ type Options struct {
 	MaxEntries int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Fleet is the fleet's namespace, whose readers read the platform's own data and
+	// the shared budgets' levels (Scope.Tenant of ""); empty: only a caller that may
+	// make the call as a whole reads them.
+	Fleet string
 	// Registerer receives the package's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -243,6 +247,10 @@ func (r *Reviewer) reviewNamespace(ctx context.Context, u authnv1.UserInfo, name
 	return sar.Status.Allowed && !sar.Status.Denied, nil
 }
 
+// ScopeHeader is set to "tenants" on the answer of a tenant path served to a caller
+// scoped to the tenants it may read.
+const ScopeHeader = "X-Tokenwarden-Admin-Scope"
+
 // The resource whose read in a namespace lets a caller read that tenant's admin data.
 const (
 	TenantGroup    = "tokenwarden.io"
@@ -299,6 +307,21 @@ func (s *Scope) May(ctx context.Context, namespace string) bool {
 		return ok, nil
 	})
 	return err == nil && v.(bool)
+}
+
+// Tenant reports whether the caller may read a tenant's data: tenant is a namespace,
+// or "" for the platform's own (the fleet's namespace).
+func (s *Scope) Tenant(ctx context.Context, tenant string) bool {
+	if s.All() {
+		return true
+	}
+	if tenant == "" {
+		tenant = s.r.o.Fleet
+		if tenant == "" {
+			return false
+		}
+	}
+	return s.May(ctx, tenant)
 }
 
 // Readable is the namespaces of namespaces the caller may read, in their order.
@@ -407,6 +430,9 @@ func GuardTenants(r *Reviewer, open, tenant []string, next http.Handler) http.Ha
 			return
 		}
 		if isTenant[p] {
+			if d.Tenants {
+				w.Header().Set(ScopeHeader, "tenants")
+			}
 			sc := &Scope{r: r, all: !d.Tenants, token: tokenKey(token), user: d.user}
 			req = req.WithContext(context.WithValue(req.Context(), scopeKey{}, sc))
 		}

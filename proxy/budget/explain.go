@@ -18,6 +18,8 @@ type Explanation struct {
 	APIKey string `json:"api_key"`
 	User   string `json:"user,omitempty"`
 	Team   string `json:"team,omitempty"`
+	// Tenant is the key's tenant; empty for the platform's own keys.
+	Tenant string `json:"tenant,omitempty"`
 	Model  string `json:"model,omitempty"`
 	// Charged: the route is charged, so every amount applies; otherwise only the
 	// request counts do.
@@ -54,6 +56,8 @@ type Explained struct {
 	// per_api_key) or "rule"; Rule names the rule.
 	Source string `json:"source"`
 	Rule   string `json:"rule,omitempty"`
+	// Tenant is the tenant whose budget it is; empty for the platform's.
+	Tenant string `json:"tenant,omitempty"`
 	// Window is the period (second, minute, hour, day, or calendar_day, _week, _month).
 	Window    string `json:"window"`
 	Dimension string `json:"dimension"`
@@ -79,6 +83,9 @@ type Explained struct {
 	// the share of it used. Nil when not read.
 	Remaining   *float64 `json:"remaining,omitempty"`
 	UsedPercent *float64 `json:"used_percent,omitempty"`
+	// LevelWithheld: the caller may not read the level of this budget (the
+	// platform's, for a reader of only the key's tenant).
+	LevelWithheld bool `json:"level_withheld,omitempty"`
 	// ResetsAt is when a calendar window starts again.
 	ResetsAt *time.Time `json:"resets_at,omitempty"`
 	// Replaces are the Replaced entries this budget stands in for.
@@ -117,7 +124,7 @@ type Peeker interface {
 func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged bool) Explanation {
 	e := Explanation{Model: id.Model, Charged: charged, Divisor: p.Divisor, Budgets: []Explained{}}
 	if id.Key != nil {
-		e.APIKey, e.User, e.Team, e.Bypass = id.Key.Name, id.Key.User, id.Key.Team, id.Key.Bypass
+		e.APIKey, e.User, e.Team, e.Tenant, e.Bypass = id.Key.Name, id.Key.User, id.Key.Team, id.Key.Tenant, id.Key.Bypass
 	}
 	if e.Bypass || id.Exempt {
 		return e
@@ -145,7 +152,7 @@ func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged b
 func explained(order int, ch Charge, key *KeyPolicy) Explained {
 	ctr := ch.ctr
 	x := Explained{
-		Order: order, Source: "limits", Rule: ctr.rule, Window: ctr.name, Dimension: ctr.dim.String(),
+		Order: order, Source: "limits", Rule: ctr.rule, Tenant: ctr.tenant, Window: ctr.name, Dimension: ctr.dim.String(),
 		Subject: ch.Key.ID, By: ch.Key.By, Amount: ctr.amount.String(), Warn: ctr.warn, Durable: ctr.durable, Own: ctr.scoped,
 		Limit: ctr.sharedCapacity, RatePerSecond: ctr.sharedRate, ReplicaLimit: ctr.capacity, ReplicaRatePerSecond: ctr.rate,
 	}
@@ -162,6 +169,38 @@ func explained(order int, ch Charge, key *KeyPolicy) Explained {
 		x.ResetsAt = &t
 	}
 	return x
+}
+
+// Withhold hides the levels of the budgets whose tenant the caller may not read (may
+// says), and names the tightest of those it may.
+func (e *Explanation) Withhold(may func(tenant string) bool) {
+	mayOf := map[string]bool{}
+	tightest, least := 0, 1.0
+	for i := range e.Budgets {
+		b := &e.Budgets[i]
+		ok, seen := mayOf[b.Tenant]
+		if !seen {
+			ok = may(b.Tenant)
+			mayOf[b.Tenant] = ok
+		}
+		if !ok {
+			if b.Remaining != nil {
+				b.Remaining, b.UsedPercent, b.LevelWithheld = nil, nil, true
+			}
+			continue
+		}
+		if b.Remaining == nil || b.Warn {
+			continue
+		}
+		left := 0.0 // a zero allowance admits nothing
+		if b.UsedPercent != nil {
+			left = 1 - *b.UsedPercent/100
+		}
+		if left < least {
+			least, tightest = left, b.Order
+		}
+	}
+	e.Tightest = tightest
 }
 
 // overridden reports whether the key's own value sets its limit of this kind.

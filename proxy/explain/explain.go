@@ -12,6 +12,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 )
 
@@ -47,7 +48,9 @@ var (
 // Func explains a query by the config in force.
 type Func func(ctx context.Context, q Query) (Answer, error)
 
-// Handler serves GET /admin/explain?api_key=NAME[&model=M][&route=PATH].
+// Handler serves GET /admin/explain?api_key=NAME[&model=M][&route=PATH]. A caller
+// scoped to some tenants (adminauth.ScopeOf) is told only of their keys, and of the
+// levels of the budgets it may read (the platform's with the fleet's namespace).
 func Handler(explain Func) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query()
@@ -60,6 +63,14 @@ func Handler(explain Func) http.Handler {
 			q.Route = DefaultRoute
 		}
 		a, err := explain(r.Context(), q)
+		sc := adminauth.ScopeOf(r.Context())
+		if err == nil && !sc.Tenant(r.Context(), a.Tenant) {
+			// A key of a tenant the caller may not read is as good as unknown.
+			err = ErrUnknownKey
+		}
+		if err == nil && !sc.All() {
+			a.Withhold(func(tenant string) bool { return sc.Tenant(r.Context(), tenant) })
+		}
 		switch {
 		case errors.Is(err, ErrNoConfig):
 			fail(w, http.StatusServiceUnavailable, err.Error())

@@ -4,6 +4,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -27,7 +28,9 @@ const MaxReportRange = 366 * 24 * time.Hour
 // before to. group_by lists dimensions (fleet, tenant, api_key, user, team, model,
 // upstream); bucket is hour or day (absent: the whole range); every dimension may
 // also be a filter (tenant=team-a). It answers 400 naming a bad parameter, and 503
-// while the database does not answer. Authentication is the admin listener's.
+// while the database does not answer. Authentication is the admin listener's; a
+// caller it scopes to some tenants reads only their spend (403 for a tenant filter it
+// may not read).
 type ReportHandler struct {
 	Sink Sink
 	// Now is the clock of the default range (default time.Now).
@@ -50,7 +53,12 @@ func (h *ReportHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	rows, err := h.Sink.Report(r.Context(), q)
+	rows, err := h.report(r.Context(), q)
+	var forbidden *forbiddenTenant
+	if errors.As(err, &forbidden) {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
 	if err != nil {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, "the ledger database does not answer: "+err.Error(), http.StatusServiceUnavailable)

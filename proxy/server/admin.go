@@ -54,7 +54,7 @@ func (s *Server) Effective() (Effective, bool) {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})
 	}
 	for _, k := range c.APIKeys {
-		e.APIKeys = append(e.APIKeys, EffectiveKey{Name: k.Name, User: k.User, Team: k.Team, Bypass: k.Bypass})
+		e.APIKeys = append(e.APIKeys, EffectiveKey{Name: k.Name, User: k.User, Team: k.Team, Tenant: k.Tenant, Bypass: k.Bypass})
 	}
 	return e, true
 }
@@ -66,6 +66,18 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux.Handle("GET /admin/explain", explain.Handler(s.Explain))
 	mux.Handle("/", admin.Handler(s, g, s.log))
 	return mux
+}
+
+// KeyTenant is the tenant of the key named in the config in force (admin.Source).
+func (s *Server) KeyTenant(name string) string {
+	rt := s.rt.Load()
+	if rt == nil {
+		return ""
+	}
+	if k := rt.policy.Key(name); k != nil {
+		return k.Tenant
+	}
+	return ""
 }
 
 // Durable is the store's trust fence (admin.Source); false when it keeps no durable

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	adminapi "github.com/tokenwarden/tokenwarden/proxy/admin"
 	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
@@ -117,6 +119,8 @@ func run(args []string) error {
 		"How the admin API authenticates its callers: kubernetes (a TokenReview and a SubjectAccessReview per bearer token, cached) or none. Default: kubernetes with --configmap, none with --config.")
 	adminAuthMetrics := fs.Bool("admin-auth-metrics", false, "With --admin-auth=kubernetes: guard /metrics too (the scraper then needs a bearer token allowed to get /metrics).")
 	adminAuthTTL := fs.Duration("admin-auth-cache-ttl", adminauth.DefaultTTL, "With --admin-auth=kubernetes: how long a review's answer is reused for the same token, verb and path.")
+	fleetNamespace := fs.String("fleet-namespace", "",
+		"With --admin-auth=kubernetes: the fleet's namespace, whose readers (get tokenbudgets there) read the platform's own admin data and the shared budgets' levels (default: the --configmap's namespace).")
 	replicaName := fs.String("replica-name", defaultReplicaName(),
 		"With --configmap: this replica's name in its report Lease <configmap>-<name> (default: $POD_NAME, else the host name). Unique within the fleet.")
 	usageEvery := fs.Duration("usage-interval", report.DefaultUsageEvery,
@@ -157,6 +161,9 @@ func run(args []string) error {
 			return fmt.Errorf("--configmap: want NAMESPACE/NAME, got %q", *configMap)
 		}
 		src = &source.ConfigMap{Client: cs, Namespace: ns, Name: name, Key: *configMapKey, Log: log}
+		if *fleetNamespace == "" {
+			*fleetNamespace = ns
+		}
 		if *replicaName == "" {
 			return errors.New("--replica-name: empty, and neither $POD_NAME nor the host name is set")
 		}
@@ -314,10 +321,11 @@ func run(args []string) error {
 		if !*adminAuthMetrics {
 			open = append(open, "/metrics")
 		}
-		admin = adminauth.Guard(adminauth.New(adminauth.Options{
+		tenant := append(slices.Clone(adminapi.TenantPaths), ledger.ReportPath)
+		admin = adminauth.GuardTenants(adminauth.New(adminauth.Options{
 			TokenReviews: cs.AuthenticationV1().TokenReviews(), SubjectAccessReviews: cs.AuthorizationV1().SubjectAccessReviews(),
-			TTL: *adminAuthTTL, Registerer: reg, Logger: log,
-		}), open, admin)
+			TTL: *adminAuthTTL, Fleet: *fleetNamespace, Registerer: reg, Logger: log,
+		}), open, tenant, admin)
 	case adminauth.ModeNone:
 		if !loopback(lnAdmin.Addr()) {
 			log.Warn("The admin API is served to whoever reaches the admin listener: --admin-auth=none on an address that is not loopback",
