@@ -169,6 +169,9 @@ type GroupEpoch struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// Found is the epoch the store held then ("" when none).
 	Found string `json:"found,omitempty"`
+	// FencedAt is when this replica's fence began (Unix milliseconds, its own
+	// clock): no settlement after it is on a counter the fence could trust.
+	FencedAt int64 `json:"fenced_at,omitempty"`
 	// SlotGroups, on a Redis Cluster, are the slot groups fenced (each subject's
 	// counters live in one of SlotGroups groups); the others still admit.
 	SlotGroups []int `json:"slot_groups,omitempty"`

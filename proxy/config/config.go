@@ -325,6 +325,11 @@ type Redis struct {
 	// the balances are restored or attested (docs/runbooks.md). Empty: the epoch Redis
 	// holds, created when it holds none (a brand-new fleet). A reload applies it.
 	Epoch string `json:"epoch,omitempty"`
+	// LedgerAttestation, written by the control plane and never by hand, tells the
+	// replicas that the durable counters lost under an epoch may be attested from the
+	// fleet's spend ledger: every live replica has flushed its settlements into it
+	// past the loss (docs/runbooks.md, "Attested from the ledger"). A reload applies it.
+	LedgerAttestation *LedgerAttestation `json:"ledger_attestation,omitempty"`
 	// HotBudgetSlice, from 0 to 0.5, serves the global and per-model token budgets
 	// from slices of this fraction of their capacity that each replica takes from Redis
 	// and spends locally: one call per slice instead of one per request on the keys
@@ -339,6 +344,16 @@ type Redis struct {
 	// Checks configure the store checks: at start and every interval the proxy checks
 	// the Redis it counts in (docs/redis.md, "Store checks").
 	Checks RedisChecks `json:"checks,omitempty"`
+}
+
+// LedgerAttestation is the control plane's word that the durable counters lost under
+// Epoch may be attested from the spend ledger.
+type LedgerAttestation struct {
+	// Epoch is the epoch lost: the one the fenced replicas run under.
+	Epoch string `json:"epoch"`
+	// FlushedThroughMillis is the least of the live replicas' flushed-through times
+	// (Unix milliseconds): every settlement before it is in the ledger.
+	FlushedThroughMillis int64 `json:"flushed_through_ms"`
 }
 
 // Store-check modes.

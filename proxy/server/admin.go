@@ -97,6 +97,17 @@ func (s *Server) RestoreCharge(b budget.Balance) (budget.Charge, error) {
 	return s.limiter.RestoreCharge(rt.policy, b)
 }
 
+// DurableRules are the durable counters of the config in force, with the window that
+// holds the present, and what a cached input token counts (recovery.Source); none
+// before a config is loaded.
+func (s *Server) DurableRules() ([]budget.DurableRule, float64) {
+	rt := s.rt.Load()
+	if rt == nil {
+		return nil, 1
+	}
+	return s.limiter.DurableRules(rt.policy), rt.policy.CachedWeight()
+}
+
 // ProbeTarget is what probing the upstream named takes (admin.Source).
 func (s *Server) ProbeTarget(name string) (admin.ProbeTarget, error) {
 	rt := s.rt.Load()

@@ -190,7 +190,7 @@ func (s *Store) admittedBySum(d *sumDecision, r *budget.Reservation, g int) budg
 	s.offset.Store(d.now*int64(time.Millisecond) - time.Now().UnixNano())
 	if g := s.groups[g]; g.fence.Load() != nil && fenceable(r) {
 		// A durable reservation decided found the epoch again.
-		if g.fence.Swap(nil) != nil {
+		if g.trust() {
 			s.epochChanged()
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -50,6 +51,15 @@ type group struct {
 	// fence is what the group's epoch key held when a durable admission last found it
 	// other than the fleet's epoch; nil while the group is trusted.
 	fence atomic.Pointer[string]
+	// fencedAt is when the fence began (Unix milliseconds); 0 while trusted.
+	fencedAt atomic.Int64
+}
+
+// trust lifts the group's fence; it reports whether one was up.
+func (g *group) trust() bool {
+	up := g.fence.Swap(nil) != nil
+	g.fencedAt.Store(0)
+	return up
 }
 
 // want is the epoch the replica runs under; "" before it has one.
@@ -123,7 +133,7 @@ func (s *Store) SetEpoch(epoch string) {
 	}
 	s.epoch.Store(&epoch)
 	for _, g := range s.groups {
-		g.fence.Store(nil) // the next durable admission checks the new epoch
+		g.trust() // the next durable admission checks the new epoch
 	}
 	if cur != "" {
 		s.checks.attested() // a newer epoch: the balances were attested
@@ -142,6 +152,9 @@ func (s *Store) Epochs() []budget.GroupEpoch {
 		if f := g.fence.Load(); f != nil {
 			if !e.Fenced {
 				e.Fenced, e.Found = true, *f
+			}
+			if at := g.fencedAt.Load(); at > 0 && (e.FencedAt == 0 || at < e.FencedAt) {
+				e.FencedAt = at
 			}
 			if s.sharded {
 				e.SlotGroups = append(e.SlotGroups, i)
@@ -179,7 +192,11 @@ func (s *Store) ensureEpoch(ctx context.Context) error {
 // fenced records that a durable admission found group g's epoch other than the one
 // the replica runs under, and returns the refusal.
 func (s *Store) fenced(g *group, found string) error {
-	if prev := g.fence.Swap(&found); prev == nil || *prev != found {
+	prev := g.fence.Swap(&found)
+	if g.fencedAt.Load() == 0 {
+		g.fencedAt.CompareAndSwap(0, time.Now().UnixMilli())
+	}
+	if prev == nil || *prev != found {
 		s.log.Error("Durable counters fenced: the store does not hold the epoch this replica runs under "+
 			"(Redis restarted without its data, or was flushed); calendar and cost rules answer 503 until the balances are restored or attested",
 			"group", g.name, "expected", s.want(), "found", found)
@@ -227,10 +244,50 @@ func (s *Store) Attest(ctx context.Context, restore []budget.Charge) (string, er
 	}
 	s.epoch.Store(&e)
 	for _, g := range s.groups {
-		g.fence.Store(nil)
+		g.trust()
 	}
 	s.checks.attested()
 	s.epochChanged()
 	s.log.Warn("Durable counters attested: running under a new epoch", "group", s.name, "epoch", e, "counters_restored", len(restore))
+	return e, nil
+}
+
+// attestClaimKey is the name, under group 0's prefix, of the claim on an
+// attestation from the spend ledger.
+const attestClaimKey = "ledger-attestation"
+
+// ClaimAttestation claims the attestation of the durable counters lost under epoch
+// lost for ttl: true for the one replica of the fleet that gets it. The claim is kept
+// beside the counters, so a store that loses them loses the claim with them, and the
+// next loss can be attested again.
+func (s *Store) ClaimAttestation(ctx context.Context, lost string, ttl time.Duration) (bool, error) {
+	ok, err := s.c.SetNX(ctx, s.groups[0].prefix+attestClaimKey, lost, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("claim the attestation: %w", err)
+	}
+	return ok, nil
+}
+
+// ReleaseAttestation gives a claim up (an attestation that failed), so that another
+// try, this replica's or another's, may claim it. It expires the claim rather than
+// deleting it: the fleet's Redis user needs no DEL.
+func (s *Store) ReleaseAttestation(ctx context.Context) error {
+	err := s.c.SetArgs(ctx, s.groups[0].prefix+attestClaimKey, "released", redis.SetArgs{Mode: "XX", TTL: time.Millisecond}).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("release the attestation claim: %w", err)
+	}
+	return nil
+}
+
+// StoredEpoch is the epoch the store holds now (slot group 0's), "" when it holds
+// none: read, never created.
+func (s *Store) StoredEpoch(ctx context.Context) (string, error) {
+	e, err := s.c.Get(ctx, s.groups[0].key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the epoch: %w", err)
+	}
 	return e, nil
 }

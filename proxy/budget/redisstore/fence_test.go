@@ -107,10 +107,19 @@ var _ = Describe("The trust fence of durable counters", func() {
 			} else {
 				Expect(own.Restart()).To(Succeed())
 			}
+			lostAt := time.Now().UnixMilli()
 			rec := fencedErr(l)
 			Expect(rec.Expected).To(Equal(before))
 			Expect(rec.Found).To(BeEmpty(), "the store holds no epoch")
-			Expect(s.Epochs()[0]).To(Equal(budget.GroupEpoch{Group: "tokenwarden", Epoch: before, Fenced: true}))
+			fenced := s.Epochs()[0]
+			Expect(fenced.FencedAt).To(BeNumerically(">=", lostAt), "when the fence began")
+			Expect(fenced.FencedAt).To(BeNumerically("<=", time.Now().UnixMilli()))
+			at := fenced.FencedAt
+			fenced.FencedAt = 0
+			Expect(fenced).To(Equal(budget.GroupEpoch{Group: "tokenwarden", Epoch: before, Fenced: true}))
+			time.Sleep(2 * time.Millisecond) // a later refusal, on the wall clock the fence is told on
+			_, _ = try(l, "alice")
+			Expect(s.Epochs()[0].FencedAt).To(Equal(at), "a later refusal does not move it")
 			dec, err := try(l, "bob")
 			Expect(err).NotTo(HaveOccurred(), "bob draws on no durable rule: rolling rules are unaffected")
 			Expect(dec.Refusal).To(BeNil())

@@ -384,7 +384,7 @@ func parseReserve(val any, r *budget.Reservation, s *Store, g int) (budget.Resul
 	if g := s.groups[g]; g.fence.Load() != nil && fenceable(r) {
 		// A durable reservation decided (admitted or refused by a budget) found the
 		// epoch again.
-		if g.fence.Swap(nil) != nil {
+		if g.trust() {
 			s.epochChanged()
 		}
 	}

@@ -15,8 +15,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/ledger"
+	"github.com/tokenwarden/tokenwarden/proxy/recovery"
 )
 
 // DefaultLedgerFile is the SQLite file a standalone proxy records into when its
@@ -118,4 +121,17 @@ func (s *spendLedger) close(log *slog.Logger) {
 		log.Warn("The spend ledger stopped with batches spooled", "error", err)
 	}
 	_ = s.sink.Close()
+}
+
+// ledgerAttester is the attester of lost durable counters from the spend ledger: for
+// a fleet on Redis whose ledger is PostgreSQL, shared by every replica (a replica's
+// own SQLite file records only what it settled); nil otherwise.
+func ledgerAttester(spend *spendLedger, store budget.Store, src recovery.Source, fleet string, reg prometheus.Registerer, log *slog.Logger) *recovery.Attester {
+	rs, ok := store.(*redisstore.Store)
+	if spend == nil || spend.kind != "postgresql" || !ok {
+		return nil
+	}
+	a := &recovery.Attester{Source: src, Store: rs, Report: spend.sink.Report, Fleet: fleet, Log: log}
+	a.Register(reg)
+	return a
 }

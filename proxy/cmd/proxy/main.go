@@ -269,10 +269,17 @@ func run(args []string) error {
 	}
 	// applied tells the control plane which config this replica enforces (with
 	// --configmap): after each applied document, not only on the Lease's heartbeat.
+	attester := ledgerAttester(spend, store, srv, first.Ledger.Fleet, reg, log)
 	applied := func(cfg *config.Config, data []byte) {
 		if lease != nil {
 			lease.Applied(cfg.Generation, config.Digest(data))
 		}
+		if attester != nil {
+			attester.Order(cfg.RateLimiting.Redis.LedgerAttestation)
+		}
+	}
+	if attester != nil {
+		go attester.Run(ctx)
 	}
 	cfg, err := srv.Apply(data, src.String())
 	if err != nil {
