@@ -117,7 +117,8 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 		setUpstreamHealth(st, tp, rs)
 		if storageOf(tp) == twv1alpha1.StorageRedis {
 			st.DurableEpochs = recordEpochs(st.DurableEpochs, rs, time.Now())
-			setFenced(st, rs, tp.Generation)
+			note := setLedgerAttestation(st, rs, render.EffectiveLedger(tp, r.DefaultLedger) != nil)
+			setFenced(st, rs, note, tp.Generation)
 			setStoreChecks(st, rs, tp.Generation)
 		} else {
 			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced)
@@ -186,6 +187,7 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetSc
 	// A newly recorded durable epoch goes into the config at once: the next reconcile
 	// renders it.
 	epochsChanged := !equality.Semantic.DeepEqual(st.DurableEpochs, tp.Status.DurableEpochs)
+	r.eventLedgerAttestation(tp, tp.Status.DurableEpochs, st.DurableEpochs)
 	if err := r.writeProxyStatus(ctx, tp, st); err != nil {
 		return 0, err
 	}

@@ -10,7 +10,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/recovery/ready"
 )
 
 // The trust fence of durable counters, on the control plane. A proxy alone cannot
@@ -28,6 +33,8 @@ type reportedEpoch struct {
 	Epoch  string `json:"epoch,omitempty"`
 	Fenced bool   `json:"fenced,omitempty"`
 	Found  string `json:"found,omitempty"`
+	// FencedAt is when the replica's fence began (Unix milliseconds, its clock).
+	FencedAt int64 `json:"fenced_at,omitempty"`
 	// StoreFence is what the store checks fence the durable rules for; StoreChecks
 	// are the checks' last results (tokenproxy_status_storechecks.go).
 	StoreFence  string          `json:"store_fence,omitempty"`
@@ -99,7 +106,7 @@ func recordEpochs(recorded []twv1alpha1.DurableEpoch, rs *reports, now time.Time
 
 // setFenced sets DurableBudgetsFenced from the live replicas' reports: True while one
 // fences its durable budgets.
-func setFenced(st *twv1alpha1.TokenProxyStatus, rs *reports, gen int64) {
+func setFenced(st *twv1alpha1.TokenProxyStatus, rs *reports, ledger string, gen int64) {
 	var fenced []string
 	var first *reportedEpoch
 	for _, rr := range rs.live {
@@ -127,6 +134,77 @@ func setFenced(st *twv1alpha1.TokenProxyStatus, rs *reports, gen int64) {
 			"Redis restarted without its data or was flushed, so calendar and cost budgets answer 503 budget_recovering. "+
 			"Restore their balances or attest what Redis holds with POST /admin/durable/attest on one replica "+
 			"(the runbook: docs/runbooks.md); the fence lifts once the operator records the new epoch. "+
-			"Do not flush or restart Redis to clear it.",
-			strings.Join(fenced, ", "), found, first.Epoch, first.Group), gen)
+			"Do not flush or restart Redis to clear it.%s",
+			strings.Join(fenced, ", "), found, first.Epoch, first.Group, ledger), gen)
+}
+
+// setLedgerAttestation sets, on each recorded group, the order to attest its lost
+// counters from the spend ledger (ready.Order over the live replicas' reports), or
+// clears it; a fleet without a ledger gets none. It returns, for the fenced
+// condition's message, what the fleet's own attestation waits for or that it is
+// ordered; "" when no group's counters are lost.
+func setLedgerAttestation(st *twv1alpha1.TokenProxyStatus, rs *reports, hasLedger bool) string {
+	note := ""
+	for i := range st.DurableEpochs {
+		e := &st.DurableEpochs[i]
+		e.LedgerAttestation = nil
+		if !hasLedger {
+			continue
+		}
+		o, why := ready.Order(groupReports(rs, e.Group), ready.InFlightGrace)
+		switch {
+		case o != nil && o.Epoch == e.Epoch:
+			e.LedgerAttestation = &twv1alpha1.LedgerAttestation{FlushedThrough: metav1.NewTime(time.UnixMilli(o.FlushedThroughMillis).UTC())}
+			note = " Every live replica has flushed its spend ledger past the loss: one replica attests the balances from the ledger now."
+		case why != ready.NoLoss:
+			rs.ledgerWait = true
+			note = " With a PostgreSQL spend ledger the fleet attests the balances from it once every live replica has flushed past the loss; not yet: " + why + "."
+		}
+	}
+	return note
+}
+
+// groupReports are the live replicas' reports of one slot group, as ready.Order
+// reads them.
+func groupReports(rs *reports, group string) []ready.Replica {
+	out := make([]ready.Replica, 0, len(rs.live))
+	for _, rr := range rs.live {
+		r := ready.Replica{Name: rr.name}
+		for _, e := range rr.epochs {
+			if e.Group == group {
+				r.Epochs = append(r.Epochs, budget.GroupEpoch{Group: e.Group, Epoch: e.Epoch, Fenced: e.Fenced, Found: e.Found,
+					FencedAt: e.FencedAt, StoreFence: e.StoreFence})
+			}
+		}
+		if l := rr.ledger; l != nil {
+			r.Ledger = true
+			if l.FlushedThrough != nil {
+				r.FlushedThrough = *l.FlushedThrough
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// eventLedgerAttestation records an Event when a group's attestation from the ledger
+// is ordered, and when the epoch it ordered is replaced by a newer one (attested).
+func (r *TokenProxyReconciler) eventLedgerAttestation(tp *twv1alpha1.TokenProxy, before, after []twv1alpha1.DurableEpoch) {
+	if r.Events == nil {
+		return
+	}
+	for _, b := range before {
+		for _, a := range after {
+			switch {
+			case a.Group != b.Group:
+			case a.LedgerAttestation != nil && b.LedgerAttestation == nil:
+				r.Events.Eventf(tp, nil, corev1.EventTypeNormal, twv1alpha1.ReasonAttestingFromLedger, "Attest",
+					"The durable counters of group %q, lost under epoch %s, are attested from the spend ledger: every live replica has flushed it through %s",
+					a.Group, a.Epoch, a.LedgerAttestation.FlushedThrough.UTC().Format(time.RFC3339))
+			case b.LedgerAttestation != nil && a.Epoch != b.Epoch:
+				r.Events.Eventf(tp, nil, corev1.EventTypeNormal, twv1alpha1.ReasonAttestedFromLedger, "Attest",
+					"The durable counters of group %q were attested from the spend ledger: the fleet runs under epoch %s", a.Group, a.Epoch)
+			}
+		}
+	}
 }

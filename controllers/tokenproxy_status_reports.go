@@ -63,6 +63,9 @@ type reports struct {
 	// next is the earliest expiry of a live Lease: the reconcile to come then drops it
 	// if it was not renewed. Zero without live replicas.
 	next time.Time
+	// ledgerWait: a group's lost counters wait for the replicas' ledgers to be
+	// flushed past the loss, which their Leases do not wake the reconciler for.
+	ledgerWait bool
 }
 
 // loaded returns the number of live replicas that have loaded generation g or a later
@@ -209,8 +212,16 @@ func (rs *reports) requeue(now time.Time) time.Duration {
 		return 0
 	}
 	// A little after the expiry, so that the Lease is expired when it is read.
-	return rs.next.Sub(now) + 100*time.Millisecond
+	d := rs.next.Sub(now) + 100*time.Millisecond
+	if rs.ledgerWait {
+		d = min(d, ledgerWaitRequeue)
+	}
+	return d
 }
+
+// ledgerWaitRequeue is how often the flushed-through times are read again while lost
+// counters wait for them.
+const ledgerWaitRequeue = 2 * time.Second
 
 // proxyOfLease maps a replica's Lease to the TokenProxy whose ConfigMap it serves.
 func (r *TokenProxyReconciler) proxyOfLease(ctx context.Context, o client.Object) []reconcile.Request {

@@ -108,6 +108,13 @@ const (
 	ReasonTrusted          = "Trusted"
 )
 
+// Reasons of the Events of an attestation from the spend ledger: ordered, and done
+// (the new epoch recorded).
+const (
+	ReasonAttestingFromLedger = "AttestingFromLedger"
+	ReasonAttestedFromLedger  = "AttestedFromLedger"
+)
+
 // ConditionStoreChecksFailed is, on a TokenProxy with Redis storage, True while a live
 // replica reports a failed check of its Redis (spec.storage.redis.storeChecks): Redis
 // may evict counters, the fleet's user may destroy them, a cluster stops serving

@@ -622,6 +622,21 @@ type DurableEpoch struct {
 	// Epoch is "<created Unix milliseconds on the Redis clock>-<random hex>".
 	// +kubebuilder:validation:MaxLength=100
 	Epoch string `json:"epoch"`
+	// LedgerAttestation is set while the group's counters are lost (a live replica
+	// is fenced because Redis holds none or an older one of this epoch) and every live
+	// replica has flushed its spend ledger past the loss: the operator renders it into
+	// the config (rate_limiting.redis.ledger_attestation), and one replica attests the
+	// counters from the ledger, which writes a newer epoch.
+	// +optional
+	LedgerAttestation *LedgerAttestation `json:"ledgerAttestation,omitempty"`
+}
+
+// LedgerAttestation is the fleet's word that a group's lost counters may be attested
+// from its spend ledger.
+type LedgerAttestation struct {
+	// FlushedThrough is the least of the live replicas' flushed-through times: every
+	// settlement before it is in the ledger.
+	FlushedThrough metav1.Time `json:"flushedThrough"`
 }
 
 // Condition reasons of a TokenProxy.

@@ -133,6 +133,7 @@ func Render(f *Fleet) *config.Config {
 		rl.Redis = config.Redis{URL: r.URL, FallbackToMemory: r.FallbackToMemory, KeyPrefix: p.Namespace + "/" + p.Name}
 		// The epoch of the durable counters, as the fleet recorded it (trust fence).
 		rl.Redis.Epoch = epochOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
+		rl.Redis.LedgerAttestation = ledgerAttestationOf(p.Status.DurableEpochs, rl.Redis.KeyPrefix)
 		if r.PasswordSecretRef != nil {
 			rl.Redis.PasswordEnv = RedisPasswordEnv
 		}

@@ -419,3 +419,14 @@ func epochOf(epochs []twv1alpha1.DurableEpoch, group string) string {
 	}
 	return ""
 }
+
+// ledgerAttestationOf is a group's order to attest its lost counters from the spend
+// ledger; nil when none stands.
+func ledgerAttestationOf(epochs []twv1alpha1.DurableEpoch, group string) *config.LedgerAttestation {
+	for _, e := range epochs {
+		if e.Group == group && e.LedgerAttestation != nil {
+			return &config.LedgerAttestation{Epoch: e.Epoch, FlushedThroughMillis: e.LedgerAttestation.FlushedThrough.UnixMilli()}
+		}
+	}
+	return nil
+}
