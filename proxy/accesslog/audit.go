@@ -18,7 +18,7 @@ type AuditedRefusal struct {
 	RequestID string    `json:"request_id"`
 	Route     string    `json:"route"`
 	Model     string    `json:"model,omitempty"`
-	// Limit is token_budget, requests, rule or queue.
+	// Limit is token_budget, requests, rule, queue or ledger.
 	Limit     string `json:"limit"`
 	Dimension string `json:"dimension,omitempty"`
 	// Period is the token budget's period (tokens_minute, tokens_day).
@@ -108,7 +108,10 @@ func (a *Audit) Add(rec *Record, key string, tokens int64, n int) {
 		Time: rec.Start.UTC(), RequestID: rec.RequestID, Route: rec.Route, Model: rec.Model,
 		TokensReserved: tokens, RetryAfterSeconds: rec.RetryAfterSecond, Message: rec.ErrMsg,
 	}
-	if r := rec.Refusal; r != nil && !rec.Queue {
+	switch r := rec.Refusal; {
+	case rec.LedgerFull:
+		e.Limit = "ledger"
+	case r != nil && !rec.Queue:
 		e.Dimension, e.Asked, e.LargerThanBudget = r.Dimension.String(), r.Asked, r.LargerThanBucket
 		switch {
 		case r.Rule != "":
@@ -129,7 +132,7 @@ func (a *Audit) Add(rec *Record, key string, tokens int64, n int) {
 			c, left := r.Cost.Limit, r.Cost.Remaining
 			e.Capacity, e.Remaining = &c, &left
 		}
-	} else {
+	default:
 		e.Limit = "queue"
 	}
 	a.mu.Lock()

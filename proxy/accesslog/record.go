@@ -58,15 +58,18 @@ func (s Settlement) String() string { return settlementNames[s] }
 // state and is copied by value into the log's buffer: the log costs the request no
 // allocation of its own.
 type Record struct {
-	Start      time.Time
-	RequestID  string
-	Method     string
-	Client     string
-	Decision   Decision
-	ErrCode    string
-	ErrMsg     string
-	Refusal    *budget.Refusal
-	Queue      bool
+	Start     time.Time
+	RequestID string
+	Method    string
+	Client    string
+	Decision  Decision
+	ErrCode   string
+	ErrMsg    string
+	Refusal   *budget.Refusal
+	Queue     bool
+	// LedgerFull: refused because the spend ledger could not record the request
+	// (its spool full, under when_full: refuse).
+	LedgerFull bool
 	Settlement Settlement
 	End        usage.End
 	Used       usage.Usage

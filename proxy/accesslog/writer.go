@@ -260,6 +260,8 @@ func appendRefusal(b []byte, rec *Record) []byte {
 	b = append(b, `,"refusal":{"limit":`...)
 	r := rec.Refusal
 	switch {
+	case rec.LedgerFull:
+		b = appendJSONString(b, "ledger")
 	case rec.Queue || r == nil:
 		b = appendJSONString(b, "queue")
 	case r.Rule != "":
@@ -278,7 +280,7 @@ func appendRefusal(b []byte, rec *Record) []byte {
 		b = appendStringField(b, "period", r.Period.String())
 	}
 	b = appendIntField(b, "retry_after_seconds", rec.RetryAfterSecond)
-	if r != nil && !rec.Queue && r.LargerThanBucket {
+	if r != nil && !rec.Queue && !rec.LedgerFull && r.LargerThanBucket {
 		b = append(b, `,"larger_than_budget":true`...)
 	}
 	return append(b, '}')

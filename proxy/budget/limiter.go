@@ -727,6 +727,20 @@ func (h *Hold) used(a Amount, u Used) float64 {
 	return 0
 }
 
+// Costs reports whether a cost budget governs the held request: one of its buckets
+// counts dollars, and is enforced (a warn rule's is not). A nil hold has none.
+func (h *Hold) Costs() bool {
+	if h == nil {
+		return false
+	}
+	for i := range h.charges {
+		if c := &h.charges[i]; !c.Warn && c.ctr != nil && c.ctr.amount == AmountCost {
+			return true
+		}
+	}
+	return false
+}
+
 // Settle replaces the reservation with the usage the backend reported, bucket by
 // bucket in each bucket's units: the unused part is refunded; an overage is charged,
 // and a bucket that cannot cover it goes into debt (at most one capacity below zero)

@@ -41,7 +41,7 @@ models:
 - {name: gpt-4o-mini, price: {input: 1, output: 4}}
 api_keys:
 - {name: alice, key_sha256: "%s", user: alice, team: search}
-- {name: tenant-b_bob, key_sha256: "%s", user: bob, team: ads}
+- {name: tenant-b_bob, key_sha256: "%s", user: bob, team: ads, tenant: tenant-b}
 rate_limiting:
   storage: redis
   redis: {url: "%s"}

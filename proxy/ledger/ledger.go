@@ -23,7 +23,8 @@ const (
 	// still enforced by their counters; only the record has a gap, of a counted size.
 	KeepServing FullPolicy = "keep-serving"
 	// Refuse refuses the requests that cost budgets govern until the spool has room,
-	// for a fleet whose record must have no gap.
+	// for a fleet whose record must have no gap: the batch that found no room is kept
+	// in memory rather than dropped, while the rows held stay under MaxRows.
 	Refuse FullPolicy = "refuse"
 )
 
@@ -47,7 +48,7 @@ type Config struct {
 	// the memory between flushes.
 	MaxRows int
 	// WhenFull is the policy while the spool is full (default KeepServing); the
-	// ledger reports it through Refusing and leaves refusing to the server.
+	// ledger reports it through Refusing and Refuse, and leaves refusing to the server.
 	WhenFull FullPolicy
 	// Logger logs failed flushes (default slog.Default()).
 	Logger *slog.Logger
@@ -94,6 +95,8 @@ type Stats struct {
 	Expired Dropped
 	// Pruned counts the idempotency keys this ledger pruned.
 	Pruned int64
+	// Refused counts the requests refused because the spool was full (Refuse).
+	Refused int64
 	// Oldest is when the oldest spooled batch was made; zero with none.
 	Oldest time.Time
 	// FlushedThrough is the start of the last flush that left the spool empty: every
@@ -128,6 +131,7 @@ type Ledger struct {
 	mu      sync.Mutex
 	stats   Stats
 	full    atomic.Bool
+	refused atomic.Int64
 	lastErr error
 }
 
@@ -300,6 +304,12 @@ func (l *Ledger) keep(ctx context.Context, b *Batch) error {
 		return drainErr
 	}
 	l.full.Store(true)
+	if l.cfg.WhenFull == Refuse && l.mem.rows.Load()+int64(len(b.Rows)) < int64(l.cfg.MaxRows) {
+		// The requests it holds were served before the spool was full: they are kept
+		// for the next flush, and what cost budgets govern is refused meanwhile.
+		l.mem.putBack(b.Rows)
+		return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows waits in memory: %w", l.cfg.SpoolBytes, len(b.Rows), err)
+	}
 	l.dropped(Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: b.totals()})
 	return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows was dropped: %w", l.cfg.SpoolBytes, len(b.Rows), err)
 }
@@ -386,6 +396,20 @@ func (l *Ledger) Full() bool { return l.full.Load() }
 // the spool is full and the policy is Refuse.
 func (l *Ledger) Refusing() bool { return l.cfg.WhenFull == Refuse && l.Full() }
 
+// Refuse is asked for a request that cost budgets govern: while Refusing it refuses
+// it, counts it (Stats.Refused), and tells the client to retry after a flush
+// interval, when the spool may drain.
+func (l *Ledger) Refuse() (retryAfter time.Duration, refuse bool) {
+	if !l.Refusing() {
+		return 0, false
+	}
+	l.refused.Add(1)
+	if l.cfg.FlushInterval > 0 {
+		return l.cfg.FlushInterval, true
+	}
+	return 10 * time.Second, true
+}
+
 // Stats returns the ledger's counters.
 func (l *Ledger) Stats() Stats {
 	l.mu.Lock()
@@ -397,6 +421,7 @@ func (l *Ledger) Stats() Stats {
 	st.Oldest = l.spool.oldest()
 	st.Corrupt = l.spool.corrupt
 	st.Full = l.Full()
+	st.Refused = l.refused.Load()
 	return st
 }
 

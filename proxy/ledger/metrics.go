@@ -58,6 +58,7 @@ type collector struct {
 
 	spoolBatches, spoolBytes, oldestAge, full, flushedThrough *prometheus.Desc
 	batches, unrecordedRequests, unrecordedCost, pruned       *prometheus.Desc
+	refused                                                   *prometheus.Desc
 }
 
 // NewCollector is the ledger's metrics (docs/ledger.md, "Metrics"); now is the clock
@@ -79,13 +80,14 @@ func NewCollector(l *Ledger, now func() time.Time) prometheus.Collector {
 		unrecordedRequests: d("unrecorded_requests_total", "Settled requests the ledger could not record, by reason (dropped or expired).", "reason"),
 		unrecordedCost:     d("unrecorded_cost_micro_usd_total", "Micro-dollars of settled requests the ledger could not record, by reason (dropped or expired).", "reason"),
 		pruned:             d("pruned_keys_total", "Idempotency keys this replica pruned from the database, older than the key retention."),
+		refused:            d("refused_requests_total", "Requests that cost budgets govern refused while the spool was full (when_full: refuse)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.spoolBatches, c.spoolBytes, c.oldestAge, c.full, c.flushedThrough,
-		c.batches, c.unrecordedRequests, c.unrecordedCost, c.pruned} {
+		c.batches, c.unrecordedRequests, c.unrecordedCost, c.pruned, c.refused} {
 		ch <- d
 	}
 }
@@ -123,4 +125,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.unrecordedCost, st.Dropped.CostMicros, "dropped")
 	counter(c.unrecordedCost, st.Expired.CostMicros, "expired")
 	counter(c.pruned, st.Pruned)
+	counter(c.refused, st.Refused)
 }

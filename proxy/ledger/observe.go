@@ -4,7 +4,7 @@
 package ledger
 
 import (
-	"strings"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/settlement"
 )
@@ -19,25 +19,23 @@ type Observer struct {
 }
 
 // Settled implements settlement.Observer. A released request (the upstream served
-// nothing, and no budget was charged) is not recorded.
+// nothing, and no budget was charged) is not recorded; one the response cache
+// answered is a request that cost nothing, with what it saved.
 func (o *Observer) Settled(r *settlement.Request) {
 	if r.Outcome == settlement.Released {
 		return
 	}
-	o.Ledger.Add(Record{
+	rec := Record{
 		Time: r.Settled,
-		Dims: Dims{Fleet: o.Fleet, Tenant: tenantOf(r.APIKey), APIKey: r.APIKey, User: r.User, Team: r.Team,
+		Dims: Dims{Fleet: o.Fleet, Tenant: r.Tenant, APIKey: r.APIKey, User: r.User, Team: r.Team,
 			Model: r.Model, Upstream: r.Upstream},
 		Used: r.Used, CostMicros: r.CostMicros,
-	})
+	}
+	if r.Outcome == settlement.Cached {
+		rec.CacheHit, rec.Saved, rec.SavedMicros = true, r.Saved, r.SavedMicros
+	}
+	o.Ledger.Add(rec)
 }
 
-// tenantOf is the tenant a key belongs to, as the config's api_keys[].tenant says:
-// the operator names a key of a tenant namespace namespace_name; a key of the
-// fleet's own namespace (the platform's) and a standalone proxy's keys have none.
-func tenantOf(key string) string {
-	if ns, _, ok := strings.Cut(key, "_"); ok {
-		return ns
-	}
-	return ""
-}
+// Refuse implements settlement.Refuser (Ledger.Refuse).
+func (o *Observer) Refuse() (time.Duration, bool) { return o.Ledger.Refuse() }

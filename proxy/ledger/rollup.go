@@ -43,14 +43,19 @@ func newRollups() *rollups {
 	return r
 }
 
+// shardOf is the shard that holds the rows of d's key and model.
+func (r *rollups) shardOf(d *Dims) *rollupShard {
+	var h maphash.Hash
+	h.SetSeed(r.seed)
+	h.WriteString(d.APIKey)
+	h.WriteString(d.Model)
+	return &r.shard[h.Sum64()%shards]
+}
+
 // add counts rec in its minute's row and returns how many rows are held.
 func (r *rollups) add(rec *Record) int64 {
 	k := rollupKey{minute: minuteOf(rec.Time), Dims: rec.Dims}
-	var h maphash.Hash
-	h.SetSeed(r.seed)
-	h.WriteString(rec.APIKey)
-	h.WriteString(rec.Model)
-	sh := &r.shard[h.Sum64()%shards]
+	sh := r.shardOf(&rec.Dims)
 	sh.mu.Lock()
 	s := sh.m[k]
 	fresh := s == nil
@@ -64,6 +69,24 @@ func (r *rollups) add(rec *Record) int64 {
 		return r.rows.Add(1)
 	}
 	return r.rows.Load()
+}
+
+// putBack adds rows taken before (a batch that could not be kept) to the rows held.
+func (r *rollups) putBack(rows []Row) {
+	for i := range rows {
+		row := &rows[i]
+		k := rollupKey{minute: row.Minute, Dims: row.Dims}
+		sh := r.shardOf(&row.Dims)
+		sh.mu.Lock()
+		if s := sh.m[k]; s != nil {
+			s.add(&row.Sums)
+		} else {
+			sums := row.Sums
+			sh.m[k] = &sums
+			r.rows.Add(1)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // take removes every row held and returns them in key order.

@@ -234,8 +234,10 @@ func (s *Server) serveWaiter(ex *exchange, w *cache.Waiter) (again bool) {
 	return false
 }
 
-// cacheSaved counts what a hit or a waiter replayed without a backend call.
+// cacheSaved counts what a hit or a waiter replayed without a backend call, and tells
+// the observers of it (a request that cost nothing).
 func (s *Server) cacheSaved(ex *exchange, u usage.Usage) {
+	s.tellCached(ex, u)
 	model := ex.est.Model
 	dollars, priced := ex.rt.policy.Cost(model, budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached})
 	if !ex.rt.knownModels[model] {

@@ -148,6 +148,8 @@ type Server struct {
 	audit   accesslog.Audit
 	// observers are told of each settled request, in order (settle.go).
 	observers []settlement.Observer
+	// refusers are the observers that may ask for a request to be refused (settle.go).
+	refusers []settlement.Refuser
 	// cache is the response cache in force, nil when it is off (cache.go).
 	cache atomic.Pointer[cacheRoom]
 }
@@ -174,6 +176,7 @@ func New(o Options) *Server {
 		tracing:  newTracing(o.TracerProvider, o.Clock),
 	}
 	s.observers = s.settlementObservers(o.Observers)
+	s.refusers = refusersOf(o.Observers)
 	o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
 	// The access log's writer ends with the server: no request can send to it then.
 	goruntime.AddCleanup(s, (*accesslog.Writer).Stop, s.access)

@@ -4,9 +4,14 @@
 package server
 
 import (
+	"net/http"
+	"strconv"
+	"time"
+
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 	"github.com/tokenwarden/tokenwarden/proxy/settlement"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
@@ -60,9 +65,17 @@ func (s *Server) tell(ex *exchange, out settlement.Outcome, used budget.Used) {
 	st, rec := &ex.settled, &ex.rec
 	st.RequestID, st.Route = rec.RequestID, ex.route.name
 	st.APIKey, st.User, st.Team = rec.APIKey, rec.User, rec.Team
+	if ex.key != nil {
+		st.Tenant = ex.key.Tenant
+	}
 	st.Model, st.Upstream, st.Known = ex.est.Model, rec.Upstream, ex.rt.knownModels[ex.est.Model]
 	st.Outcome, st.End, st.Used = out, rec.End, used
-	st.Dollars, st.Priced = ex.rt.policy.Cost(ex.est.Model, used)
+	if out == settlement.Cached {
+		st.Saved, st.Used = used, budget.Used{}
+		dollars, _ := ex.rt.policy.Cost(ex.est.Model, used)
+		st.SavedMicros = budget.MicroDollars(dollars)
+	}
+	st.Dollars, st.Priced = ex.rt.policy.Cost(ex.est.Model, st.Used)
 	st.CostMicros = budget.MicroDollars(st.Dollars)
 	st.Start, st.HandedOff, st.Settled = rec.Start, rec.UpstreamStart, s.clock.Now()
 	for _, o := range s.observers {
@@ -70,12 +83,58 @@ func (s *Server) tell(ex *exchange, out settlement.Outcome, used budget.Used) {
 	}
 }
 
+// tellCached tells the observers of a request the response cache answered whole (a
+// stored answer, or a twin's call it waited for): it cost nothing and saved u.
+func (s *Server) tellCached(ex *exchange, u usage.Usage) {
+	s.tell(ex, settlement.Cached, budget.Used{Input: u.Input, Output: u.Output, Cached: u.Cached})
+}
+
+// refusersOf are the observers that may ask for requests to be refused.
+func refusersOf(observers []settlement.Observer) []settlement.Refuser {
+	var out []settlement.Refuser
+	for _, o := range observers {
+		if r, ok := o.(settlement.Refuser); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// recordable refuses a request that a cost budget governs while an observer cannot
+// record it (a spend ledger whose spool is full, under when_full: refuse): 503 with
+// Retry-After, counted and audited. Others are served, and the response cache's
+// answers, which cost nothing, were served before.
+func (s *Server) recordable(ex *exchange) bool {
+	if len(s.refusers) == 0 || !ex.hold.Costs() {
+		return true
+	}
+	for _, r := range s.refusers {
+		if wait, refuse := r.Refuse(); refuse {
+			return ex.unrecordable(wait)
+		}
+	}
+	return true
+}
+
+// unrecordable answers 503 spend_unrecordable: the spend ledger cannot record the
+// request's cost now.
+func (ex *exchange) unrecordable(wait time.Duration) bool {
+	secs := int64(max(1, wait.Round(time.Second)/time.Second))
+	ex.rec.Decision, ex.rec.LedgerFull, ex.rec.RetryAfterSecond = accesslog.Refused, true, secs
+	ex.w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	details := map[string]any{"retry_after_seconds": secs, "retryable": true}
+	return ex.fail(http.StatusServiceUnavailable, "spend_unrecordable",
+		"the spend ledger cannot record this request's cost: its database is unreachable and this proxy's spool is full; "+
+			"requests that a cost budget governs are refused until it drains; retry later",
+		&refusal.Body{LimitType: "ledger", Details: details})
+}
+
 // usageMetrics counts what a settled request used and cost, by model (a model the
 // config does not name is "other", so the label stays bounded) and key.
 type usageMetrics struct{ m *metrics.Metrics }
 
 func (o usageMetrics) Settled(r *settlement.Request) {
-	if r.Outcome == settlement.Released {
+	if r.Outcome == settlement.Released || r.Outcome == settlement.Cached {
 		return
 	}
 	if r.Priced {
@@ -92,7 +151,7 @@ func (o usageMetrics) Settled(r *settlement.Request) {
 type teamUsage struct{ m *metrics.Metrics }
 
 func (o teamUsage) Settled(r *settlement.Request) {
-	if r.Outcome != settlement.Released && r.APIKey != "" && r.Team != "" {
+	if (r.Outcome == settlement.Usage || r.Outcome == settlement.Reserved) && r.APIKey != "" && r.Team != "" {
 		o.m.Agents.AddTeamUsage(r.Team, r.Used.Input, r.Used.Output)
 	}
 }

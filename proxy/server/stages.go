@@ -39,6 +39,9 @@ var stages = [...]stage{
 	(*Server).cacheLookup,
 	// A waiter holds its own reservation, never a queue slot.
 	(*Server).coalesce,
+	// What the cache answered cost nothing; what a cost budget governs and the spend
+	// ledger cannot record is refused (settle.go).
+	(*Server).recordable,
 	(*Server).queue,
 	(*Server).forward,
 	// What follows the answer, its settlement and the observers told of it (a ledger

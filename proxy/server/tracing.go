@@ -208,6 +208,9 @@ func (t *tracing) end(ex *exchange) {
 // refusalAttrs name what refused a request, never a shared rule's name.
 func refusalAttrs(rec *accesslog.Record) []attribute.KeyValue {
 	r := rec.Refusal
+	if rec.LedgerFull {
+		return []attribute.KeyValue{attribute.String("tokenwarden.refusal.limit", "ledger")}
+	}
 	if rec.Queue || r == nil {
 		return []attribute.KeyValue{attribute.String("tokenwarden.refusal.limit", "queue")}
 	}

@@ -23,15 +23,19 @@ const (
 	Reserved
 	// Released: the upstream served nothing, and the reservation was given back.
 	Released
+	// Cached: answered by the response cache, a stored answer or a twin's call it
+	// waited for: charged nothing, it saved what that answer used (Saved).
+	Cached
 )
 
-var outcomeNames = [...]string{"", "settled", "reserved", "released"}
+var outcomeNames = [...]string{"", "settled", "reserved", "released", "cached"}
 
 // String is the outcome's name, as the access log spells it.
 func (o Outcome) String() string { return outcomeNames[o] }
 
 // Request is one settled request. It is told once, for every charged request that was
-// handed to an upstream, when its answer ends (a stream at its end or on a cut).
+// handed to an upstream, when its answer ends (a stream at its end or on a cut), and
+// for every one the response cache answered whole (Cached).
 type Request struct {
 	// RequestID is the request's id (X-Tokenwarden-Request-Id); Route its charged path.
 	RequestID string
@@ -39,10 +43,14 @@ type Request struct {
 	// APIKey is the key's name in the config, never its secret; User and Team are the
 	// key's. All are empty for an anonymous request.
 	APIKey, User, Team string
+	// Tenant is the key's tenant (config api_keys[].tenant: the namespace of a tenant's
+	// ApiKey); empty for the platform's own keys and anonymous requests.
+	Tenant string
 	// Model is the model the request was served as (a budget's fallback renames it),
 	// and Known says the config names it (the models a bounded label may name).
 	// Upstream is the upstream of the attempt that answered, and Attempts how many
-	// upstreams were tried (more than one after a failover).
+	// upstreams were tried (more than one after a failover); empty and 0 for a
+	// request the cache answered.
 	Model    string
 	Known    bool
 	Upstream string
@@ -57,6 +65,10 @@ type Request struct {
 	Priced     bool
 	Dollars    float64
 	CostMicros int64
+	// Saved is what the answer of a Cached request used when the upstream served it,
+	// and SavedMicros what that costs at the model's price.
+	Saved       budget.Used
+	SavedMicros int64
 	// Start is the request's arrival, HandedOff when it was handed to the upstream
 	// (after any wait for capacity), Settled when its answer ended: all on the proxy's
 	// clock.
@@ -67,6 +79,15 @@ type Request struct {
 // block, and must not keep r past the call (copy what it needs).
 type Observer interface {
 	Settled(r *Request)
+}
+
+// Refuser is an observer that cannot record every settlement for a while (a spend
+// ledger whose spool is full, under when_full: refuse). Refuse is asked once for each
+// request that a cost budget governs, before it is handed to an upstream: true
+// refuses it, and the observer counts it; retryAfter is what the client is told to
+// wait. It must not block.
+type Refuser interface {
+	Refuse() (retryAfter time.Duration, refuse bool)
 }
 
 // Func is a function that observes settlements.

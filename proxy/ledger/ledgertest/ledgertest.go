@@ -234,22 +234,39 @@ func DescribeSink(name string, b Backend) bool {
 			Expect(ReportTotal(ctx, sink)).To(Equal(ledger.Sums{}))
 		})
 
-		It("migrates from the previous schema, keeping its rows", func() {
-			oldURL := b.NewURL()
-			old, err := ledger.OpenVersion(ctx, oldURL, 1)
-			Expect(err).NotTo(HaveOccurred())
-			defer func() { _ = old.Close() }()
-			Expect(old.Version(ctx)).To(Equal(int64(1)))
-			_, err = old.DB().ExecContext(ctx, `INSERT INTO ledger_rollups (minute, fleet, tenant, api_key, user_name, team, model, upstream,
-				requests, input_tokens, output_tokens, cached_tokens, cost_micro_usd) VALUES
-				(1793534400, 'platform', 'ns', 'ci', 'ana', 'search', 'gpt-4o', 'openai', 3, 300, 30, 0, 1050)`)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(old.Close()).To(Succeed())
-			upgraded, err := ledger.Open(ctx, oldURL)
-			Expect(err).NotTo(HaveOccurred())
-			defer func() { _ = upgraded.Close() }()
-			Expect(upgraded.Version(ctx)).To(Equal(int64(ledger.SchemaVersion)))
-			Expect(ReportTotal(ctx, upgraded)).To(Equal(ledger.Sums{Requests: 3, InputTokens: 300, OutputTokens: 30, CostMicros: 1050}))
+		It("migrates from every earlier schema, the previous one included, keeping its rows and reporting them by tenant", func() {
+			for version := int64(1); version < ledger.SchemaVersion; version++ {
+				oldURL := b.NewURL()
+				old, err := ledger.OpenVersion(ctx, oldURL, version)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(old.Version(ctx)).To(Equal(version))
+				_, err = old.DB().ExecContext(ctx, `INSERT INTO ledger_rollups (minute, fleet, tenant, api_key, user_name, team, model, upstream,
+					requests, input_tokens, output_tokens, cached_tokens, cost_micro_usd) VALUES
+					(1793534400, 'platform', 'team-a-ns', 'team-a-ns_ci', 'ana', 'search', 'gpt-4o', 'openai', 3, 300, 30, 0, 1050),
+					(1793534460, 'platform', '', 'ops_admin', 'bo', 'ops', 'gpt-4o', 'openai', 1, 100, 10, 20, 350)`)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(old.Close()).To(Succeed())
+
+				upgraded, err := ledger.Open(ctx, oldURL)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(upgraded.Version(ctx)).To(Equal(int64(ledger.SchemaVersion)), "from version %d", version)
+				Expect(ReportTotal(ctx, upgraded)).To(Equal(ledger.Sums{Requests: 4, InputTokens: 400, OutputTokens: 40, CachedTokens: 20, CostMicros: 1400}))
+				q := ledger.Query{From: All().From, To: All().To, GroupBy: []ledger.Dimension{ledger.Tenant}}
+				rows, err := upgraded.Report(ctx, q)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(rows).To(HaveLen(2))
+				Expect(rows[0].Group[ledger.Tenant]).To(Equal(""))
+				Expect(rows[0].Sums).To(Equal(ledger.Sums{Requests: 1, InputTokens: 100, OutputTokens: 10, CachedTokens: 20, CostMicros: 350}))
+				Expect(rows[1].Group[ledger.Tenant]).To(Equal("team-a-ns"))
+				Expect(rows[1].Requests).To(Equal(int64(3)))
+				// The upgraded database takes new batches on top of the old rows.
+				Expect(upgraded.Apply(ctx, &ledger.Batch{Replica: "proxy-0@1", Seq: 1, Rows: []ledger.Row{{Minute: 1793534400,
+					Dims: ledger.Dims{Fleet: "platform", Tenant: "team-a-ns", APIKey: "team-a-ns_ci", User: "ana", Team: "search", Model: "gpt-4o", Upstream: "openai"},
+					Sums: ledger.Sums{Requests: 1, CacheHits: 1, SavedInput: 100, SavedMicros: 250}}}})).To(BeTrue())
+				Expect(ReportTotal(ctx, upgraded)).To(Equal(ledger.Sums{Requests: 5, InputTokens: 400, OutputTokens: 40, CachedTokens: 20, CostMicros: 1400,
+					CacheHits: 1, SavedInput: 100, SavedMicros: 250}))
+				Expect(upgraded.Close()).To(Succeed())
+			}
 		})
 
 		It("sums many concurrent settlements exactly, and every report grouped each way equals the sums", func() {
@@ -388,7 +405,7 @@ func DescribeSink(name string, b Backend) bool {
 			o := &Outage{Sink: sink}
 			var hook atomic.Int64
 			l := newLedger(o, func(c *ledger.Config) {
-				c.SpoolDir, c.SpoolBytes, c.WhenFull = GinkgoT().TempDir(), 16<<10, ledger.Refuse
+				c.SpoolDir, c.SpoolBytes = GinkgoT().TempDir(), 16<<10
 				c.OnDrop = func(d ledger.Dropped) { hook.Add(d.Requests) }
 			})
 			o.Down.Store(true)
@@ -399,7 +416,7 @@ func DescribeSink(name string, b Backend) bool {
 			}
 			st := l.Stats()
 			Expect(st.Full).To(BeTrue())
-			Expect(l.Refusing()).To(BeTrue())
+			Expect(l.Refusing()).To(BeFalse(), "keep-serving")
 			Expect(st.SpoolBytes).To(BeNumerically("<=", 16<<10))
 			Expect(st.Dropped.Batches).To(BeNumerically(">", 0))
 			Expect(st.Dropped.Requests).To(Equal(hook.Load()))
@@ -461,6 +478,40 @@ func DescribeSink(name string, b Backend) bool {
 			Expect(st.FlushedThrough).To(Equal(now))
 			Expect(ReportTotal(ctx, sink)).To(Equal(Total(young)))
 			Expect(l.Close(ctx)).To(Succeed())
+		})
+
+		It("under refuse, keeps in memory the batch that found the spool full, refuses and counts meanwhile, and records it all once the database is back", func() {
+			o := &Outage{Sink: sink}
+			l := newLedger(o, func(c *ledger.Config) {
+				c.SpoolDir, c.SpoolBytes, c.WhenFull = GinkgoT().TempDir(), 16<<10, ledger.Refuse
+			})
+			o.Down.Store(true)
+			var records []ledger.Record
+			for round := 0; !l.Refusing(); round++ {
+				Expect(round).To(BeNumerically("<", 40), "the spool fills")
+				_, refused := l.Refuse()
+				Expect(refused).To(BeFalse(), "while the spool has room")
+				records = append(records, AddConcurrently(l, 2, 20+round)...)
+				Expect(l.Flush(ctx)).To(MatchError(ErrDown))
+			}
+			wait, refused := l.Refuse()
+			Expect(refused).To(BeTrue())
+			Expect(wait).To(Equal(10*time.Second), "a flush interval")
+			st := l.Stats()
+			Expect(st.Full).To(BeTrue())
+			Expect(st.Refused).To(Equal(int64(1)))
+			Expect(st.Dropped).To(Equal(ledger.Dropped{}), "nothing is dropped")
+			// The requests no cost budget governs are still served and recorded.
+			records = append(records, AddConcurrently(l, 1, 30)...)
+			Expect(l.Flush(ctx)).To(MatchError(ErrDown))
+			Expect(l.Refusing()).To(BeTrue())
+
+			o.Down.Store(false)
+			Expect(l.Flush(ctx)).To(Succeed())
+			Expect(l.Refusing()).To(BeFalse(), "the spool drained")
+			Expect(l.Close(ctx)).To(Succeed())
+			Expect(l.Stats().Dropped).To(Equal(ledger.Dropped{}))
+			Expect(ReportTotal(ctx, sink)).To(Equal(Total(records)))
 		})
 
 		It("keeps serving by default while the spool is full", func() {
