@@ -111,13 +111,14 @@ test: test-tools ## Run the unit, envtest (real kube-apiserver and etcd), Redis 
 	$(MAKE) fuzz
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target on $(FUZZ_EXECS) inputs (the estimator on any bytes and on generated hostile bodies, the SSE usage parser, and the tokenizer on any string and any body, and the lower bound against it on any string).
+fuzz: ## Run each fuzz target on $(FUZZ_EXECS) inputs (the estimator on any bytes and on generated hostile bodies, the SSE usage parser, the tokenizer on any string and any body, the lower bound against it on any string, and the count from the estimate's view against encoding/json's decoding).
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZ_EXECS)x ./proxy/estimate/
 	$(GO) test -run '^$$' -fuzz '^FuzzGenerated$$' -fuzztime $(FUZZ_EXECS)x ./proxy/estimate/
 	$(GO) test -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZ_EXECS)x ./proxy/usage/
 	$(GO) test -run '^$$' -fuzz '^FuzzCount$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 	$(GO) test -run '^$$' -fuzz '^FuzzBody$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 	$(GO) test -run '^$$' -fuzz '^FuzzLowerBound$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
+	$(GO) test -run '^$$' -fuzz '^FuzzView$$' -fuzztime $(FUZZ_EXECS)x ./proxy/tokenize/
 
 .PHONY: ledger-throughput
 ledger-throughput: ## Measure the ledger at a realistic shape on a real PostgreSQL: rows and bytes a million requests make, and rollup writes per second.

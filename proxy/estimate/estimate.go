@@ -66,6 +66,19 @@ type Estimate struct {
 	limits [3]OutputLimit
 	n      int
 	mult   int64
+
+	// State is what a Responses body says of the state the call keeps upstream.
+	State State
+	// model is the span of the top-level model values (nModel of them; past the first,
+	// all are in moreModel); open is where the object's first member goes, and empty
+	// says it has none (Renamed).
+	model     [1]Span
+	moreModel []Span
+	nModel    int
+	open      int
+	empty     bool
+	// view is every value of the body, when asked for (BodyView).
+	view *View
 }
 
 // OutputLimit is one top-level output limit of a body: its field, the limit it states
@@ -109,6 +122,7 @@ func (e *Estimate) OutputLimits() (limits []OutputLimit, ok bool) {
 func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 	lit := []byte(strconv.FormatInt(limit, 10))
 	litTokens := numberTokens(lit)
+	e.rewriteModel(field, lit, limit)
 	delta := int64(0)
 	if e.n == 0 {
 		e.limits[0] = OutputLimit{Field: field, Value: limit, key: textRaw([]byte(field)), value: litTokens}
@@ -145,6 +159,25 @@ func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 	return e
 }
 
+// rewriteModel moves the model's spans as WithOutputLimit's rewrite moves them: lit
+// in place of each limit above limit, or "field":lit inserted as the first member.
+func (e *Estimate) rewriteModel(field string, lit []byte, limit int64) {
+	if e.n == 0 {
+		member := len(`"":`) + len(field) + len(lit)
+		if !e.empty {
+			member++ // its comma
+		}
+		e.shift(e.open, member)
+		e.empty = false
+		return
+	}
+	for i := e.n - 1; i >= 0; i-- {
+		if l := e.limits[i]; l.Value > limit {
+			e.shift(l.End, len(lit)-(l.End-l.Start))
+		}
+	}
+}
+
 // Total is the reservation: input estimate plus output ceiling, with no margin.
 func (e Estimate) Total() int64 { return satAdd(e.Input, e.Output) }
 
@@ -153,7 +186,24 @@ func (e Estimate) Total() int64 { return satAdd(e.Input, e.Output) }
 // ceiling. A body nested deeper than MaxDepth is an error (ErrTooDeep): the caller
 // refuses it, as upstreams do.
 func Body(body []byte) (Estimate, error) {
-	e, err := scanBody(body)
+	return body1(body, false)
+}
+
+// BodyView is Body that also keeps every value of the body (Estimate.View), for a
+// tokenizer to count without reading the JSON again.
+func BodyView(body []byte) (Estimate, error) {
+	return body1(body, viewable(body))
+}
+
+// View is every value of the body, when the estimate was made by BodyView of a JSON
+// object; nil otherwise, or after DropView.
+func (e *Estimate) View() *View { return e.view }
+
+// DropView lets the view go once nothing needs it.
+func (e *Estimate) DropView() { e.view = nil }
+
+func body1(body []byte, view bool) (Estimate, error) {
+	e, err := scanBody(body, view)
 	switch {
 	case err == nil:
 		return e, nil
@@ -203,9 +253,14 @@ func textField(key []byte) int {
 	return -1
 }
 
-func scanBody(body []byte) (Estimate, error) {
+func scanBody(body []byte, view bool) (Estimate, error) {
 	s := &scanner{b: body}
-	e := Estimate{Parsed: true}
+	if view {
+		s.view = &View{body: body, nodes: make([]node, 0, 64)}
+	}
+	e := Estimate{Parsed: true, empty: true}
+	s.ws()
+	e.open = s.i + 1
 	// Each field's last occurrence: its input tokens, and the numbers read from it;
 	// lower is the part of those tokens that is text (InputLower).
 	var fields, lower [numTextFields]int64
@@ -218,6 +273,7 @@ func scanBody(body []byte) (Estimate, error) {
 		if needsDecoding(rawKey) {
 			key = []byte(decodeString(rawKey))
 		}
+		e.empty = false
 		if f := textField(key); f >= 0 {
 			raw, w, err := s.span(1)
 			if err != nil {
@@ -263,6 +319,7 @@ func scanBody(body []byte) (Estimate, error) {
 			if raw[0] == '"' {
 				e.Model = decodeString(raw[1 : len(raw)-1])
 			}
+			e.addModel(Span{s.i - len(raw), s.i})
 			other = satAdd(other, satAdd(keyTokens, w.tokens))
 			return nil
 		case "stream":
@@ -277,6 +334,9 @@ func scanBody(body []byte) (Estimate, error) {
 		raw, w, err := s.span(1)
 		if err != nil {
 			return err
+		}
+		if mayBeStateKey(key) {
+			e.State.read(key, raw)
 		}
 		if target != nil {
 			*target = Ceiling(raw)
@@ -297,6 +357,7 @@ func scanBody(body []byte) (Estimate, error) {
 	if s.ws(); s.i != len(s.b) {
 		return e, errSyntax
 	}
+	e.view = s.view
 	// The lower bound counts only the fields that are the prompt, each once: another
 	// field given twice is read once by the upstream, and is not prompt text.
 	in, low := other, int64(0)
@@ -380,7 +441,7 @@ func Ceiling(raw []byte) int64 {
 // Model reads only the model name of a JSON body (its last "model" key, as the
 // upstream reads it), for routing a request that is not charged.
 func Model(body []byte) string {
-	e, _ := scanBody(body)
+	e, _ := scanBody(body, false)
 	return e.Model
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -25,6 +26,9 @@ func FuzzBody(f *testing.F) {
 		`{"prompt":["a",[1],"b"],"best_of":3}`, "{\"a\":\"\x80\x80\xff\"}",
 		`{"source":{"type":"base64","media_type":"image/png","data":"QUJDRA=="}}`,
 		`{"x":{"data":"QUJD","type":"base64","type":"text"}}`, `{"a":[[[[[[[[[[]]]]]]]]]]}`,
+		`{"model":"a","messages":[{"model":"nested"}],"mod\u0065l":"b","model":"c"}`, ` { } `,
+		`{"store":false,"STORE":true,"background":null}`, `{"\u017ftore":false,"previous_response_id":null}`,
+		`{"store":false,"background":"yes","conversation":{"id":"c"}}`, `{"store":false,"Previous_Response_ID":"r"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -101,6 +105,87 @@ func checkBody(t *testing.T, body []byte) {
 	if honest := (decodedBytes(m, nil) + estimate.BytesPerToken - 1) / estimate.BytesPerToken; e.Input < honest {
 		t.Fatalf("input %d is below the %d tokens of the decoded strings of %q", e.Input, honest, body)
 	}
+	checkRenamed(t, &e, body)
+	if got, want := stateful(e.State), decodedStateful(body); got != want {
+		t.Fatalf("stateful %v (%+v), encoding/json reads %v, in %q", got, e.State, want, body)
+	}
+}
+
+// checkRenamed: the body renamed from the estimate's spans decodes as the body decoded
+// by encoding/json with its model set, and the first "model" key also names it, for a
+// decoder that keeps the first duplicate.
+func checkRenamed(t *testing.T, e *estimate.Estimate, body []byte) {
+	const name = "provider/<model> \"with\" é"
+	out, ok := e.Renamed(body, name)
+	if !ok {
+		t.Fatalf("a JSON object %q was not renamed", body)
+	}
+	decode := func(b []byte) (m map[string]any, err error) {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		return m, d.Decode(&m)
+	}
+	want, err := decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["model"] = name
+	got, err := decode(out)
+	if err != nil {
+		t.Fatalf("renamed %q into %q: %v", body, out, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("renamed %q into %q", body, out)
+	}
+	if first := firstModel(t, out); first != name {
+		t.Fatalf("renamed %q into %q, whose first model is %q", body, out, first)
+	}
+}
+
+// firstModel is the value of the first top-level key that decodes to "model".
+func firstModel(t *testing.T, body []byte) string {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if _, err := d.Token(); err != nil {
+		t.Fatal(err)
+	}
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		if k == "model" {
+			s, _ := v.(string)
+			return s
+		}
+	}
+	t.Fatalf("no model in %q", body)
+	return ""
+}
+
+// stateful is the response cache's reading of State.
+func stateful(st estimate.State) bool {
+	return st.Invalid || st.Store != estimate.False || st.PreviousResponse || st.Conversation || st.Background == estimate.True
+}
+
+// decodedStateful is the same question answered by encoding/json.
+func decodedStateful(body []byte) bool {
+	var b struct {
+		Store              *bool           `json:"store"`
+		PreviousResponseID json.RawMessage `json:"previous_response_id"`
+		Conversation       json.RawMessage `json:"conversation"`
+		Background         *bool           `json:"background"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return true
+	}
+	set := func(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
+	return b.Store == nil || *b.Store || set(b.PreviousResponseID) || set(b.Conversation) ||
+		(b.Background != nil && *b.Background)
 }
 
 // rawDepth is the deepest nesting of brackets outside strings.

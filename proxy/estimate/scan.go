@@ -32,6 +32,8 @@ var (
 type scanner struct {
 	b []byte
 	i int
+	// view, when asked for, gets every value the scan passes (view.go).
+	view *View
 }
 
 // frame is one open array or object during a walk.
@@ -42,6 +44,8 @@ type frame struct {
 	// media accumulates the base64 payloads found directly in this object, priced when
 	// the object closes and its media type (a sibling key, in any order) is known.
 	media pendingMedia
+	// node is the container's index in the view, when there is one.
+	node int32
 }
 
 // walked is what walking one value found.
@@ -273,12 +277,17 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			if depth+len(stack) >= MaxDepth {
 				return w, ErrTooDeep
 			}
+			f := frame{obj: c == '{'}
+			if s.view != nil {
+				f.node = s.view.add(containerKind(c), s.i, s.i)
+			}
 			s.i++
-			stack = append(stack, frame{obj: c == '{'})
+			stack = append(stack, f)
 			top := &stack[len(stack)-1]
 			if c == '{' {
 				if s.peek() == '}' {
 					s.i++
+					s.closed(top)
 					stack = stack[:len(stack)-1]
 					kind = '{'
 					break
@@ -290,6 +299,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			}
 			if s.peek() == ']' {
 				s.i++
+				s.closed(top)
 				stack = stack[:len(stack)-1]
 				kind = '['
 				break
@@ -299,6 +309,9 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			raw, text, lower, err := s.strText()
 			if err != nil {
 				return w, err
+			}
+			if s.view != nil {
+				s.view.add(KindString, s.i-len(raw)-2, s.i)
 			}
 			k := key
 			var parent *frame
@@ -323,9 +336,17 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 			if err != nil {
 				return w, err
 			}
-			if lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9') {
+			number := lit[0] == '-' || (lit[0] >= '0' && lit[0] <= '9')
+			if number {
 				w.tokens++ // a token id, or a number in a part
 				w.lower++
+			}
+			if s.view != nil {
+				k := KindLiteral
+				if number {
+					k = KindNumber
+				}
+				s.view.add(k, s.i-len(lit), s.i)
 			}
 		}
 		// A value is complete: close every container it completes.
@@ -353,6 +374,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					return w, errSyntax
 				}
 				s.i++
+				s.closed(top)
 				p := top.media.price()
 				w.tokens = satAdd(w.tokens, p)
 				if top.media.isMedia() {
@@ -366,6 +388,7 @@ func (s *scanner) walk(depth int, key keyKind) (walked, error) {
 					return w, errSyntax
 				}
 				s.i++
+				s.closed(top)
 				stack = stack[:len(stack)-1]
 				kind = '['
 				continue
@@ -384,6 +407,9 @@ func (s *scanner) key(obj *frame, w *walked) error {
 	if err != nil {
 		return err
 	}
+	if s.view != nil {
+		s.view.add(KindKey, s.i-len(raw)-2, s.i)
+	}
 	if err := s.expect(':'); err != nil {
 		return err
 	}
@@ -391,6 +417,21 @@ func (s *scanner) key(obj *frame, w *walked) error {
 	obj.key = classifyKey(raw)
 	obj.media.forget(obj.key)
 	return nil
+}
+
+// closed ends a container in the view; s stands past its last byte.
+func (s *scanner) closed(f *frame) {
+	if s.view != nil {
+		s.view.close(f.node, s.i)
+	}
+}
+
+// containerKind is the kind of the container c opens.
+func containerKind(c byte) Kind {
+	if c == '{' {
+		return KindObject
+	}
+	return KindArray
 }
 
 // span walks one value and returns its raw bytes.
@@ -410,14 +451,22 @@ func (s *scanner) object(fn func(key []byte) error) error {
 	if err := s.expect('{'); err != nil {
 		return err
 	}
+	root := frame{obj: true}
+	if s.view != nil {
+		root.node = s.view.add(KindObject, s.i-1, s.i)
+	}
 	if s.peek() == '}' {
 		s.i++
+		s.closed(&root)
 		return nil
 	}
 	for {
 		raw, err := s.str()
 		if err != nil {
 			return err
+		}
+		if s.view != nil {
+			s.view.add(KindKey, s.i-len(raw)-2, s.i)
 		}
 		if err := s.expect(':'); err != nil {
 			return err
@@ -430,6 +479,7 @@ func (s *scanner) object(fn func(key []byte) error) error {
 			s.i++
 		case '}':
 			s.i++
+			s.closed(&root)
 			return nil
 		default:
 			return errSyntax

@@ -11,8 +11,6 @@
 package tokenize
 
 import (
-	"bytes"
-	"encoding/json"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -125,65 +123,168 @@ type Result struct {
 // The top-level fields sent to the model as the JSON text they are written with.
 var jsonTextFields = map[string]bool{"tools": true, "functions": true, "response_format": true, "text": true}
 
-// Body counts a request body. ok is false when encoding/json does not decode the body
-// as an object (the estimate then stands: the caller keeps it).
+// Body counts a request body. ok is false when the body is not a JSON object (the
+// estimate then stands: the caller keeps it). The request path counts the estimate's
+// view instead (View): the body is read once.
 func (e *Encoding) Body(body []byte) (r Result, ok bool) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		// null decodes into a nil map without an error: it is not an object either.
+	est, err := estimate.BodyView(body)
+	if err != nil || est.View() == nil {
 		return Result{}, false
 	}
-	var floors, media int64
-	for key, raw := range top {
-		if jsonTextFields[key] {
-			r.Text += e.Count(string(raw))
-			continue
-		}
-		var v any
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber() // 1e400 is a number, as the estimator reads it
-		if err := d.Decode(&v); err != nil {
-			return Result{}, false
-		}
-		if a, isArray := v.([]any); isArray && (key == "messages" || key == "input") {
-			floors += int64(len(a)) * estimate.MessageFloor
-		}
-		text, m := e.walk(v)
-		r.Text += text
-		media += m
-	}
-	r.Input = r.Text + floors + media
-	return r, true
+	return e.View(est.View()), true
 }
 
-// walk counts a decoded value's text and media, with an explicit stack (the estimator
-// has already refused a body nested deeper than estimate.MaxDepth).
-func (e *Encoding) walk(v any) (text, media int64) {
-	stack := []any{v}
+// View counts a request body from the estimate's view of it, as encoding/json would
+// decode it: each object's members by their decoded keys, the last duplicate winning.
+func (e *Encoding) View(v *estimate.View) (r Result) {
+	c := counter{enc: e, v: v, body: string(v.Body())}
+	var floors, media int64
+	for _, m := range c.members(0, nil) {
+		if jsonTextFields[m.key] {
+			r.Text += e.Count(c.body[v.Span(m.value).Start:v.Span(m.value).End])
+			continue
+		}
+		if v.Kind(m.value) == estimate.KindArray && (m.key == "messages" || m.key == "input") {
+			floors += c.elems(m.value) * estimate.MessageFloor
+		}
+		text, md := c.walk(m.value)
+		r.Text += text
+		media += md
+	}
+	r.Input = r.Text + floors + media
+	return r
+}
+
+// counter walks a view; body is the view's body as a string, which the strings
+// without escapes are slices of. scratch holds the members of the object being walked.
+type counter struct {
+	enc     *Encoding
+	v       *estimate.View
+	body    string
+	scratch []member
+}
+
+// member is one member of an object: its decoded key and its value's index.
+type member struct {
+	key   string
+	value int
+}
+
+// str is string or key i as encoding/json decodes it.
+func (c *counter) str(i int) string {
+	if s, decoded := c.v.String(i); decoded {
+		return s
+	}
+	sp := c.v.Span(i)
+	return c.body[sp.Start+1 : sp.End-1]
+}
+
+// elems is the number of elements of array i.
+func (c *counter) elems(i int) (n int64) {
+	for j := i + 1; j < c.v.Next(i); j = c.v.Next(j) {
+		n++
+	}
+	return n
+}
+
+// members are object i's members as encoding/json decodes them into a map, appended
+// to ms[:0]: the last occurrence of a key wins (in the place of the first, which does
+// not matter to a sum).
+func (c *counter) members(i int, ms []member) []member {
+	ms = ms[:0]
+	var index map[string]int // past a few members
+	for j := i + 1; j < c.v.Next(i); {
+		m := member{key: c.str(j), value: j + 1}
+		j = c.v.Next(j + 1)
+		at := -1
+		switch {
+		case index != nil:
+			if k, ok := index[m.key]; ok {
+				at = k
+			}
+		default:
+			for k := range ms {
+				if ms[k].key == m.key {
+					at = k
+					break
+				}
+			}
+		}
+		if at >= 0 {
+			ms[at] = m
+			continue
+		}
+		ms = append(ms, m)
+		if len(ms) > 16 && index == nil {
+			index = make(map[string]int, 2*len(ms))
+			for k, m := range ms {
+				index[m.key] = k
+			}
+		} else if index != nil {
+			index[m.key] = len(ms) - 1
+		}
+	}
+	return ms
+}
+
+// walk counts value i's text and media, with an explicit stack (the estimator has
+// already refused a body nested deeper than estimate.MaxDepth).
+func (c *counter) walk(i int) (text, media int64) {
+	stack := []int{i}
 	for len(stack) > 0 {
-		v := stack[len(stack)-1]
+		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		switch v := v.(type) {
-		case string:
-			text += e.Count(v)
-		case json.Number:
+		switch c.v.Kind(i) {
+		case estimate.KindString:
+			text += c.enc.Count(c.str(i))
+		case estimate.KindNumber:
 			text++
-		case []any:
-			stack = append(stack, v...)
-		case map[string]any:
-			hint := mediaHint(v)
-			for k, c := range v {
-				if s, isString := c.(string); isString {
-					if cost, isMedia := mediaCost(k, s, hint); isMedia {
+		case estimate.KindArray:
+			for j := i + 1; j < c.v.Next(i); j = c.v.Next(j) {
+				stack = append(stack, j)
+			}
+		case estimate.KindObject:
+			ms := c.members(i, c.scratch)
+			c.scratch = ms // walked before the next object's members
+			hint := c.mediaHint(ms)
+			for _, m := range ms {
+				if c.v.Kind(m.value) == estimate.KindString {
+					if cost, isMedia := mediaCost(m.key, c.str(m.value), hint); isMedia {
 						media += cost
 						continue
 					}
 				}
-				stack = append(stack, c)
+				stack = append(stack, m.value)
 			}
 		}
 	}
 	return text, media
+}
+
+// mediaHint reads an object's media type as the estimator does: a media_type,
+// mime_type or mimeType that is not text/*, else a format (audio), else "type":
+// "base64" (a document unless said otherwise).
+func (c *counter) mediaHint(ms []member) hint {
+	str := func(key string) (string, bool) {
+		for _, m := range ms {
+			if m.key == key && c.v.Kind(m.value) == estimate.KindString {
+				return c.str(m.value), true
+			}
+		}
+		return "", false
+	}
+	for _, k := range [...]string{"media_type", "mime_type", "mimeType"} {
+		if mt, ok := str(k); ok {
+			return hint{media: !isText(mt), mediaType: mt}
+		}
+	}
+	if _, ok := str("format"); ok {
+		return hint{media: true, mediaType: "audio/"}
+	}
+	if t, _ := str("type"); t == "base64" {
+		return hint{media: true}
+	}
+	return hint{}
 }
 
 // hint is what an object says about its bare base64 payloads: their media type, or
@@ -191,24 +292,6 @@ func (e *Encoding) walk(v any) (text, media int64) {
 type hint struct {
 	media     bool
 	mediaType string
-}
-
-// mediaHint reads an object's media type as the estimator does: a media_type,
-// mime_type or mimeType that is not text/*, else a format (audio), else "type":
-// "base64" (a document unless said otherwise).
-func mediaHint(o map[string]any) hint {
-	for _, k := range [...]string{"media_type", "mime_type", "mimeType"} {
-		if mt, ok := o[k].(string); ok {
-			return hint{media: !isText(mt), mediaType: mt}
-		}
-	}
-	if _, ok := o["format"].(string); ok {
-		return hint{media: true, mediaType: "audio/"}
-	}
-	if t, _ := o["type"].(string); t == "base64" {
-		return hint{media: true}
-	}
-	return hint{}
 }
 
 // mediaCost reports whether the string s under key k of an object is a media
