@@ -225,6 +225,9 @@ func TestCapOutputEstimatesTheRewriteAsTheBodyWould(t *testing.T) {
 		{"/v1/messages", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
 		// More output limits than the estimate keeps: the cap reads the body.
 		{"/v1/chat/completions", `{"max_tokens":900,"max_tokens":800,"max_tokens":700,"max_tokens":600}`},
+		// The model after the limits, given twice, escaped, and nested in a message.
+		{"/v1/chat/completions", `{"max_tokens":90000,"model":"a","messages":[{"model":"x"}],"mod\u0065l":"b","max_tokens":70}`},
+		{"/v1/responses", `{"input":"hi", "model" : "m","store":false}`},
 	} {
 		est, err := estimate.Body([]byte(c.body))
 		if err != nil {
@@ -241,6 +244,14 @@ func TestCapOutputEstimatesTheRewriteAsTheBodyWould(t *testing.T) {
 		if got.Input != want.Input || got.Output != want.Output || got.InputLower != want.InputLower ||
 			got.OutputCap != want.OutputCap || got.Model != want.Model || got.Stream != want.Stream || !got.Parsed {
 			t.Errorf("%s, rewritten %s: estimate %+v, the rewritten body's %+v", c.body, out, got, want)
+		}
+		if got.State != want.State {
+			t.Errorf("%s: state %+v, the rewritten body's %+v", c.body, got.State, want.State)
+		}
+		// The rename after the rewrite replaces the rewritten body's model values.
+		renamed, ok := got.Renamed(out, "provider-model")
+		if wantRenamed, _ := want.Renamed(out, "provider-model"); !ok || string(renamed) != string(wantRenamed) {
+			t.Errorf("%s: renamed after the rewrite %s, want %s", c.body, renamed, wantRenamed)
 		}
 		est.Tokenize(1234, 1000)
 		_, got, _ = agentlimit.CapOutput(lim, schedule.Batch, c.route, []byte(c.body), est)

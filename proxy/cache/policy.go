@@ -4,12 +4,12 @@
 package cache
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
@@ -76,23 +76,14 @@ func hasDirective(list, name string) bool {
 // come from the upstream every time and no identical request may share it: a
 // Responses call that is stored (store absent or true, the API's default), continues
 // a stored response (previous_response_id) or a conversation, or runs in the
-// background. A body that is not a JSON object is read as stateful, never as shareable.
-func Stateful(route string, body []byte) bool {
+// background. st is what the body's estimate read of those fields; a body that is not
+// a JSON object states none, and is read as stateful, never as shareable.
+func Stateful(route string, st estimate.State) bool {
 	if route != "/v1/responses" {
 		return false
 	}
-	var b struct {
-		Store              *bool           `json:"store"`
-		PreviousResponseID json.RawMessage `json:"previous_response_id"`
-		Conversation       json.RawMessage `json:"conversation"`
-		Background         *bool           `json:"background"`
-	}
-	if err := json.Unmarshal(body, &b); err != nil {
-		return true
-	}
-	set := func(m json.RawMessage) bool { return len(m) > 0 && string(m) != "null" }
-	return b.Store == nil || *b.Store || set(b.PreviousResponseID) || set(b.Conversation) ||
-		(b.Background != nil && *b.Background)
+	return st.Invalid || st.Store != estimate.False || st.PreviousResponse || st.Conversation ||
+		st.Background == estimate.True
 }
 
 // Reasons an answer is not stored (the access log's and the metrics' values).

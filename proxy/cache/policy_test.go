@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/tokenwarden/tokenwarden/proxy/cache"
+	"github.com/tokenwarden/tokenwarden/proxy/estimate"
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
 
@@ -44,7 +45,9 @@ var _ = Describe("Cache-Control on a request", func() {
 var _ = Describe("Stateful calls", func() {
 	DescribeTable("are never cached nor shared",
 		func(route, body string, stateful bool) {
-			Expect(cache.Stateful(route, []byte(body))).To(Equal(stateful))
+			est, err := estimate.Body([]byte(body))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(cache.Stateful(route, est.State)).To(Equal(stateful))
 		},
 		Entry("a Responses call with store absent (the API stores by default)", "/v1/responses", `{"model":"m","input":"hi"}`, true),
 		Entry("a Responses call with store true", "/v1/responses", `{"model":"m","input":"hi","store":true}`, true),

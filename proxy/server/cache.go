@@ -110,7 +110,7 @@ func (s *Server) cacheLookup(ex *exchange) bool {
 	}
 	scope, ok := cache.ScopeFor(room.cfg.ScopeOrDefault(), name, team)
 	d := cache.RequestDirectives(ex.r.Header)
-	if !ok || !room.cfg.Serves(ex.route.name, ex.est.Model, name) || !d.Store() || cache.Stateful(ex.route.name, ex.body) {
+	if !ok || !room.cfg.Serves(ex.route.name, ex.est.Model, name) || !d.Store() || cache.Stateful(ex.route.name, ex.est.State) {
 		return true
 	}
 	body := ex.body

@@ -5,7 +5,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -193,7 +192,7 @@ func (ex *exchange) attemptRequest(r *http.Request, c *upstream.Candidate) *http
 		name = ex.try.Rename
 	}
 	if name != "" && ex.try.Body != nil {
-		if body, err := withModel(ex.try.Body, name); err == nil {
+		if body, ok := ex.est.Renamed(ex.try.Body, name); ok {
 			// The body sent is the decoded one, renamed.
 			out.Header.Del("Content-Encoding")
 			out.Body = io.NopCloser(bytes.NewReader(body))
@@ -206,20 +205,6 @@ func (ex *exchange) attemptRequest(r *http.Request, c *upstream.Candidate) *http
 		out.Body, _ = r.GetBody()
 	}
 	return out
-}
-
-// withModel is a JSON object body with its model replaced.
-func withModel(body []byte, model string) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, err
-	}
-	name, err := json.Marshal(model)
-	if err != nil {
-		return nil, err
-	}
-	m["model"] = name
-	return json.Marshal(m)
 }
 
 // attemptAnswered records the upstream's answer in its health; a failed answer with

@@ -46,6 +46,9 @@ type runtime struct {
 	classLimits [len(schedule.Classes)]config.ClassLimits
 	// knownModels are the model names the config mentions: the usage metrics' label set.
 	knownModels map[string]bool
+	// tokenizes: a model of the registry names a tokenizer, so a charged body's
+	// estimate keeps its view for it.
+	tokenizes bool
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string
@@ -104,6 +107,9 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		return nil, err
 	}
 	rt.Registry = *reg
+	for _, mr := range reg.Models {
+		rt.tokenizes = rt.tokenizes || mr.Toks != nil
+	}
 	for m := range reg.Known {
 		rt.knownModels[m] = true
 	}

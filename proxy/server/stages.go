@@ -133,7 +133,11 @@ func (s *Server) estimateBody(ex *exchange) bool {
 		ex.est.Model = estimate.Model(ex.body)
 		return true
 	}
-	est, err := estimate.Body(ex.body)
+	scan := estimate.Body
+	if ex.rt.tokenizes {
+		scan = estimate.BodyView // for precheck's tokenizer
+	}
+	est, err := scan(ex.body)
 	if err != nil {
 		// Nested deeper than any upstream reads: refused as upstreams refuse it.
 		return ex.fail(http.StatusBadRequest, "invalid_request", err.Error(), nil)

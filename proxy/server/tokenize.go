@@ -11,14 +11,17 @@ import (
 // keeps the largest count: the budget reservation's input becomes it plus the
 // estimate's allowances for media and message framing, and the context-window
 // pre-check reads the largest count of the text in place of the estimate's lower
-// bound. A body encoding/json does not decode keeps the estimate.
+// bound. It counts the estimate's view of the body, which nothing needs after it; a
+// body that is not a JSON object has none and keeps the estimate.
 func (ex *exchange) tokenize(encs []*tokenize.Encoding) {
+	defer ex.est.DropView()
+	v := ex.est.View()
+	if v == nil {
+		return
+	}
 	var in, text int64
 	for _, enc := range encs {
-		r, ok := enc.Body(ex.try.Body)
-		if !ok {
-			return
-		}
+		r := enc.View(v)
 		in, text = max(in, r.Input), max(text, r.Text)
 	}
 	ex.est.Tokenize(in, text)
