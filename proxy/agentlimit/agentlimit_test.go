@@ -207,9 +207,8 @@ func TestSetBodyForwardsPlain(t *testing.T) {
 }
 
 // TestCapOutputEstimatesTheRewriteAsTheBodyWould: the estimate a cap's rewrite returns
-// is the one a scan of the rewritten body gives, every field of it, whether the
-// estimate kept the body's output limits or the cap read them itself; and a
-// tokenizer's count stands through the rewrite.
+// is the one a scan of the rewritten body gives, every field of it, however many
+// output limits the body states; and a tokenizer's count stands through the rewrite.
 func TestCapOutputEstimatesTheRewriteAsTheBodyWould(t *testing.T) {
 	lim := config.ClassLimits{MaxOutputTokens: 50}
 	for _, c := range []struct{ route, body string }{
@@ -223,7 +222,7 @@ func TestCapOutputEstimatesTheRewriteAsTheBodyWould(t *testing.T) {
 		{"/v1/completions", `{"model":"m","prompt":["a","b","c"],"max_tokens":1000}`},
 		{"/v1/responses", `{"model":"m","input":"hi","max_output_tokens":9000,"stream":true}`},
 		{"/v1/messages", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
-		// More output limits than the estimate keeps: the cap reads the body.
+		// More output limits than the estimate keeps in place.
 		{"/v1/chat/completions", `{"max_tokens":900,"max_tokens":800,"max_tokens":700,"max_tokens":600}`},
 		// The model after the limits, given twice, escaped, and nested in a message.
 		{"/v1/chat/completions", `{"max_tokens":90000,"model":"a","messages":[{"model":"x"}],"mod\u0065l":"b","max_tokens":70}`},

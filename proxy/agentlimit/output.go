@@ -5,8 +5,6 @@ package agentlimit
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,11 +32,8 @@ func CapOutput(lim config.ClassLimits, class schedule.Class, route string, body 
 	}
 	spans, kept := keptLimits(&est)
 	if !kept {
-		var err error
-		if spans, err = outputLimits(body); err != nil {
-			// Not a JSON object: the estimate's fallback stands, and the upstream refuses it.
-			return nil, est, nil
-		}
+		// Not a JSON object: the estimate's fallback stands, and the upstream refuses it.
+		return nil, est, nil
 	}
 	var over []outputSpan
 	for _, s := range spans {
@@ -61,19 +56,8 @@ func CapOutput(lim config.ClassLimits, class schedule.Class, route string, body 
 	} else {
 		out = replaceSpans(body, over, limCap)
 	}
-	if kept {
-		// The estimate follows the rewrite: the body is not read again.
-		return out, est.WithOutputLimit(field, limCap), nil
-	}
-	outEst, err := estimate.Body(out)
-	if err != nil {
-		return nil, est, nil
-	}
-	if est.Tokenized {
-		// A number changed, not the text: the tokenizer's count stands.
-		outEst.Tokenize(est.Input, est.InputLower)
-	}
-	return out, outEst, nil
+	// The estimate follows the rewrite: the body is not read again.
+	return out, est.WithOutputLimit(field, limCap), nil
 }
 
 // keptLimits are the output limits the estimate kept of the body, as spans.
@@ -115,34 +99,6 @@ type outputSpan struct {
 	field      string
 	value      int64
 	start, end int
-}
-
-var errNotObject = errors.New("the body is not a JSON object")
-
-// outputLimits lists a JSON object's top-level output limits (every occurrence).
-func outputLimits(body []byte) ([]outputSpan, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errNotObject
-	}
-	var out []outputSpan
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		k, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		switch k {
-		case "max_tokens", "max_completion_tokens", "max_output_tokens":
-			end := int(dec.InputOffset())
-			out = append(out, outputSpan{field: k, value: estimate.Ceiling(raw), start: end - len(raw), end: end})
-		}
-	}
-	return out, nil
 }
 
 // replaceSpans writes limCap in place of each span's value.

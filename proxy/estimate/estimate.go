@@ -61,10 +61,13 @@ type Estimate struct {
 	Tokenized bool
 
 	// limits are the body's top-level output limits, every occurrence in order (n of
-	// them; more than fit sets n past len(limits)); mult is what one completion's
-	// limit is multiplied by (prompts × the largest of n and best_of).
+	// them; past len(limits), all are in more); moved says a rewrite moved them; mult
+	// is what one completion's limit is multiplied by (prompts × the largest of n and
+	// best_of).
 	limits [3]OutputLimit
+	more   []OutputLimit
 	n      int
+	moved  bool
 	mult   int64
 
 	// State is what a Responses body says of the state the call keeps upstream.
@@ -106,19 +109,41 @@ func (e *Estimate) Tokenize(input, text int64) {
 }
 
 // OutputLimits are the body's top-level output limits, every occurrence in order; ok
-// is false when the estimate did not keep them (the body is not a JSON object, or
-// states more of them than the estimate keeps) and the caller must read the body.
+// is false when the body is not a JSON object, or after WithOutputLimit (their
+// offsets are the body's before its rewrite).
 func (e *Estimate) OutputLimits() (limits []OutputLimit, ok bool) {
-	if !e.Parsed || e.n > len(e.limits) {
+	if !e.Parsed || e.moved {
 		return nil, false
 	}
-	return e.limits[:e.n], true
+	return e.outputLimits(), true
+}
+
+// outputLimits are the output limits kept.
+func (e *Estimate) outputLimits() []OutputLimit {
+	if e.n <= len(e.limits) {
+		return e.limits[:e.n]
+	}
+	return e.more
+}
+
+// addLimit keeps an output limit.
+func (e *Estimate) addLimit(l OutputLimit) {
+	if e.n < len(e.limits) {
+		e.limits[e.n] = l
+	} else {
+		if e.n == len(e.limits) {
+			e.more = append([]OutputLimit(nil), e.limits[:]...)
+		}
+		e.more = append(e.more, l)
+	}
+	e.n++
 }
 
 // WithOutputLimit is the estimate of the body rewritten to state limit as its output
 // limit: each of its output limits above limit lowered to it or, when the body states
 // none, field inserted with it (agentlimit.CapOutput), the body scanned once. It needs
-// OutputLimits' ok, which the estimate it returns no longer has.
+// OutputLimits' ok, which the estimate it returns no longer has; the model's spans
+// move with the rewrite (Renamed).
 func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 	lit := []byte(strconv.FormatInt(limit, 10))
 	litTokens := numberTokens(lit)
@@ -129,9 +154,13 @@ func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 		e.n = 1
 		delta = satAdd(e.limits[0].key, litTokens)
 	}
+	if e.n > len(e.limits) {
+		e.more = append([]OutputLimit(nil), e.more...) // a copy's limits are its own
+	}
 	var tok, compl, out int64
-	for i := range e.limits[:e.n] {
-		l := &e.limits[i]
+	limits := e.outputLimits()
+	for i := range limits {
+		l := &limits[i]
 		if l.Value > limit {
 			delta += litTokens - l.value
 			l.Value, l.value = limit, litTokens
@@ -154,8 +183,7 @@ func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 		o = DefaultOutput
 	}
 	e.Output = satMul(o, e.mult)
-	// The offsets are the body's before the rewrite: not kept.
-	e.n = len(e.limits) + 1
+	e.moved = true
 	return e
 }
 
@@ -171,8 +199,9 @@ func (e *Estimate) rewriteModel(field string, lit []byte, limit int64) {
 		e.empty = false
 		return
 	}
-	for i := e.n - 1; i >= 0; i-- {
-		if l := e.limits[i]; l.Value > limit {
+	limits := e.outputLimits()
+	for i := len(limits) - 1; i >= 0; i-- {
+		if l := limits[i]; l.Value > limit {
 			e.shift(l.End, len(lit)-(l.End-l.Start))
 		}
 	}
@@ -341,11 +370,8 @@ func scanBody(body []byte, view bool) (Estimate, error) {
 		if target != nil {
 			*target = Ceiling(raw)
 			if field := limitField(key); field != "" {
-				if e.n < len(e.limits) {
-					e.limits[e.n] = OutputLimit{Field: field, Value: *target, Start: s.i - len(raw), End: s.i,
-						key: keyTokens, value: w.tokens}
-				}
-				e.n++
+				e.addLimit(OutputLimit{Field: field, Value: *target, Start: s.i - len(raw), End: s.i,
+					key: keyTokens, value: w.tokens})
 			}
 		}
 		other = satAdd(other, satAdd(keyTokens, w.tokens))
