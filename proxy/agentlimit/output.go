@@ -68,7 +68,7 @@ func keptLimits(est *estimate.Estimate) ([]outputSpan, bool) {
 	}
 	spans := make([]outputSpan, 0, len(limits))
 	for _, l := range limits {
-		spans = append(spans, outputSpan{field: l.Field, value: l.Value, start: l.Start, end: l.End})
+		spans = append(spans, outputSpan{field: l.Field, value: l.Value, start: int(l.Start), end: int(l.End)})
 	}
 	return spans, true
 }

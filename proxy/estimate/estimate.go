@@ -60,28 +60,42 @@ type Estimate struct {
 	// which a rewrite of the body's output limits leaves as they are.
 	Tokenized bool
 
-	// limits are the body's top-level output limits, every occurrence in order (n of
-	// them; past len(limits), all are in more); moved says a rewrite moved them; mult
-	// is what one completion's limit is multiplied by (prompts × the largest of n and
-	// best_of).
-	limits [3]OutputLimit
-	more   []OutputLimit
-	n      int
-	moved  bool
-	mult   int64
-
 	// State is what a Responses body says of the state the call keeps upstream.
 	State State
-	// model is the span of the top-level model values (nModel of them; past the first,
-	// all are in moreModel); open is where the object's first member goes, and empty
-	// says it has none (Renamed).
-	model     [1]Span
-	moreModel []Span
-	nModel    int
-	open      int
-	empty     bool
+
+	// moved says a rewrite moved the output limits; empty that the object has no
+	// member, open where its first goes (Renamed).
+	moved, empty bool
+	open         int32
+	// limits are the body's top-level output limits, every occurrence in order (n of
+	// them; past len(limits), all are in spill); model the span of its top-level model
+	// values (nModel of them; past the first, all are in spill).
+	n, nModel int32
+	limits    [2]OutputLimit
+	model     Span
+	spill     *spill
+	// mult is what one completion's limit is multiplied by (prompts × the largest of n
+	// and best_of).
+	mult int64
 	// view is every value of the body, when asked for (BodyView).
 	view *View
+}
+
+// spill holds what a body states more often than an estimate keeps in place.
+type spill struct {
+	limits []OutputLimit
+	models []Span
+}
+
+// own is e's spill, copied so that changing it changes no other copy of e.
+func (e *Estimate) own() *spill {
+	if e.spill == nil {
+		e.spill = &spill{}
+		return e.spill
+	}
+	c := &spill{limits: append([]OutputLimit(nil), e.spill.limits...), models: append([]Span(nil), e.spill.models...)}
+	e.spill = c
+	return c
 }
 
 // OutputLimit is one top-level output limit of a body: its field, the limit it states
@@ -89,7 +103,7 @@ type Estimate struct {
 type OutputLimit struct {
 	Field      string
 	Value      int64
-	Start, End int
+	Start, End int32
 	// key and value are the input tokens of its key and of its value.
 	key, value int64
 }
@@ -120,21 +134,22 @@ func (e *Estimate) OutputLimits() (limits []OutputLimit, ok bool) {
 
 // outputLimits are the output limits kept.
 func (e *Estimate) outputLimits() []OutputLimit {
-	if e.n <= len(e.limits) {
+	if int(e.n) <= len(e.limits) {
 		return e.limits[:e.n]
 	}
-	return e.more
+	return e.spill.limits
 }
 
 // addLimit keeps an output limit.
 func (e *Estimate) addLimit(l OutputLimit) {
-	if e.n < len(e.limits) {
+	switch {
+	case int(e.n) < len(e.limits):
 		e.limits[e.n] = l
-	} else {
-		if e.n == len(e.limits) {
-			e.more = append([]OutputLimit(nil), e.limits[:]...)
-		}
-		e.more = append(e.more, l)
+	case int(e.n) == len(e.limits):
+		sp := e.own()
+		sp.limits = append(append(sp.limits, e.limits[:]...), l)
+	default:
+		e.spill.limits = append(e.spill.limits, l)
 	}
 	e.n++
 }
@@ -154,8 +169,8 @@ func (e Estimate) WithOutputLimit(field string, limit int64) Estimate {
 		e.n = 1
 		delta = satAdd(e.limits[0].key, litTokens)
 	}
-	if e.n > len(e.limits) {
-		e.more = append([]OutputLimit(nil), e.more...) // a copy's limits are its own
+	if int(e.n) > len(e.limits) {
+		e.own() // a copy's limits are its own
 	}
 	var tok, compl, out int64
 	limits := e.outputLimits()
@@ -195,14 +210,14 @@ func (e *Estimate) rewriteModel(field string, lit []byte, limit int64) {
 		if !e.empty {
 			member++ // its comma
 		}
-		e.shift(e.open, member)
+		e.shift(int(e.open), member)
 		e.empty = false
 		return
 	}
 	limits := e.outputLimits()
 	for i := len(limits) - 1; i >= 0; i-- {
 		if l := limits[i]; l.Value > limit {
-			e.shift(l.End, len(lit)-(l.End-l.Start))
+			e.shift(int(l.End), len(lit)-int(l.End-l.Start))
 		}
 	}
 }
@@ -289,7 +304,7 @@ func scanBody(body []byte, view bool) (Estimate, error) {
 	}
 	e := Estimate{Parsed: true, empty: true}
 	s.ws()
-	e.open = s.i + 1
+	e.open = int32(s.i + 1)
 	// Each field's last occurrence: its input tokens, and the numbers read from it;
 	// lower is the part of those tokens that is text (InputLower).
 	var fields, lower [numTextFields]int64
@@ -370,7 +385,7 @@ func scanBody(body []byte, view bool) (Estimate, error) {
 		if target != nil {
 			*target = Ceiling(raw)
 			if field := limitField(key); field != "" {
-				e.addLimit(OutputLimit{Field: field, Value: *target, Start: s.i - len(raw), End: s.i,
+				e.addLimit(OutputLimit{Field: field, Value: *target, Start: int32(s.i - len(raw)), End: int32(s.i),
 					key: keyTokens, value: w.tokens})
 			}
 		}

@@ -94,7 +94,11 @@ func (e *Estimate) Renamed(body []byte, name string) (out []byte, ok bool) {
 	if err != nil {
 		return nil, false // unreachable: a string always encodes
 	}
-	spans := e.modelSpans()
+	one := [1]Span{e.model}
+	spans := one[:min(e.nModel, 1)]
+	if e.nModel > 1 {
+		spans = e.spill.models
+	}
 	if len(spans) == 0 {
 		member := append(append([]byte(`"model":`), lit...), ',')
 		if e.empty {
@@ -113,23 +117,16 @@ func (e *Estimate) Renamed(body []byte, name string) (out []byte, ok bool) {
 	return append(out, body[at:]...), true
 }
 
-// modelSpans are the spans of every top-level model value, in order.
-func (e *Estimate) modelSpans() []Span {
-	if e.nModel <= len(e.model) {
-		return e.model[:e.nModel]
-	}
-	return e.moreModel
-}
-
 // addModel records a top-level model value's span.
 func (e *Estimate) addModel(s Span) {
-	if e.nModel < len(e.model) {
-		e.model[e.nModel] = s
-	} else {
-		if e.nModel == len(e.model) {
-			e.moreModel = append([]Span(nil), e.model[:]...)
-		}
-		e.moreModel = append(e.moreModel, s)
+	switch e.nModel {
+	case 0:
+		e.model = s
+	case 1:
+		sp := e.own()
+		sp.models = append(sp.models, e.model, s)
+	default:
+		e.spill.models = append(e.spill.models, s)
 	}
 	e.nModel++
 }
@@ -142,15 +139,16 @@ func (e *Estimate) shift(at, delta int) {
 			s.End += delta
 		}
 	}
-	if e.nModel <= len(e.model) {
-		for i := range e.model[:e.nModel] {
-			move(&e.model[i])
-		}
+	switch e.nModel {
+	case 0:
+		return
+	case 1:
+		move(&e.model)
 		return
 	}
-	e.moreModel = append([]Span(nil), e.moreModel...) // a copy's spans are its own
-	for i := range e.moreModel {
-		move(&e.moreModel[i])
+	sp := e.own() // a copy's spans are its own
+	for i := range sp.models {
+		move(&sp.models[i])
 	}
 }
 

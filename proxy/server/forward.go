@@ -59,7 +59,7 @@ func (s *Server) prepare(pr *httputil.ProxyRequest) refusal.Family {
 // is forgotten).
 func (ex *exchange) handOff(up *upstream.Upstream, at time.Time) {
 	ex.rec.Upstream, ex.rec.UpstreamStart, ex.rec.UpstreamHeaders = up.Name, at, time.Time{}
-	ex.settled.Attempts++
+	ex.attempts++
 }
 
 // onResponse runs when the upstream's headers arrive: it replaces the upstream's rate

@@ -131,8 +131,9 @@ func TestEveryStageReadsTheOneScan(t *testing.T) {
 				})
 			}
 			one, many := allocs(32), allocs(128)
-			// Only the buffers that hold the body (read, gunzipped, forwarded) grow with it.
-			if many-one > 32 {
+			// Only the buffers that hold the body (read, gunzipped, forwarded) grow with it;
+			// decoding the JSON again costs thousands more.
+			if many-one > 64 {
 				t.Errorf("%s (gzip %v): %.0f allocations with 32 messages, %.0f with 128: the body is read again", route, gz, one, many)
 			}
 		}

@@ -268,9 +268,8 @@ type exchange struct {
 	cw     counter
 	span   trace.Span
 	upSpan trace.Span
-	// settled is what the observers are told, once (told), when the answer ends.
-	settled settlement.Request
-	told    bool
+	// attempts is how many upstreams were handed the request.
+	attempts int
 	// cache is the request's part in the response cache (cache.go).
 	cache cacheState
 
@@ -279,7 +278,9 @@ type exchange struct {
 	// which writes the line to log.
 	log      *accesslog.Writer
 	settling bool
-	arrived  atomic.Int32
+	// told says the observers were told of its settlement (once).
+	told    bool
+	arrived atomic.Int32
 }
 
 // ServeHTTP implements http.Handler: a request passes the stages in order, and the

@@ -6,6 +6,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
@@ -55,6 +56,10 @@ func (s *Server) release(ex *exchange) {
 	}
 }
 
+// told holds what the observers are told, between requests: an observer keeps
+// nothing of it past its call (settlement.Observer), so a request's state need not.
+var told = sync.Pool{New: func() any { return new(settlement.Request) }}
+
 // tell tells the observers of a charged request's settlement, once: what it used and
 // cost, by whom, served where and when.
 func (s *Server) tell(ex *exchange, out settlement.Outcome, used budget.Used) {
@@ -62,8 +67,8 @@ func (s *Server) tell(ex *exchange, out settlement.Outcome, used budget.Used) {
 		return
 	}
 	ex.told = true
-	st, rec := &ex.settled, &ex.rec
-	st.RequestID, st.Route = rec.RequestID, ex.route.name
+	st, rec := told.Get().(*settlement.Request), &ex.rec
+	st.RequestID, st.Route, st.Attempts = rec.RequestID, ex.route.name, ex.attempts
 	st.APIKey, st.User, st.Team = rec.APIKey, rec.User, rec.Team
 	if ex.key != nil {
 		st.Tenant = ex.key.Tenant
@@ -81,6 +86,8 @@ func (s *Server) tell(ex *exchange, out settlement.Outcome, used budget.Used) {
 	for _, o := range s.observers {
 		o.Settled(st)
 	}
+	*st = settlement.Request{}
+	told.Put(st)
 }
 
 // tellCached tells the observers of a request the response cache answered whole (a
