@@ -77,6 +77,9 @@ func (l *Limits) Runs() int {
 type Request struct {
 	// Class is the request's priority class: its key's, lowered by the header.
 	Class schedule.Class
+	// Answered says the request is answered without a generation (a cache hit): it
+	// takes no slot of the key's requests in flight, while its run counts its step.
+	Answered bool
 	// inFlight is the key's counter the request counts in, until it ends.
 	inFlight *atomic.Int64
 	// run is the request's run and held what the request reserved of it, until the
@@ -101,7 +104,7 @@ func ClassOf(h http.Header, keyClass schedule.Class) schedule.Class {
 // requests in flight and in the run its header names, reserving cost tokens of the
 // run; it returns the refusal when a limit does not allow it.
 func (l *Limits) Admit(req *Request, clock budget.Clock, h http.Header, name string, k Key, cost int64) *Refusal {
-	if k.MaxInFlight > 0 {
+	if k.MaxInFlight > 0 && !req.Answered {
 		v, ok := l.inFlight.Load(name)
 		if !ok {
 			v, _ = l.inFlight.LoadOrStore(name, new(atomic.Int64))

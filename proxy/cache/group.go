@@ -52,7 +52,7 @@ func (g *Group) Join(ctx context.Context, k Key) (*Call, *Waiter) {
 	if c := g.calls[k.Hash]; c != nil {
 		return nil, c.addWaiter(ctx)
 	}
-	c := &Call{g: g, key: k.Hash, changed: make(chan struct{}), waiters: make(map[*Waiter]struct{})}
+	c := &Call{g: g, key: k.Hash}
 	g.calls[k.Hash] = c
 	return c, nil
 }
@@ -79,12 +79,15 @@ type Call struct {
 	key [32]byte
 
 	mu sync.Mutex
-	// changed is closed, and replaced, at every change a waiter may wait for.
+	// changed is closed, and replaced, at every change a waiter may wait for; it is
+	// made when a waiter first waits (a call without waiters costs none).
 	changed     chan struct{}
 	status      int
 	contentType string
-	// buf holds the answer from byte base on.
+	// buf holds the answer from byte base on. shared: buf is a recorder's body
+	// (Recorder.Share), which only the recorder appends to.
 	buf      []byte
+	shared   bool
 	base     int
 	detached bool
 	// ended: Finish or Fail was called; complete: the answer reached its end.
@@ -100,6 +103,9 @@ type Call struct {
 func (c *Call) addWaiter(ctx context.Context) *Waiter {
 	w := &Waiter{c: c, ctx: ctx}
 	c.mu.Lock()
+	if c.waiters == nil {
+		c.waiters = make(map[*Waiter]struct{})
+	}
 	c.waiters[w] = struct{}{}
 	c.mu.Unlock()
 	return w
@@ -108,11 +114,19 @@ func (c *Call) addWaiter(ctx context.Context) *Waiter {
 // broadcastLocked wakes every waiter. Without one nothing waits: a waiter that joins
 // later reads the state before it waits.
 func (c *Call) broadcastLocked() {
-	if len(c.waiters) == 0 {
+	if c.changed == nil {
 		return
 	}
 	close(c.changed)
-	c.changed = make(chan struct{})
+	c.changed = nil
+}
+
+// changedLocked is the channel closed at the call's next change.
+func (c *Call) changedLocked() chan struct{} {
+	if c.changed == nil {
+		c.changed = make(chan struct{})
+	}
+	return c.changed
 }
 
 // Context is the context for the leader's upstream call: it ends when the leader's
@@ -172,12 +186,28 @@ func (c *Call) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	c.detached = c.detached || over
+	if c.shared {
+		// The recorder dropped its body: the call keeps its own copy from here on.
+		c.buf, c.shared = append([]byte(nil), c.buf...), false
+	}
 	c.buf = append(c.buf, p...)
 	if c.detached {
 		c.trimLocked()
 	}
 	c.broadcastLocked()
 	return len(p), nil
+}
+
+// publish makes b, the answer so far, the call's: b is a recorder's body, which only
+// grows, so the waiters read the one copy the store will keep.
+func (c *Call) publish(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	c.buf, c.shared = b, true
+	c.broadcastLocked()
 }
 
 // trimLocked cuts off the waiters more than maxBytes behind and drops what every
@@ -266,7 +296,7 @@ func (w *Waiter) Head() (int, string, error) {
 			c.mu.Unlock()
 			return 0, "", ErrLeaderFailed
 		}
-		ch := c.changed
+		ch := c.changedLocked()
 		c.mu.Unlock()
 		select {
 		case <-ch:
@@ -301,7 +331,7 @@ func (w *Waiter) Read(p []byte) (int, error) {
 			}
 			return 0, ErrCut
 		}
-		ch := c.changed
+		ch := c.changedLocked()
 		c.mu.Unlock()
 		select {
 		case <-ch:

@@ -50,6 +50,40 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 		ctx = context.Background()
 	})
 
+	It("gives the waiters the recorder's one copy of an answer it stores, and their own past the bound", func() {
+		for _, size := range []int{900, 1500} { // within the group's and recorder's 1 KiB, and past it
+			leader, _ := g.Join(ctx, k)
+			_, waiter := g.Join(ctx, k)
+			leader.Head(200, http.Header{"Content-Type": {"application/json"}})
+			rec := cache.NewRecorder(1<<10, false)
+			rec.Share(leader)
+			want := strings.Repeat("a", size/3) + strings.Repeat("b", size/3) + strings.Repeat("c", size-2*(size/3))
+			var got bytes.Buffer
+			buf := make([]byte, 64)
+			for _, chunk := range []string{want[:size/3], want[size/3 : 2*(size/3)], want[2*(size/3):]} {
+				_, _ = rec.Write([]byte(chunk))
+				for got.Len() < strings.Index(want, chunk)+len(chunk) { // the waiter keeps up
+					n, err := waiter.Read(buf)
+					Expect(err).NotTo(HaveOccurred())
+					got.Write(buf[:n])
+				}
+			}
+			e, why := rec.Entry(cache.Answer{Status: 200, Header: http.Header{}, End: usage.Complete, Verdict: usage.Settle})
+			leader.Finish(true, usage.Usage{})
+			rest, err := io.ReadAll(waiter)
+			Expect(err).NotTo(HaveOccurred())
+			got.Write(rest)
+			Expect(got.String()).To(Equal(want), "the waiter reads the whole answer, %d bytes", size)
+			if size <= 1<<10 {
+				Expect(string(e.Body)).To(Equal(want), "the store keeps the same answer")
+			} else {
+				Expect(e).To(BeNil())
+				Expect(why).To(Equal(cache.NotStoredTooLarge))
+			}
+			waiter.Leave()
+		}
+	})
+
 	It("makes the first request the leader and the next a waiter that reads the leader's answer", func() {
 		leader, w := g.Join(ctx, k)
 		Expect(leader).NotTo(BeNil())

@@ -51,7 +51,9 @@ type Request struct {
 	Scope string
 	// Route is the charged route ("/v1/chat/completions").
 	Route string
-	// Model is the serving model: the upstream's name and the model it is asked for.
+	// Upstream is the name of the upstream that serves it.
+	Upstream string
+	// Model is the model it is asked for; with Upstream, the serving model.
 	Model string
 	// Query is the request's raw query string.
 	Query string
@@ -70,6 +72,7 @@ func (r *Request) Key() Key {
 	b = field(b, "v1") // the key's own version: a change of its parts changes every key
 	b = field(b, r.Scope)
 	b = field(b, r.Route)
+	b = field(b, r.Upstream)
 	b = field(b, r.Model)
 	b = field(b, canonicalQuery(r.Query))
 	for _, name := range VaryHeaders {

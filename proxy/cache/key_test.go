@@ -14,10 +14,11 @@ import (
 
 func baseRequest() cache.Request {
 	return cache.Request{
-		Scope: "key:alice",
-		Route: "/v1/chat/completions",
-		Model: "default/gpt-4o",
-		Query: "",
+		Scope:    "key:alice",
+		Route:    "/v1/chat/completions",
+		Upstream: "default",
+		Model:    "gpt-4o",
+		Query:    "",
 		Header: http.Header{
 			"Authorization": {"Bearer sk-alice"},
 			"User-Agent":    {"OpenAI/Python 1.0"},
@@ -36,7 +37,11 @@ var _ = Describe("The cache key", func() {
 		},
 		Entry("the same body from another API key", func(r *cache.Request) { r.Scope = "key:mallory" }),
 		Entry("the same body for another team", func(r *cache.Request) { r.Scope = "team:other" }),
-		Entry("another serving model", func(r *cache.Request) { r.Model = "default/gpt-4o-mini" }),
+		Entry("another serving model", func(r *cache.Request) { r.Model = "gpt-4o-mini" }),
+		Entry("the same model served by another upstream", func(r *cache.Request) { r.Upstream = "azure" }),
+		Entry("an upstream's end moved into the model", func(r *cache.Request) {
+			r.Upstream, r.Model = "defaul", "tgpt-4o"
+		}),
 		Entry("another route", func(r *cache.Request) { r.Route = "/v1/completions" }),
 		Entry("another query", func(r *cache.Request) { r.Query = "api-version=2" }),
 		Entry("another body byte", func(r *cache.Request) { r.Body = append(r.Body[:len(r.Body)-1:len(r.Body)-1], ' ', '}') }),
@@ -51,7 +56,7 @@ var _ = Describe("The cache key", func() {
 			r.Scope, r.Route = "key:alic", "e/v1/chat/completions"
 		}),
 		Entry("a model's end moved into the query", func(r *cache.Request) {
-			r.Model, r.Query = "default/gpt-4", "o"
+			r.Model, r.Query = "gpt-4", "o"
 		}),
 	)
 
@@ -87,7 +92,7 @@ var _ = Describe("The cache key", func() {
 		r := baseRequest()
 		k := r.Key()
 		Expect(k.Scope).To(Equal("key:alice"))
-		Expect(k.Model).To(Equal("default/gpt-4o"))
+		Expect(k.Model).To(Equal("gpt-4o"))
 		Expect(k.String()).To(HaveLen(64))
 	})
 

@@ -98,35 +98,56 @@ const (
 
 // Recorder keeps a copy of a response as it passes to the client, bounded: past
 // maxBytes it drops what it held and keeps nothing more, so a huge answer costs no
-// memory and is never stored. For a stream it notes where each event ends.
+// memory and is never stored. For a stream it notes where each event ends. The zero
+// Recorder is unused until Reset.
 type Recorder struct {
 	max    int
 	stream bool
 	body   []byte
 	events []int32
 	over   bool
+	// call, when set, gets the answer as recorded (Share).
+	call *Call
 	// lineStart: the last byte ended a line, so a line feed now ends an event.
 	lineStart bool
 }
 
 // NewRecorder records a response of at most maxBytes; stream says it is an event stream.
 func NewRecorder(maxBytes int64, stream bool) *Recorder {
-	return &Recorder{max: int(min(maxBytes, 1<<31-1)), stream: stream}
+	r := &Recorder{}
+	r.Reset(maxBytes, stream)
+	return r
 }
+
+// Reset makes r a new recorder of at most maxBytes, as NewRecorder, so that a
+// request's recorder needs no allocation of its own.
+func (r *Recorder) Reset(maxBytes int64, stream bool) {
+	*r = Recorder{max: int(min(maxBytes, 1<<31-1)), stream: stream}
+}
+
+// Share sends what r records to c's waiters: they read the recorder's own copy of
+// the answer, so an answer both stored and coalesced is held once. Past maxBytes,
+// when r drops its copy, c keeps its own.
+func (r *Recorder) Share(c *Call) { r.call = c }
 
 // Write records p; it never fails.
 func (r *Recorder) Write(p []byte) (int, error) {
-	if r.over {
-		return len(p), nil
-	}
-	if len(r.body)+len(p) > r.max {
+	if !r.over && len(r.body)+len(p) > r.max {
 		r.over, r.body, r.events = true, nil, nil
+	}
+	if r.over {
+		if r.call != nil {
+			_, _ = r.call.Write(p)
+		}
 		return len(p), nil
 	}
 	start := len(r.body)
 	r.body = append(r.body, p...)
 	if r.stream {
 		r.scan(start)
+	}
+	if r.call != nil {
+		r.call.publish(r.body)
 	}
 	return len(p), nil
 }
@@ -190,6 +211,6 @@ func (r *Recorder) Entry(a Answer) (*Entry, string) {
 			e.Events = []int32{}
 		}
 	}
-	r.body, r.events = nil, nil
+	r.body, r.events, r.call = nil, nil, nil
 	return e, ""
 }

@@ -28,6 +28,8 @@ func (s *Server) agentLimits(ex *exchange) bool {
 	if ex.route.charged && ex.body != nil && !ex.capOutput() {
 		return false
 	}
+	// The cache is read on the body as forwarded; a hit holds no slot in flight.
+	ex.agent.Answered = s.cachePeek(ex)
 	if key == nil {
 		return true
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/cache"
@@ -36,18 +38,30 @@ type cacheRoom struct {
 	store cache.Store
 	group *cache.Group
 	close func() error
+	// scopes are the scope strings of the keys or teams seen (scopeFor), at most
+	// maxScopeStrings of them.
+	scopes     sync.Map
+	scopeCount atomic.Int64
 }
 
-// cacheState is a request's part in the cache: its key, whether its answer may be
-// stored, the recorder of that answer, the call it leads, and what it was.
+// maxScopeStrings bounds the scope strings a cache keeps; past it they are built.
+const maxScopeStrings = 1 << 14
+
+// cacheState is a request's part in the cache: its key, the stored answer found for
+// it, whether its answer may be stored, the recorder of that answer (recording: in
+// use), the call it leads, what it will be (outcome) and what it was (result, set
+// once admitted).
 type cacheState struct {
-	room   *cacheRoom
-	key    cache.Key
-	keyed  bool
-	store  bool
-	rec    *cache.Recorder
-	call   *cache.Call
-	result string
+	room      *cacheRoom
+	key       cache.Key
+	keyed     bool
+	hit       *cache.Entry
+	store     bool
+	recording bool
+	rec       cache.Recorder
+	call      *cache.Call
+	outcome   string
+	result    string
 }
 
 // bindCache builds the response cache the config asks for, or keeps the one in force
@@ -92,46 +106,82 @@ func (s *Server) bindCache(cfg *config.Config) {
 	}
 }
 
-// cacheLookup answers an admitted request from a stored answer when there is a fresh
-// one for its key: the hit's hold is released, never settled, so it charges no tokens
-// and no dollars, while the request limits counted it at admission. Otherwise it notes
-// the key for coalescing and for storing the answer.
-func (s *Server) cacheLookup(ex *exchange) bool {
+// cachePeek keys a request on its body as forwarded and finds its fresh stored
+// answer, if any, before the limits for agents: a hit holds no slot in flight. What
+// it found is served only once the request is admitted (cacheLookup).
+func (s *Server) cachePeek(ex *exchange) (hit bool) {
 	room := s.cache.Load()
 	if room == nil || !ex.route.charged || ex.body == nil {
-		return true
+		return false
 	}
 	cs := &ex.cache
-	cs.room, cs.result = room, metrics.CacheBypass
-	ex.w.Header().Set(cacheHeader, metrics.CacheBypass)
+	cs.room, cs.outcome = room, metrics.CacheBypass
 	var name, team string
 	if ex.key != nil {
 		name, team = ex.key.Name, ex.key.Team
 	}
-	scope, ok := cache.ScopeFor(room.cfg.ScopeOrDefault(), name, team)
+	scope, ok := room.scopeFor(name, team)
 	d := cache.RequestDirectives(ex.r.Header)
 	if !ok || !room.cfg.Serves(ex.route.name, ex.est.Model, name) || !d.Store() || cache.Stateful(ex.route.name, ex.est.State) {
-		return true
+		return false
 	}
 	body := ex.body
 	if ex.try.Body != nil {
 		body = ex.try.Body
 	}
 	cs.key = (&cache.Request{
-		Scope: scope, Route: ex.route.name, Model: ex.upstream.Name + "/" + ex.est.Model,
+		Scope: scope, Route: ex.route.name, Upstream: ex.upstream.Name, Model: ex.est.Model,
 		Query: ex.r.URL.RawQuery, Header: ex.r.Header, Body: body,
 	}).Key()
-	cs.keyed, cs.store, cs.result = true, room.store != nil, metrics.CacheMiss
-	ex.w.Header().Set(cacheHeader, metrics.CacheMiss)
+	cs.keyed, cs.store, cs.outcome = true, room.store != nil, metrics.CacheMiss
 	if room.store == nil || !d.Lookup() {
-		return true
+		return false
 	}
 	e, ok := room.store.Get(ex.r.Context(), cs.key)
 	if !ok || !d.Fresh(s.clock.Now().Sub(e.Stored)) {
+		return false
+	}
+	cs.hit = e
+	return true
+}
+
+// cacheLookup answers an admitted request from the stored answer cachePeek found:
+// the hit's hold is released, never settled, so it charges no tokens and no dollars,
+// while the request limits counted it at admission. Otherwise the request goes on
+// with its key, for coalescing and for storing its answer.
+func (s *Server) cacheLookup(ex *exchange) bool {
+	cs := &ex.cache
+	if cs.room == nil {
 		return true
 	}
-	s.serveHit(ex, e)
+	cs.result = cs.outcome
+	if cs.hit == nil {
+		ex.w.Header().Set(cacheHeader, cs.result)
+		return true
+	}
+	s.serveHit(ex, cs.hit)
+	cs.hit = nil
 	return false
+}
+
+// scopeFor is cache.ScopeFor, its strings kept for the names a config holds so that
+// a request builds none.
+func (r *cacheRoom) scopeFor(name, team string) (string, bool) {
+	id := name
+	switch r.cfg.ScopeOrDefault() {
+	case cache.ScopeFleet:
+		id = ""
+	case cache.ScopeTeam:
+		id = team
+	}
+	if v, ok := r.scopes.Load(id); ok {
+		return v.(string), true
+	}
+	scope, ok := cache.ScopeFor(r.cfg.ScopeOrDefault(), name, team)
+	if ok && r.scopeCount.Add(1) <= maxScopeStrings {
+		r.scopes.Store(id, scope)
+	}
+	return scope, ok
 }
 
 // serveHit writes a stored answer: its status, Content-Type and body (a stream event
@@ -147,6 +197,7 @@ func (s *Server) serveHit(ex *exchange, e *cache.Entry) {
 		h.Set("Content-Type", e.ContentType)
 	}
 	refusal.SetLimitHeaders(h, &ex.dec, now, ex.route.family)
+	s.agents.Settle(&ex.agent, 0) // one step of its run, no tokens
 	ex.status = e.Status
 	ex.w.WriteHeader(e.Status)
 	rc := http.NewResponseController(ex.w)
@@ -275,14 +326,15 @@ func (ex *exchange) cacheAnswered(resp *http.Response, stream bool) io.Writer {
 		return nil
 	}
 	if cs.store {
-		cs.rec = cache.NewRecorder(cs.room.cfg.EntryBytes(), stream)
+		// One copy of the answer: the recorder's, which the waiters read too.
+		cs.rec.Reset(cs.room.cfg.EntryBytes(), stream)
+		cs.recording = true
+		if cs.call != nil {
+			cs.rec.Share(cs.call)
+		}
+		return &cs.rec
 	}
-	switch {
-	case cs.rec != nil && cs.call != nil:
-		return io.MultiWriter(cs.rec, cs.call)
-	case cs.rec != nil:
-		return cs.rec
-	case cs.call != nil:
+	if cs.call != nil {
 		return cs.call
 	}
 	return nil
@@ -292,9 +344,9 @@ func (ex *exchange) cacheAnswered(resp *http.Response, stream bool) io.Writer {
 // arrives after the call finds the stored answer.
 func (s *Server) cacheEnded(ex *exchange, status int, header http.Header, end usage.End, verdict usage.Verdict, u usage.Usage) {
 	cs := &ex.cache
-	if cs.rec != nil {
+	if cs.recording {
 		e, why := cs.rec.Entry(cache.Answer{Status: status, Header: header, End: end, Verdict: verdict, Usage: u, Stored: s.clock.Now()})
-		cs.rec = nil
+		cs.recording = false
 		if e != nil {
 			cs.room.store.Put(context.WithoutCancel(ex.r.Context()), cs.key, e)
 		} else {
@@ -315,8 +367,8 @@ func (s *Server) cacheFinish(ex *exchange) {
 		cs.call.Fail()
 		cs.call = nil
 	}
-	if cs.room == nil {
-		return
+	if cs.result == "" {
+		return // not admitted, or the cache is off
 	}
 	model := ex.est.Model
 	if !ex.rt.knownModels[model] {
@@ -338,7 +390,7 @@ func (st *settler) drainForWaiters() {
 // cacheUndecodable ends the cache's part in an answer whose coding the proxy cannot
 // read: it is neither stored nor shared (the waiters join again).
 func (ex *exchange) cacheUndecodable() {
-	ex.cache.rec = nil
+	ex.cache.recording = false
 	ex.cacheFailed()
 }
 

@@ -8,6 +8,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -155,6 +156,80 @@ cache: {storage: memory}
 		Expect(h.llm.Requests()).To(HaveLen(1))
 		Eventually(func() float64 { return counter(h.m.Settlements.WithLabelValues("settled")) }).Should(Equal(1.0), "the leader settles on the whole answer")
 		Expect(counter(h.m.Settlements.WithLabelValues("released"))).To(Equal(1.0), "the waiter is released")
+	})
+
+	Describe("and the limits for agents", func() {
+		const doc = `
+upstreams:
+- {name: default, url: UPSTREAM}
+api_keys:
+- {name: alice, key_sha256: HASH(alice), max_in_flight: 1, run_token_budget: 100000, run_max_steps: 2}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 100000}
+cache: {storage: memory}
+`
+		It("serves a hit to a key whose one slot in flight a long request holds", func() {
+			h := newHarness(doc)
+			Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody).header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+			h.ended(1)
+			h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 20, Latency: 3 * time.Second})
+			long := make(chan reply, 1)
+			go func() {
+				defer GinkgoRecover()
+				long <- h.do("POST", "/v1/chat/completions", "sk-alice", strings.Replace(chatBody, "hello there", "a long one", 1))
+			}()
+			Eventually(h.llm.Requests).Should(HaveLen(2), "the long request holds alice's one slot")
+
+			for range 3 {
+				r := h.do("POST", "/v1/chat/completions", "sk-alice", chatBody)
+				Expect(r.code).To(Equal(200), string(r.body))
+				Expect(r.header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
+			}
+			other := h.do("POST", "/v1/chat/completions", "sk-alice", strings.Replace(chatBody, "hello there", "another", 1))
+			Expect(other.code).To(Equal(http.StatusTooManyRequests), "a request that is not a hit still needs the slot")
+			Expect(other.errorField("error", "code")).To(Equal("in_flight_limit"))
+			Expect((<-long).code).To(Equal(200))
+		})
+
+		It("counts a hit as one step of its agent run, with no tokens", func() {
+			h := newHarness(doc)
+			run := []string{"X-Tokenwarden-Run-Id", "r1"}
+			Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody, run...).header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+			h.ended(1)
+			Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody, run...).header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
+			r := h.do("POST", "/v1/chat/completions", "sk-alice", chatBody, run...)
+			Expect(r.code).To(Equal(http.StatusTooManyRequests), "the run's two steps are the miss and the hit")
+			Expect(r.errorField("error", "code")).To(Equal("run_steps_exceeded"))
+		})
+	})
+
+	It("gives a waiter the whole of an answer it also stores", func() {
+		h := newHarness(cacheDoc)
+		for _, pad := range []int{30000, 40000} {
+			h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 20, PadBytes: pad, Latency: 200 * time.Millisecond})
+			body := strings.Replace(chatBody, "hello there", strconv.Itoa(pad), 1)
+			replies := make([]reply, 2)
+			var wg sync.WaitGroup
+			for i := range replies {
+				wg.Add(1)
+				go func() {
+					defer GinkgoRecover()
+					defer wg.Done()
+					if i == 1 {
+						time.Sleep(50 * time.Millisecond)
+					}
+					replies[i] = h.do("POST", "/v1/chat/completions", "sk-alice", body)
+				}()
+			}
+			wg.Wait()
+			Expect(replies[1].header.Get("X-Tokenwarden-Cache")).To(Equal("coalesced"))
+			Expect(replies[1].body).To(Equal(replies[0].body))
+			Expect(len(replies[0].body)).To(BeNumerically(">", pad))
+		}
+		h.ended(4)
+		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", strings.Replace(chatBody, "hello there", "30000", 1)).header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
 	})
 
 	Describe("as an attack surface", func() {

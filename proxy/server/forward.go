@@ -110,7 +110,8 @@ func (s *Server) onResponse(resp *http.Response) error {
 	// The cache takes the body decoded: a waiter and a hit get it without a coding.
 	st.sink = st.reader
 	if tee := ex.cacheAnswered(resp, stream); tee != nil {
-		st.sink = io.MultiWriter(st.reader, tee)
+		st.tee = teeWriter{st.reader, tee}
+		st.sink = &st.tee
 	}
 	if len(codings) > 0 {
 		st.dec = newDecoder(codings, st.sink)
@@ -196,6 +197,7 @@ type settler struct {
 	// sink is where the decoded body goes: the reader, and the response cache's
 	// recorder and waiters when it takes the answer.
 	sink io.Writer
+	tee  teeWriter
 	// status and header are the upstream's, for the cache.
 	status int
 	header http.Header
@@ -210,6 +212,17 @@ type settler struct {
 	n    int64
 	eof  bool
 	once sync.Once
+}
+
+// teeWriter writes to the usage reader, then to the cache: io.MultiWriter without
+// an allocation of its own.
+type teeWriter struct{ reader, cache io.Writer }
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if n, err := t.reader.Write(p); err != nil {
+		return n, err
+	}
+	return t.cache.Write(p)
 }
 
 func (st *settler) Read(p []byte) (int, error) {

@@ -32,10 +32,12 @@ var stages = [...]stage{
 	(*Server).routeModel,
 	(*Server).precheck, // the model's context window, with its tokenizer's count
 	(*Server).chooseUpstream,
-	(*Server).agentLimits, // before admission: what they refuse reserves nothing
+	// Before admission: what they refuse reserves nothing. The cache is read here, on
+	// the body as forwarded, so that a hit takes no slot in flight (cache.go).
+	(*Server).agentLimits,
 	(*Server).admit,
 	// After admission: a hit releases its hold, request limits still count it, and a
-	// refused request never reads the cache (cache.go).
+	// refused request is never served from the cache.
 	(*Server).cacheLookup,
 	// A waiter holds its own reservation, never a queue slot.
 	(*Server).coalesce,
