@@ -60,10 +60,11 @@ func (s *Server) Effective() (Effective, bool) {
 }
 
 // AdminHandler serves the admin endpoints (proxy/admin) on this server, /metrics
-// from g, and GET /admin/explain (proxy/explain).
+// from g, GET /admin/explain (proxy/explain) and POST /admin/cache/purge.
 func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /admin/explain", explain.Handler(s.Explain))
+	mux.HandleFunc("POST /admin/cache/purge", s.cachePurge)
 	mux.Handle("/", admin.Handler(s, g, s.log))
 	return mux
 }
