@@ -104,6 +104,8 @@ type Record struct {
 	TraceID        trace.TraceID
 	// Cache is how the response cache answered (hit, miss, coalesced, bypass); empty
 	// when the cache is off or the request was not one it serves.
-	Cache            string
+	Cache string
+	// CacheAge is a hit's entry's age in seconds, as its Age header says.
+	CacheAge         int64
 	RetryAfterSecond int64
 }

@@ -249,6 +249,9 @@ func (l *Writer) line(b []byte, rec *Record) []byte {
 	if rec.OutputAdmitted > 0 && want(22) {
 		b = appendIntField(b, "output_admitted", rec.OutputAdmitted)
 	}
+	if rec.Cache == "hit" && want(23) {
+		b = appendIntField(b, "cache_age_seconds", rec.CacheAge)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -49,7 +49,7 @@ var AccessLogFields = []string{
 	"route", "method", "model", "api_key", "user", "team", "client", "status", "decision", "error",
 	"refusal", "tokens_reserved", "usage", "settlement", "upstream", "upstream_request_id",
 	"upstream_latency_ms", "latency_ms", "bytes_in", "bytes_out", "trace_id", "cache",
-	"output_admitted",
+	"output_admitted", "cache_age_seconds",
 }
 
 // Sample is access_log.sample_ratio in force.

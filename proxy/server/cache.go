@@ -192,7 +192,8 @@ func (s *Server) serveHit(ex *exchange, e *cache.Entry) {
 	ex.cache.result = metrics.CacheHit
 	h := ex.w.Header()
 	h.Set(cacheHeader, metrics.CacheHit)
-	h.Set("Age", strconv.FormatInt(e.Age(now), 10))
+	ex.rec.CacheAge = e.Age(now)
+	h.Set("Age", strconv.FormatInt(ex.rec.CacheAge, 10))
 	if e.ContentType != "" {
 		h.Set("Content-Type", e.ContentType)
 	}

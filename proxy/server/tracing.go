@@ -17,6 +17,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
 )
 
@@ -194,6 +195,12 @@ func (t *tracing) end(ex *exchange) {
 	}
 	if rec.Decision == accesslog.Refused {
 		attrs = append(attrs, refusalAttrs(rec)...)
+	}
+	if rec.Cache != "" {
+		attrs = append(attrs, attribute.String("tokenwarden.cache", rec.Cache))
+		if rec.Cache == metrics.CacheHit {
+			attrs = append(attrs, attribute.Int64("tokenwarden.cache.age_seconds", rec.CacheAge))
+		}
 	}
 	if rec.ErrCode != "" {
 		attrs = append(attrs, attribute.String("error.type", rec.ErrCode))

@@ -151,4 +151,39 @@ var _ = Describe("Traces", func() {
 			Not(HaveKey("gen_ai.usage.input_tokens")),
 		))
 	})
+
+	It("say how the response cache answered, and a hit's age, as its header and access log line do", func() {
+		rc, endpoint := startReceiver(config.TracingGRPC)
+		tp, err := telemetry.NewTracerProvider(context.Background(),
+			&config.Tracing{Enabled: true, Endpoint: endpoint, Insecure: true}, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(tp.Shutdown)
+		out := &logLines{}
+		h := newObservedHarness(keysDoc+"  limits:\n    per_api_key: {tokens_per_minute: 6000}\ncache: {storage: memory}\n",
+			server.Options{AccessLog: out, TracerProvider: tp})
+		send := func(trace string) reply {
+			return h.doAt(h.front.URL, "POST", "/v1/chat/completions", "sk-alice", chatBody, "Traceparent", "00-"+trace+"-"+clientParent+"-01")
+		}
+		const missTrace, hitTrace = "4bf92f3577b34da6a3ce929d0e0e4701", "4bf92f3577b34da6a3ce929d0e0e4702"
+		miss := send(missTrace)
+		Expect(miss.header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+		Expect(out.logged(id(miss))).To(And(HaveKeyWithValue("cache", "miss"), Not(HaveKey("cache_age_seconds"))))
+		h.clock.Advance(7 * time.Second)
+		hit := send(hitTrace)
+		Expect(hit.header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
+		Expect(hit.header.Get("Age")).To(Equal("7"))
+		Expect(out.logged(id(hit))).To(And(HaveKeyWithValue("cache", "hit"), HaveKeyWithValue("cache_age_seconds", 7.0)))
+		Expect(tp.ForceFlush(context.Background())).To(Succeed())
+
+		var spans map[string]*tracepb.Span
+		Eventually(func() map[string]*tracepb.Span { spans = rc.Trace(missTrace); return spans }).Should(HaveKey("chat gpt-4o"))
+		Expect(attrs(spans["chat gpt-4o"])).To(And(HaveKeyWithValue("tokenwarden.cache", "miss"), Not(HaveKey("tokenwarden.cache.age_seconds"))))
+		Eventually(func() map[string]*tracepb.Span { spans = rc.Trace(hitTrace); return spans }).Should(HaveKey("chat gpt-4o"))
+		Expect(spans).NotTo(HaveKey("tokenwarden.upstream default"), "a hit calls no upstream")
+		Expect(attrs(spans["chat gpt-4o"])).To(And(
+			HaveKeyWithValue("tokenwarden.cache", "hit"),
+			HaveKeyWithValue("tokenwarden.cache.age_seconds", int64(7)),
+			HaveKeyWithValue("tokenwarden.settlement", "released"),
+		))
+	})
 })

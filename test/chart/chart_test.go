@@ -286,6 +286,9 @@ func TestMetricNamesExist(t *testing.T) {
 	for name := range ledgerExported(t) {
 		exported[name] = true
 	}
+	for name := range cacheExported(t) {
+		exported[name] = true
+	}
 	var missing []string
 	for _, u := range used {
 		if !exported[u] {
