@@ -48,6 +48,7 @@ var pg *pgserver.Server
 
 var _ = BeforeSuite(func() {
 	pg = pgserver.Start(GinkgoT())
+	SetDefaultEventuallyTimeout(10 * time.Second) // a loaded machine serves slowly
 })
 
 // fleetDoc is a fleet of three on one Redis and one ledger, with durable rules that
