@@ -259,7 +259,9 @@ func run(ctx context.Context, o options) error {
 	st.check(enforcedOut == "4/4", "kubectl get tp: ENFORCED 4/4, every live replica reports the current config generation")
 
 	var redisProxies []*stack.Proxy
-	if err := redisFleet(ctx, s, st, o.NeedRedis, &redisProxies); err != nil {
+	ledgerURL, stopLedger := startLedgerDB()
+	defer stopLedger()
+	if err := redisFleet(ctx, s, st, o.NeedRedis, ledgerURL, &redisProxies); err != nil {
 		return err
 	}
 
@@ -281,6 +283,7 @@ func run(ctx context.Context, o options) error {
 	st.check(shown > 0, "the proxy counts reserved, refunded and refused tokens per dimension and per key")
 
 	pluginStory(st, s, o, proxies)
+	spendStory(st, s, o, redisProxies, ledgerURL)
 
 	fmt.Println()
 	if len(st.failed) > 0 {

@@ -70,6 +70,31 @@ func pluginStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy) {
 		"explain alice: every budget that applies to her, in reservation order, 1/4 of each per replica, her minute budget the tightest")
 }
 
+// spendStory ends the story with the Redis fleet's spend, from its ledger: what carol
+// spent, in dollars, equal on both replicas since they share one PostgreSQL.
+func spendStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy, ledgerURL string) {
+	st.step(8, "kubectl tokenwarden spend: what the Redis fleet spent, from its ledger")
+	if len(proxies) == 0 || ledgerURL == "" {
+		say("Skipped: this step needs the Redis fleet and PostgreSQL (Debian's redis-server and postgresql packages).")
+		return
+	}
+	var out string
+	var err error
+	deadline := time.Now().Add(enforceTimeout)
+	for {
+		// The replica that did not serve the $20 job reports it: the record is the fleet's.
+		out, err = plugin(s, o, "spend", "--by", "key", "-n", ns, "--admin-addr", proxies[1].AdminURL, "--admin-token", s.AdminToken)
+		if (err == nil && strings.Contains(out, " 20.0")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	say("kubectl tokenwarden spend --by key -n %s --admin-addr <proxy 1> --admin-token ...", ns)
+	indent(out)
+	st.check(err == nil && strings.Contains(out, "carol") && strings.Contains(out, " 20.0"),
+		"spend: carol's requests, tokens and dollars ($20 and change), recorded by both replicas in one PostgreSQL and reported by either")
+}
+
 // plugin runs `kubectl tokenwarden ARGS` with the plugin on PATH and the stack's
 // kubeconfig (kubectl passes no flag written before a plugin's name).
 func plugin(s *stack.Stack, o options, args ...string) (string, error) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/pgserver"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 	"github.com/tokenwarden/tokenwarden/test/stack"
 )
@@ -21,7 +22,7 @@ import (
 // redisFleetManifest is a second fleet, on Redis, whose model has a price: a dollar
 // budget of $25 a calendar month per key and a token budget of 10 million a calendar
 // day per key, both resetting at midnight Berlin time. %[1]s is the fake backend, %[2]s
-// the Redis server.
+// the Redis server, %[3]s the fleet's ledger (ledgerSpec, or nothing).
 const redisFleetManifest = `
 apiVersion: tokenwarden.io/v1alpha1
 kind: TokenProxy
@@ -32,7 +33,7 @@ spec:
   storage: {type: Redis, redis: {url: %[2]q}}
   models:                                  # US dollars per million tokens
   - {name: demo, price: {input: "2.50", output: "10"}}
----
+%[3]s---
 apiVersion: v1
 kind: Secret
 metadata: {name: carol-key, labels: {tokenwarden.io/secret: api-key}}
@@ -61,10 +62,21 @@ spec:
   windows: [{limit: 10M, calendar: {every: Day, timeZone: Europe/Berlin}}]
 `
 
+// ledgerSpec gives the Redis fleet its spend ledger: the database's URL in a Secret
+// (%[1]q), rollups flushed every second so that the report shows them soon.
+const ledgerSpec = `  ledger: {urlSecretRef: {name: ledger-db, key: url}, flushIntervalSeconds: 1}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: ledger-db, labels: {tokenwarden.io/secret: credential}}
+stringData: {url: %[1]q}
+`
+
 // redisFleet tells step 5: a fleet whose dollar and calendar budgets are fleet totals
 // in Redis. Without redis-server it says so and skips the step, unless need is set. It
-// leaves the fleet's proxies in *proxies.
-func redisFleet(ctx context.Context, s *stack.Stack, st *story, need bool, proxies *[]*stack.Proxy) error {
+// leaves the fleet's proxies in *proxies. With a ledger database (ledgerURL), the
+// fleet records its spend there.
+func redisFleet(ctx context.Context, s *stack.Stack, st *story, need bool, ledgerURL string, proxies *[]*stack.Proxy) error {
 	st.step(5, "A Redis-backed fleet: $25 a month and 10 million tokens a calendar day per key, fleet totals")
 	rs, stopRedis, err := startRedis()
 	if err != nil {
@@ -78,7 +90,11 @@ func redisFleet(ctx context.Context, s *stack.Stack, st *story, need bool, proxi
 	}
 	defer stopRedis()
 	path := s.Kubeconfig + ".redis-fleet.yaml"
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(redisFleetManifest, s.LLMURL, rs.URL())), 0o600); err != nil {
+	ledger := ""
+	if ledgerURL != "" {
+		ledger = fmt.Sprintf(ledgerSpec, ledgerURL)
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(redisFleetManifest, s.LLMURL, rs.URL(), ledger)), 0o600); err != nil {
 		return err
 	}
 	out, err := s.Kubectl("apply", "-n", ns, "-f", path)
@@ -86,6 +102,9 @@ func redisFleet(ctx context.Context, s *stack.Stack, st *story, need bool, proxi
 		return err
 	}
 	say("kubectl apply: TokenProxy fleet-redis (2 replicas, storage Redis at %s, model demo at $2.50/$10 per million tokens), key carol, and two budgets:", rs.Addr())
+	if ledgerURL != "" {
+		say("Its spend ledger is a PostgreSQL database, named by the Secret ledger-db: every settlement is recorded there.")
+	}
 	indent(out)
 	applied := time.Now()
 	if *proxies, err = s.SyncProxies(ctx, ns, "fleet-redis"); err != nil {
@@ -173,7 +192,22 @@ func startRedis() (srv *redisserver.Server, stop func(), err error) {
 	return redisserver.Start(t), t.stop, nil
 }
 
-// demoTB lets redisserver run outside a test: a fatal error panics (startRedis
+// startLedgerDB starts a PostgreSQL for the Redis fleet's spend ledger and returns a
+// new database's URL; "" (and a stop that does nothing) without PostgreSQL's programs.
+func startLedgerDB() (url string, stop func()) {
+	t := &demoTB{}
+	defer func() {
+		if r := recover(); r != nil {
+			t.stop()
+			say("No spend ledger: %v", r)
+			url, stop = "", func() {}
+		}
+	}()
+	pg := pgserver.Start(t)
+	return pg.NewDatabase(t), t.stop
+}
+
+// demoTB lets redisserver and pgserver run outside a test: a fatal error panics (startRedis
 // recovers it), and the cleanups run at stop.
 type demoTB struct{ cleanups []func() }
 
@@ -181,6 +215,7 @@ func (*demoTB) Helper()                   {}
 func (t *demoTB) Cleanup(f func())        { t.cleanups = append(t.cleanups, f) }
 func (*demoTB) Logf(string, ...any)       {}
 func (*demoTB) Fatalf(f string, a ...any) { panic(fmt.Errorf(f, a...)) }
+func (*demoTB) Skipf(f string, a ...any)  { panic(fmt.Errorf(f, a...)) }
 
 func (t *demoTB) stop() {
 	for i := len(t.cleanups) - 1; i >= 0; i-- {

@@ -51,6 +51,7 @@ import (
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/controllers"
+	"github.com/tokenwarden/tokenwarden/controllers/render"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/fleetwait"
 	"github.com/tokenwarden/tokenwarden/test/testproc"
@@ -136,10 +137,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, usageEvery: o.UsageInterval, proxies: map[string][]*Proxy{}, asServiceAccount: map[string]bool{}}
+	st := &Stack{root: o.Root, dir: dir, proxyBinary: o.ProxyBinary, usageEvery: o.UsageInterval, proxies: map[string][]*Proxy{}, asServiceAccount: map[string]bool{}}
+	s = st
 	defer func() {
+		// st: a failed start returns no stack, and stops what it started.
 		if err != nil {
-			s.Stop()
+			st.Stop()
 		}
 	}()
 
@@ -459,7 +462,15 @@ func (s *Stack) startProxyOnce(ctx context.Context, namespace, name string, i in
 	if s.usageEvery > 0 {
 		args = append(args, "--usage-interval", s.usageEvery.String())
 	}
+	// Each replica's ledger spool is its own, as each pod's emptyDir is.
+	args = append(args, "--ledger-spool-dir", filepath.Join(s.dir, fmt.Sprintf("%s-%s-proxy-%d-ledger-spool", namespace, name, i)))
+	env, err := s.podEnv(ctx, namespace, name)
+	if err != nil {
+		_ = logf.Close()
+		return nil, err
+	}
 	p.cmd = exec.Command(s.proxyBinary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		_ = logf.Close()
@@ -495,6 +506,24 @@ func (s *Stack) startProxyOnce(ctx context.Context, namespace, name string, i in
 		return nil, fmt.Errorf("proxy %d did not become ready: %w\n%s", i, err, log)
 	}
 	return p, nil
+}
+
+// podEnv is the environment a fleet's pod gets from its Secrets that the stack's
+// processes need: the ledger database's URL (spec.ledger.urlSecretRef).
+func (s *Stack) podEnv(ctx context.Context, namespace, name string) ([]string, error) {
+	var tp twv1alpha1.TokenProxy
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &tp); err != nil {
+		return nil, err
+	}
+	l := tp.Spec.Ledger
+	if l == nil || l.Disabled || l.URLSecretRef == nil {
+		return nil, nil
+	}
+	var sec corev1.Secret
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: l.URLSecretRef.Name}, &sec); err != nil {
+		return nil, fmt.Errorf("the ledger's Secret of %s/%s: %w", namespace, name, err)
+	}
+	return []string{render.LedgerURLEnv + "=" + string(sec.Data[l.URLSecretRef.Key])}, nil
 }
 
 // Effective is the part of a proxy's /admin/effective the stack reads.

@@ -112,6 +112,7 @@ func run(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig for --configmap outside a cluster (default: in-cluster, then $KUBECONFIG).")
 	listen := fs.String("listen", "", "Override the document's listen address (for several proxies on one machine).")
 	adminListen := fs.String("admin-listen", "", "Override the document's admin_listen address.")
+	ledgerSpool := fs.String("ledger-spool-dir", "", "Override the document's ledger.spool_dir (for several proxies on one machine, each with a spool of its own).")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error.")
 	drainDelay := fs.Duration("drain-delay", 5*time.Second, "On SIGTERM, how long /readyz answers 503 before the listener closes, for the endpoints to drop the pod.")
 	drainTimeout := fs.Duration("drain-timeout", 0, "On SIGTERM, how long requests and streams in flight may take to finish (default: the largest upstream timeout, at most 10m).")
@@ -238,7 +239,13 @@ func run(args []string) error {
 		}()
 	}
 	// The spend ledger, one observer of settlements (its Add never blocks).
-	spend, err := openLedger(first, *configPath, ledgerReplica(fs, *replicaName, *configMap != ""), reg, log)
+	ledgerDoc := first
+	if *ledgerSpool != "" {
+		c := *first
+		c.Ledger.SpoolDir = *ledgerSpool
+		ledgerDoc = &c
+	}
+	spend, err := openLedger(ledgerDoc, *configPath, ledgerReplica(fs, *replicaName, *configMap != ""), reg, log)
 	if err != nil {
 		return err
 	}
