@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -208,5 +209,46 @@ var _ = Describe("Tenancy", func() {
 		Consistently(func(g Gomega) {
 			g.Expect(proxyStatus(g, t.home).Tenancy).To(Equal(twv1alpha1.TenancyFlat))
 		}, "2s").Should(Succeed())
+	})
+
+	It("bounds the scheduling weight of a tenant's key by the fleet's allowance, and says so in the key's status", func() {
+		t := newTenants()
+		setWeight := func(ns string, w int32) {
+			GinkgoHelper()
+			var k twv1alpha1.ApiKey
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ci"}, &k)).To(Succeed())
+			patch := client.MergeFrom(k.DeepCopy())
+			k.Spec.Weight = w
+			Expect(k8sClient.Patch(ctx, &k, patch)).To(Succeed())
+		}
+		setWeight(t.home, 50)
+		setWeight(t.a, 50)
+		inForce := verdict{metav1.ConditionTrue, twv1alpha1.ReasonAccepted, "The key is in force"}
+		Eventually(func(g Gomega) {
+			g.Expect(acceptedOf(keyStatus(g, t.home, "ci").Conditions)).To(Equal(inForce), "the platform's own key sets any weight")
+			g.Expect(acceptedOf(keyStatus(g, t.a, "ci").Conditions)).To(Equal(verdict{metav1.ConditionFalse, twv1alpha1.ReasonWeightNotAllowed,
+				"The key sets weight 50, and TokenProxy " + t.home + "/fleet allows the keys of other namespaces at most 1 " +
+					"(spec.maxTenantKeyWeight is unset, which under tenancy Namespaces allows tenants' keys weight 1)"}))
+			c := rendered(g, t.home)
+			g.Expect(keyNamed(c, "ci")).To(PointTo(HaveField("Weight", 50.0)))
+			g.Expect(keyNamed(c, t.a+"_ci")).To(BeNil(), "a tenant's key above the allowance is not rendered")
+			g.Expect(keyNamed(c, t.b+"_ci")).NotTo(BeNil(), "the other tenant's key is unchanged")
+		}).Should(Succeed())
+
+		By("the platform allows tenants' keys a weight up to 10")
+		var tp twv1alpha1.TokenProxy
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: t.home, Name: "fleet"}, &tp)).To(Succeed())
+		patch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.MaxTenantKeyWeight = ptr.To[int32](10)
+		Expect(k8sClient.Patch(ctx, &tp, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(acceptedOf(keyStatus(g, t.a, "ci").Conditions)).To(Equal(verdict{metav1.ConditionFalse, twv1alpha1.ReasonWeightNotAllowed,
+				"The key sets weight 50, and TokenProxy " + t.home + "/fleet allows the keys of other namespaces at most 10 (spec.maxTenantKeyWeight: 10)"}))
+		}).Should(Succeed())
+		setWeight(t.a, 10)
+		Eventually(func(g Gomega) {
+			g.Expect(acceptedOf(keyStatus(g, t.a, "ci").Conditions)).To(Equal(inForce))
+			g.Expect(keyNamed(rendered(g, t.home), t.a+"_ci")).To(PointTo(HaveField("Weight", 10.0)))
+		}).Should(Succeed())
 	})
 })

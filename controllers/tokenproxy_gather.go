@@ -125,6 +125,9 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 		if ok {
 			v, ok = bypassVerdict(tp, k)
 		}
+		if ok {
+			v, ok = weightVerdict(tp, k)
+		}
 		if !ok {
 			read.verdict = v
 			continue

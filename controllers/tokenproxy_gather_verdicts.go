@@ -92,6 +92,27 @@ func bypassVerdict(tp *twv1alpha1.TokenProxy, k *twv1alpha1.ApiKey) (verdict, bo
 	}
 }
 
+// weightVerdict refuses a tenant's key whose scheduling weight is above what its
+// fleet allows tenants; ok is true when the key is accepted.
+func weightVerdict(tp *twv1alpha1.TokenProxy, k *twv1alpha1.ApiKey) (verdict, bool) {
+	if k.Namespace == tp.Namespace || k.Spec.Weight <= 1 {
+		return verdict{}, true
+	}
+	limit, how := int32(1), "spec.maxTenantKeyWeight is unset, which under tenancy Namespaces allows tenants' keys weight 1"
+	switch {
+	case tp.Spec.MaxTenantKeyWeight != nil:
+		limit, how = *tp.Spec.MaxTenantKeyWeight, fmt.Sprintf("spec.maxTenantKeyWeight: %d", *tp.Spec.MaxTenantKeyWeight)
+	case render.TenancyOf(tp) == twv1alpha1.TenancyFlat:
+		return verdict{}, true
+	}
+	if k.Spec.Weight <= limit {
+		return verdict{}, true
+	}
+	return verdict{reason: twv1alpha1.ReasonWeightNotAllowed,
+		message: fmt.Sprintf("The key sets weight %d, and TokenProxy %s/%s allows the keys of other namespaces at most %d (%s)",
+			k.Spec.Weight, tp.Namespace, tp.Name, limit, how)}, false
+}
+
 // keySecretNotFound is the verdict of a key whose Secret the operator cannot read:
 // one message whether the Secret is missing or not labelled for ApiKeys, so that an
 // ApiKey does not tell whether an unlabelled Secret exists.

@@ -75,6 +75,9 @@ const (
 	// ReasonBypassNotAllowed: the key sets bypass, and its fleet does not allow it
 	// (spec.allowBypass).
 	ReasonBypassNotAllowed = "BypassNotAllowed"
+	// ReasonWeightNotAllowed: a tenant's key sets a scheduling weight above what its
+	// fleet allows tenants (spec.maxTenantKeyWeight).
+	ReasonWeightNotAllowed = "WeightNotAllowed"
 )
 
 // Tenancy says what the TokenBudgets and ApiKeys of the namespaces a fleet accepts may

@@ -379,6 +379,15 @@ type TokenProxySpec struct {
 	// +optional
 	// +kubebuilder:default=None
 	AllowBypass BypassPolicy `json:"allowBypass,omitempty"`
+	// MaxTenantKeyWeight is the largest scheduling weight (an ApiKey's spec.weight) a
+	// key of another namespace than the fleet's may set; a key that sets more is not
+	// accepted (reason WeightNotAllowed). Unset: 1 under tenancy Namespaces, so that no
+	// tenant raises its keys' share of service over another tenant's; no bound under
+	// Flat, as before tenancy. The fleet's own keys may set any weight.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxTenantKeyWeight *int32 `json:"maxTenantKeyWeight,omitempty"`
 	// Storage says where the buckets live. Default Memory.
 	// +optional
 	Storage StorageSpec `json:"storage,omitempty"`

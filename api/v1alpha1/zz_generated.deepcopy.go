@@ -1045,6 +1045,11 @@ func (in *TokenProxySpec) DeepCopyInto(out *TokenProxySpec) {
 	}
 	in.Auth.DeepCopyInto(&out.Auth)
 	in.AllowedNamespaces.DeepCopyInto(&out.AllowedNamespaces)
+	if in.MaxTenantKeyWeight != nil {
+		in, out := &in.MaxTenantKeyWeight, &out.MaxTenantKeyWeight
+		*out = new(int32)
+		**out = **in
+	}
 	in.Storage.DeepCopyInto(&out.Storage)
 	if in.Whitelist != nil {
 		in, out := &in.Whitelist, &out.Whitelist
