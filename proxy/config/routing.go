@@ -3,7 +3,10 @@
 
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // AdmissionPolicy is what becomes of a request whose stated output does not fit its
 // model: more than the model generates, or more than its context window leaves after
@@ -51,5 +54,27 @@ func (c *Config) validateRouting(errs *fieldErrors) {
 		if m.AdmissionPolicy != "" {
 			oneOf(errs, fmt.Sprintf("models[%d].admission_policy", i), m.AdmissionPolicy, AdmissionPolicies)
 		}
+		c.validateUnavailableFallback(errs, i)
+	}
+}
+
+// validateUnavailableFallback checks models[i].unavailable_fallback: a model of its
+// own, another one, with upstreams of the registry (it must be able to be
+// unavailable, and its health to be known).
+func (c *Config) validateUnavailableFallback(errs *fieldErrors, i int) {
+	m := &c.Models[i]
+	to := m.UnavailableFallback
+	if to == "" {
+		return
+	}
+	f := fmt.Sprintf("models[%d].unavailable_fallback", i)
+	j := slices.IndexFunc(c.Models, func(o Model) bool { return o.Name == to })
+	switch {
+	case !m.Registered():
+		errs.add(f, "model %q has no upstreams of its own here: only a model the registry routes can be unavailable", m.Name)
+	case to == m.Name:
+		errs.add(f, "%q is the model itself", to)
+	case j < 0 || !c.Models[j].Registered():
+		errs.add(f, "%q is not a model of models with upstreams: add it there with its upstreams", to)
 	}
 }

@@ -48,6 +48,11 @@ type Model struct {
 	// whose output cap was lowered as they answer any other (a stop at the cap is
 	// finish_reason "length"): only then may clamp lower it.
 	AcceptsLoweredOutputCap bool `json:"accepts_lowered_output_cap,omitempty"`
+	// UnavailableFallback is the model of models that serves a request of this one
+	// when every upstream of this one is unavailable (breakers open, credentials
+	// cooling), before any attempt: once, if it fits the substitute's window, has an
+	// upstream that may take it, and its budgets admit it. Absent: 503.
+	UnavailableFallback string `json:"unavailable_fallback,omitempty"`
 }
 
 // Price is a model's price in US dollars per million tokens.

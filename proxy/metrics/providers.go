@@ -32,6 +32,10 @@ type Providers struct {
 	// Fallbacks is tokenwarden_fallbacks_total{model,served}: requests a model-scoped
 	// budget refused that a cheaper model served instead.
 	Fallbacks *prometheus.CounterVec
+	// Substitutions is tokenwarden_unavailable_fallbacks_total{model,served}: requests
+	// whose model had no upstream available that its unavailable_fallback served,
+	// before any attempt.
+	Substitutions *prometheus.CounterVec
 
 	source atomic.Pointer[func() []UpstreamHealth]
 	state  *prometheus.Desc
@@ -72,6 +76,10 @@ func newProviders(reg prometheus.Registerer) *Providers {
 			Name: "tokenwarden_fallbacks_total",
 			Help: "Requests a model-scoped budget refused that a cheaper model served instead, by the model asked for and the model served.",
 		}, []string{"model", "served"}),
+		Substitutions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_unavailable_fallbacks_total",
+			Help: "Requests whose model had no upstream available that the model's unavailable_fallback served instead, before any attempt, by the model asked for and the model served.",
+		}, []string{"model", "served"}),
 		state: prometheus.NewDesc("tokenwarden_upstream_breaker_state",
 			"The circuit breaker state of each upstream of the model registry: 1 for the state it is in (closed, open, half_open), 0 for the others.",
 			[]string{"upstream", "state"}, nil),
@@ -79,7 +87,7 @@ func newProviders(reg prometheus.Registerer) *Providers {
 			"Seconds the upstream's credential has been put on cooldown after 429s; its rate is the share of time it cools.",
 			[]string{"upstream"}, nil),
 	}
-	reg.MustRegister(p.ContextRefusals, p.ContextClamps, p.Failovers, p.Unavailable, p.Fallbacks, healthCollector{p})
+	reg.MustRegister(p.ContextRefusals, p.ContextClamps, p.Failovers, p.Unavailable, p.Fallbacks, p.Substitutions, healthCollector{p})
 	return p
 }
 

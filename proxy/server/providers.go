@@ -124,7 +124,32 @@ func (s *Server) chooseUpstream(ex *exchange) bool {
 		ex.upstream = mr.Candidates[i].Up
 		return true
 	}
+	if mr.Substitute != "" && s.substitute(ex, mr, now) {
+		return true
+	}
 	return s.unavailable(ex, now)
+}
+
+// substitute moves a request of mr, whose every upstream is unavailable, to mr's
+// unavailable_fallback before any attempt: its window (with its encodings' count in
+// tokenizer mode) and health decide here, its budgets at admission, which then
+// charges it. It reports false, changing nothing, when the substitute cannot serve.
+func (s *Server) substitute(ex *exchange, mr *upstream.Model, now time.Time) bool {
+	est := ex.est
+	if sub := ex.rt.Models[mr.Substitute]; sub != nil && sub.Toks != nil {
+		ex.tokenize(sub.Toks)
+	}
+	sub, up, ok := ex.rt.Substitute(mr, ex.est.InputLower, ex.est.OutputCap, ex.route.family, now)
+	if !ok {
+		ex.est = est
+		return false
+	}
+	ex.try = upstream.Attempt{Model: sub, Body: ex.try.Body, Rename: sub.Name,
+		Fallback: "fallback(" + mr.Name + " -> " + sub.Name + ", pre-attempt, unavailable)"}
+	ex.upstream, ex.est.Model = up, sub.Name
+	ex.admittedOutput(sub)
+	s.metrics.Providers.Substitutions.WithLabelValues(mr.Name, sub.Name).Inc()
+	return true
 }
 
 // unavailable answers 503: every upstream of the model is down or cooling. The

@@ -20,6 +20,10 @@ const FallbackHeader = "X-Tokenwarden-Fallback"
 // identity's budget still refuses it). It returns the fallback's decision, or dec
 // unchanged when no fallback serves.
 func (s *Server) fallback(ctx context.Context, ex *exchange, id budget.Identity, ask budget.Ask, dec budget.Decision) budget.Decision {
+	if ex.try.Fallback != "" {
+		// Substituted before any attempt already: a request moves once.
+		return dec
+	}
 	from := ex.est.Model
 	to, mr, up, ok := ex.rt.Fallback(dec.Refusal.Rule, from, ex.est.InputLower, ex.est.OutputCap, ex.route.family, s.clock.Now())
 	if !ok {

@@ -48,6 +48,9 @@ type Model struct {
 	// Clamp: an over-ask is forwarded with its output cap lowered (the admission
 	// policy clamp, on a model that accepts a lowered cap), not refused.
 	Clamp bool
+	// Substitute is the model that serves a request of this one, before any attempt,
+	// when every candidate is unavailable (empty: none).
+	Substitute string
 }
 
 // Candidate is one upstream of a registered model.
@@ -132,6 +135,7 @@ func (reg *Registry) compileModels(cfg *config.Config) {
 		m := &cfg.Models[i]
 		mr := &Model{Name: m.Name, Window: m.ContextWindow, MaxOut: m.MaxOutputTokens}
 		mr.Clamp = m.AcceptsLoweredOutputCap && cfg.Admission(m) == config.AdmitClamp
+		mr.Substitute = m.UnavailableFallback
 		for _, mu := range m.Upstreams {
 			if up := byName[mu.Upstream]; up != nil {
 				mr.Candidates = append(mr.Candidates, Candidate{Up: up, ProviderModel: mu.ProviderModel, Header: []string{up.Name}})
@@ -218,6 +222,23 @@ func (m *Model) Room(in int64) int64 {
 		}
 	}
 	return room
+}
+
+// Substitute is the model that serves, before any attempt, a request of m whose every
+// candidate is unavailable: m's unavailable_fallback, when it fits the request (at
+// least in input tokens, out output tokens asked for) and has a candidate that may
+// take it now. ok is false when none does. The substitute's own substitute is never
+// followed: a request is substituted once.
+func (reg *Registry) Substitute(m *Model, in, out int64, f refusal.Family, now time.Time) (sub *Model, up *Upstream, ok bool) {
+	sub = reg.Models[m.Substitute]
+	if sub == nil || len(sub.Candidates) == 0 || sub.OverLimit(in, out) != "" {
+		return nil, nil, false
+	}
+	i, _, _ := sub.Pick(0, f, now, false)
+	if i < 0 {
+		return nil, nil, false
+	}
+	return sub, sub.Candidates[i].Up, true
 }
 
 // Fallback is where a request a rule's budget refused may go instead: the rule's
