@@ -36,10 +36,13 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 		tp.Spec.Models[0].Upstreams[1].Tokenizer = "cl100k_base"
 		tp.Spec.Models[0].AdmissionPolicy, tp.Spec.Models[0].AcceptsLoweredOutputCap = twv1alpha1.AdmissionClamp, true
 		tp.Spec.Routing.AdmissionPolicy = twv1alpha1.AdmissionRefuse
+		tp.Spec.Models[0].UnavailableFallback = "gpt-4o-mini"
+		tp.Spec.Models = append(tp.Spec.Models, twv1alpha1.ModelSpec{Name: "gpt-4o-mini", Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "vllm"}}})
 		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
 		Eventually(func(g Gomega) {
 			c := rendered(g, ns)
-			g.Expect(c.Models).To(HaveLen(1))
+			g.Expect(c.Models).To(HaveLen(2))
+			g.Expect(c.Models[0].UnavailableFallback).To(Equal("gpt-4o-mini"))
 			g.Expect(c.Models[0].ContextWindow).To(Equal(int64(128000)))
 			g.Expect(c.Models[0].MaxOutputTokens).To(Equal(int64(16384)))
 			g.Expect(c.Models[0].Tokenizer).To(Equal("o200k_base"))

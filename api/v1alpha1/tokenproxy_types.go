@@ -168,6 +168,14 @@ type ModelSpec struct {
 	// finish): only then does Clamp lower it. Default false.
 	// +optional
 	AcceptsLoweredOutputCap bool `json:"acceptsLoweredOutputCap,omitempty"`
+	// UnavailableFallback is another model of spec.models, with upstreams, that
+	// serves a request of this one when every upstream of this one is unavailable
+	// (breakers open, credentials cooling), before any attempt and once: if the
+	// request fits its window, one of its upstreams may take it and its budgets
+	// admit it (they are charged). Default: none; such a request is answered 503.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	UnavailableFallback string `json:"unavailableFallback,omitempty"`
 }
 
 // AdmissionPolicy is what becomes of a request whose stated output does not fit its

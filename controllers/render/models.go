@@ -43,6 +43,7 @@ func renderRegistry(cm *config.Model, m *twv1alpha1.ModelSpec) {
 	cm.Tokenizer = m.Tokenizer
 	cm.AdmissionPolicy = renderAdmission(m.AdmissionPolicy)
 	cm.AcceptsLoweredOutputCap = m.AcceptsLoweredOutputCap
+	cm.UnavailableFallback = m.UnavailableFallback
 	for _, u := range m.Upstreams {
 		cm.Upstreams = append(cm.Upstreams, config.ModelUpstream{Upstream: u.Upstream, ProviderModel: u.ProviderModel, Tokenizer: u.Tokenizer})
 	}
