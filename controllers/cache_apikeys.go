@@ -6,6 +6,7 @@ package controllers
 import (
 	"unique"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
@@ -30,14 +31,20 @@ func slimAPIKey(o any) (any, error) {
 	k.Spec.ProxyRef.Name = intern(k.Spec.ProxyRef.Name)
 	k.Spec.ProxyRef.Namespace = intern(k.Spec.ProxyRef.Namespace)
 	k.Spec.Team = intern(k.Spec.Team)
-	for i := range k.Status.Conditions {
-		c := &k.Status.Conditions[i]
+	shareConditionStrings(k.Status.Conditions)
+	return k, nil
+}
+
+// shareConditionStrings replaces the type, status, reason and message of each
+// condition with its shared copy.
+func shareConditionStrings(conds []metav1.Condition) {
+	for i := range conds {
+		c := &conds[i]
 		c.Type = intern(c.Type)
 		c.Status = intern(c.Status)
 		c.Reason = intern(c.Reason)
 		c.Message = intern(c.Message)
 	}
-	return k, nil
 }
 
 var _ toolscache.TransformFunc = slimAPIKey

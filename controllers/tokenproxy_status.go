@@ -49,32 +49,37 @@ func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alp
 // of what changed, because the usage controller writes status.usage concurrently
 // (tokenbudget_usage.go), which must neither make this write conflict nor be
 // overwritten by it. b, which may be the cache's own object (gather lists budgets
-// without copies), is not changed: a copy is written.
+// without copies), is not changed; the queue holds the patch and the budget's name.
 func (r *TokenProxyReconciler) queueBudgetStatus(fleet types.NamespacedName, b *twv1alpha1.TokenBudget, st *twv1alpha1.TokenBudgetStatus) {
 	k := statusKey{kind: budgetStatus, name: client.ObjectKeyFromObject(b)}
 	if equality.Semantic.DeepEqual(&b.Status, st) {
 		r.statuses.cancel(fleet, k)
 		return
 	}
-	o := b.DeepCopy()
-	patch := client.MergeFrom(o.DeepCopy())
-	o.Status = *st
-	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, obj: o, patch: patch})
+	data, err := client.MergeFrom(&twv1alpha1.TokenBudget{Status: b.Status}).Data(&twv1alpha1.TokenBudget{Status: *st})
+	if err != nil {
+		// Statuses always encode; a write of the whole budget would do no better.
+		log.Log.Error(err, "Unable to diff a TokenBudget's status", "budget", k.name)
+		return
+	}
+	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, patch: data})
 }
 
 // queueKeyStatus queues st as the ApiKey's status, computed from in (nil: from
 // nothing a reconcile remembers), when it differs semantically from the status k
-// holds; the write replaces the whole status. k, which may be the cache's own
-// object, is not changed: a copy is written.
+// holds; the write replaces the whole status, and conflicts when the key changed
+// since k was read. k, which may be the cache's own object, is not changed. The queue
+// holds st, its repeated strings shared, and the key's resourceVersion alone: the
+// status subresource takes nothing else from a write, so a burst's backlog of
+// thousands of statuses holds no copy of their keys.
 func (r *TokenProxyReconciler) queueKeyStatus(fleet types.NamespacedName, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus, in *keyStatusInputs) {
 	sk := statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(k)}
 	if equality.Semantic.DeepEqual(&k.Status, st) {
 		r.statuses.cancel(fleet, sk)
 		return
 	}
-	o := k.DeepCopy()
-	o.Status = *st
-	r.statuses.enqueue(sk, &pendingStatus{fleet: fleet, obj: o, inputs: in})
+	shareConditionStrings(st.Conditions)
+	r.statuses.enqueue(sk, &pendingStatus{fleet: fleet, status: st, resourceVersion: k.ResourceVersion, inputs: in})
 }
 
 // storageOf is the fleet's storage type, defaulted.

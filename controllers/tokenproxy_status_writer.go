@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
@@ -18,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
 
 // Status writes out of the reconcile, by default.
@@ -43,14 +46,16 @@ type statusKey struct {
 	name types.NamespacedName
 }
 
-// pendingStatus is the latest status computed for one object, not yet written.
+// pendingStatus is the latest status computed for one object, not yet written: no
+// copy of the object, which a burst's backlog of thousands would hold.
 type pendingStatus struct {
 	fleet types.NamespacedName
-	// obj is a copy of the object as read, holding the status to write.
-	obj client.Object
-	// patch, when set, writes obj's status as a patch; otherwise obj replaces the
-	// stored status (and conflicts when the object changed since it was read).
-	patch client.Patch
+	// patch is a TokenBudget's: a merge patch of its status.
+	patch []byte
+	// status is an ApiKey's, which replaces the stored status unless the key changed
+	// since resourceVersion (the write conflicts then).
+	status          *twv1alpha1.ApiKeyStatus
+	resourceVersion string
 	// inputs are a key's keyStatusInputs, which a reconcile finds already queued.
 	inputs *keyStatusInputs
 	// cancelled says the object was found current while this status was written.
@@ -193,7 +198,7 @@ func (w *statusWriter) next(ctx context.Context) bool {
 		if err := w.limiter.Wait(ctx); err != nil {
 			return true
 		}
-		w.finish(ctx, k, p, w.write(ctx, p))
+		w.finish(ctx, k, p, w.write(ctx, k, p))
 	}
 	w.mu.Lock()
 	more := len(w.pending[fleet]) > 0
@@ -235,16 +240,20 @@ func (w *statusWriter) finish(ctx context.Context, k statusKey, p *pendingStatus
 	}
 }
 
-// write writes p; an object that is gone has no status to write.
-func (w *statusWriter) write(ctx context.Context, p *pendingStatus) error {
+// write writes p, the status of the object k names; an object that is gone has no
+// status to write.
+func (w *statusWriter) write(ctx context.Context, k statusKey, p *pendingStatus) error {
+	meta := metav1.ObjectMeta{Namespace: k.name.Namespace, Name: k.name.Name}
 	var err error
-	if p.patch != nil {
-		err = w.client.Status().Patch(ctx, p.obj, p.patch)
-	} else {
-		err = w.client.Status().Update(ctx, p.obj)
+	switch k.kind {
+	case budgetStatus:
+		err = w.client.Status().Patch(ctx, &twv1alpha1.TokenBudget{ObjectMeta: meta}, client.RawPatch(types.MergePatchType, p.patch))
+	case keyStatus:
+		meta.ResourceVersion = p.resourceVersion
+		err = w.client.Status().Update(ctx, &twv1alpha1.ApiKey{ObjectMeta: meta, Status: *p.status})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("patch status of %s: %w", p.obj.GetName(), err)
+		return fmt.Errorf("patch status of %s: %w", k.name.Name, err)
 	}
 	return nil
 }
