@@ -28,6 +28,7 @@ func main() {
 	var (
 		metricsAddr          string
 		probeAddr            string
+		pprofAddr            string
 		enableLeaderElection bool
 		leaderElectionNS     string
 		proxyImage           string
@@ -40,6 +41,7 @@ func main() {
 		"Serve the metrics endpoint over HTTPS, to callers whose bearer token the API server authenticates (TokenReview) and "+
 			"authorizes for GET /metrics (SubjectAccessReview). False serves plain HTTP to anyone.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the health and readiness probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "The address that serves the Go runtime's profiles (/debug/pprof/), unauthenticated; empty or 0 serves none.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one operator replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election lease (default: the operator's own namespace).")
 	flag.StringVar(&proxyImage, "proxy-image", "tokenwarden:dev", "The proxy image of a TokenProxy that names none.")
@@ -74,6 +76,7 @@ func main() {
 		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionID:        "tokenwarden-operator.tokenwarden.io",
 		LeaderElectionNamespace: leaderElectionNS,

@@ -77,6 +77,9 @@ type Options struct {
 	// APIServerFlags are set on the kube-apiserver, for example a higher
 	// max-requests-inflight for a benchmark that writes many objects at once.
 	APIServerFlags map[string]string
+	// NoOperator leaves the operator to the caller, which runs it as a process of its
+	// own (the manager binary, with Kubeconfig), as a pod does.
+	NoOperator bool
 }
 
 // Stack is a running system.
@@ -183,21 +186,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := installAdmissionPolicies(ctx, s.Client, o.Root); err != nil {
 		return nil, fmt.Errorf("the admission policies of config/admission: %w", err)
 	}
-	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
-		Scheme: scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return nil, err
+	if !o.NoOperator {
+		if err := s.startOperator(scheme, o.UsageInterval); err != nil {
+			return nil, err
+		}
 	}
-	mctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	if err := (&controllers.TokenProxyReconciler{
-		Client: mgr.GetClient(), Events: mgr.GetEventRecorder("tokenwarden"), ProxyImage: "tokenwarden:dev",
-		UsageInterval: o.UsageInterval,
-	}).SetupWithManager(mctx, mgr); err != nil {
-		return nil, err
-	}
-	go func() { _ = mgr.Start(mctx) }()
 
 	s.LLM = fakellm.New()
 	s.LLM.Set(o.Behaviour)
@@ -209,6 +202,26 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.llmServer = &http.Server{Handler: s.LLM, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.llmServer.Serve(ln) }()
 	return s, nil
+}
+
+// startOperator runs the operator's manager in this process until Stop.
+func (s *Stack) startOperator(scheme *runtime.Scheme, usageInterval time.Duration) error {
+	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
+		Scheme: scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if err := (&controllers.TokenProxyReconciler{
+		Client: mgr.GetClient(), Events: mgr.GetEventRecorder("tokenwarden"), ProxyImage: "tokenwarden:dev",
+		UsageInterval: usageInterval,
+	}).SetupWithManager(mctx, mgr); err != nil {
+		return err
+	}
+	go func() { _ = mgr.Start(mctx) }()
+	return nil
 }
 
 // adminReaderToken installs the ClusterRole that config/rbac ships for reading the
