@@ -73,7 +73,7 @@ var _ = Describe("A scale during a burst of key status writes", func() {
 		Expect(k8sClient.Create(ctx, fleetProxy(other, 2))).To(Succeed())
 		Eventually(func(g Gomega) int32 { return deploymentReplicas(g, other) }, bound, 100*time.Millisecond).Should(Equal(int32(2)))
 
-		Eventually(func(g Gomega) int { return readyKeys(g, ns) }, 2*time.Minute, time.Second).Should(Equal(keys))
+		Eventually(func(g Gomega) int { return readyKeys(g, ns) }, 5*time.Minute, time.Second).Should(Equal(keys))
 		GinkgoWriter.Printf("every key Ready %s after the scale\n", time.Since(scaled))
 	})
 })
