@@ -402,7 +402,14 @@ func (b *bench) burst(tp *twv1alpha1.TokenProxy, budgets, n, rate, writers, repe
 		}
 		scale(fmt.Sprintf("during the creates (%d%%)", 100*i/(repeats-1)))
 	}
-	<-finished
+	for waiting := true; waiting; {
+		select {
+		case <-finished:
+			waiting = false
+		case <-time.After(200 * time.Millisecond):
+			b.alive()
+		}
+	}
 	if createErr != nil {
 		t.Fatal(createErr)
 	}
