@@ -64,16 +64,17 @@ type Estimate struct {
 	State State
 
 	// moved says a rewrite moved the output limits; empty that the object has no
-	// member, open where its first goes (Renamed).
+	// member (Renamed).
 	moved, empty bool
-	open         int32
+	// models is how many top-level model values the body has: 0, 1 (its span is
+	// model) or more (all their spans are in spill).
+	models uint8
 	// limits are the body's top-level output limits, every occurrence in order (n of
-	// them; past len(limits), all are in spill); model the span of its top-level model
-	// values (nModel of them; past the first, all are in spill).
-	n, nModel int32
-	limits    [2]OutputLimit
-	model     Span
-	spill     *spill
+	// them; past len(limits), all are in spill).
+	n      int32
+	limits [2]OutputLimit
+	model  Span
+	spill  *spill
 	// mult is what one completion's limit is multiplied by (prompts × the largest of n
 	// and best_of).
 	mult int64
@@ -210,7 +211,7 @@ func (e *Estimate) rewriteModel(field string, lit []byte, limit int64) {
 		if !e.empty {
 			member++ // its comma
 		}
-		e.shift(int(e.open), member)
+		e.shift(0, member) // every span is after the opening brace
 		e.empty = false
 		return
 	}
@@ -303,8 +304,6 @@ func scanBody(body []byte, view bool) (Estimate, error) {
 		s.view = &View{body: body, nodes: make([]node, 0, 64)}
 	}
 	e := Estimate{Parsed: true, empty: true}
-	s.ws()
-	e.open = int32(s.i + 1)
 	// Each field's last occurrence: its input tokens, and the numbers read from it;
 	// lower is the part of those tokens that is text (InputLower).
 	var fields, lower [numTextFields]int64

@@ -95,8 +95,8 @@ func (e *Estimate) Renamed(body []byte, name string) (out []byte, ok bool) {
 		return nil, false // unreachable: a string always encodes
 	}
 	one := [1]Span{e.model}
-	spans := one[:min(e.nModel, 1)]
-	if e.nModel > 1 {
+	spans := one[:min(e.models, 1)]
+	if e.models > 1 {
 		spans = e.spill.models
 	}
 	if len(spans) == 0 {
@@ -105,7 +105,8 @@ func (e *Estimate) Renamed(body []byte, name string) (out []byte, ok bool) {
 			member = member[:len(member)-1]
 		}
 		out = make([]byte, 0, len(body)+len(member))
-		out = append(append(append(out, body[:e.open]...), member...), body[e.open:]...)
+		open := openingBrace(body) + 1
+		out = append(append(append(out, body[:open]...), member...), body[open:]...)
 		return out, true
 	}
 	out = make([]byte, 0, len(body)+len(spans)*len(lit))
@@ -119,16 +120,24 @@ func (e *Estimate) Renamed(body []byte, name string) (out []byte, ok bool) {
 
 // addModel records a top-level model value's span.
 func (e *Estimate) addModel(s Span) {
-	switch e.nModel {
+	switch e.models {
 	case 0:
 		e.model = s
+		e.models = 1
 	case 1:
 		sp := e.own()
 		sp.models = append(sp.models, e.model, s)
+		e.models = 2
 	default:
 		e.spill.models = append(e.spill.models, s)
 	}
-	e.nModel++
+}
+
+// openingBrace is where a JSON object's opening brace is: after its leading whitespace.
+func openingBrace(body []byte) int {
+	s := &scanner{b: body}
+	s.ws()
+	return s.i
 }
 
 // shift moves the spans at or after at by delta bytes: the body was rewritten before them.
@@ -139,7 +148,7 @@ func (e *Estimate) shift(at, delta int) {
 			s.End += delta
 		}
 	}
-	switch e.nModel {
+	switch e.models {
 	case 0:
 		return
 	case 1:
