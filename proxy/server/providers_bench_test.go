@@ -55,3 +55,14 @@ func BenchmarkHandlerRegistry(b *testing.B) {
 	defer backend.Close()
 	benchHandlerDoc(b, backend.URL, registryDocBench)
 }
+
+// BenchmarkHandlerRenamed is BenchmarkHandlerRegistry with gpt-4o renamed for its
+// upstream (provider_model), so that every request's body is rewritten with the
+// provider's name.
+func BenchmarkHandlerRenamed(b *testing.B) {
+	backend := benchBackend()
+	defer backend.Close()
+	doc := strings.Replace(registryDocBench, "upstreams: [{upstream: default}, {upstream: backup}]",
+		"upstreams: [{upstream: default, provider_model: gpt-4o-2024-08-06}, {upstream: backup}]", 1)
+	benchHandlerDoc(b, backend.URL, doc)
+}
