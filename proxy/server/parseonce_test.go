@@ -21,8 +21,9 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 )
 
-// parseOnceDoc names a tokenizer for both models, renames each for its upstream, and
-// turns the response cache on, so that a request passes every stage that reads its body.
+// parseOnceDoc names a tokenizer for the OpenAI model (no encoding counts an Anthropic
+// model's tokens), renames each model for its upstream, and turns the response cache
+// on, so that a request passes every stage that reads its body.
 const parseOnceDoc = `
 upstreams:
 - {name: openai, url: UPSTREAM}
@@ -32,7 +33,6 @@ models:
   tokenizer: o200k_base
   upstreams: [{upstream: openai, provider_model: gpt-4o-2024-08-06}]
 - name: sonnet
-  tokenizer: o200k_base
   upstreams: [{upstream: claude, provider_model: claude-sonnet-4-5}]
 api_keys:
 - {name: alice, key_sha256: HASH}
