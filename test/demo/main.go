@@ -284,6 +284,9 @@ func run(ctx context.Context, o options) error {
 
 	pluginStory(st, s, o, proxies)
 	spendStory(st, s, o, redisProxies, ledgerURL)
+	if err := cacheStory(ctx, st, s, proxies); err != nil {
+		return err
+	}
 
 	fmt.Println()
 	if len(st.failed) > 0 {
