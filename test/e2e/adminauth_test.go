@@ -13,7 +13,7 @@ import (
 )
 
 var _ = Describe("The proxy's admin API", func() {
-	It("serves /admin/effective only to a token that kubectl create token made for a reader, and keeps the probes and metrics open", func() {
+	It("serves /admin/effective whole only to a token that kubectl create token made for a reader, and keeps the probes and metrics open", func() {
 		ns := namespace()
 		proxies := fleet(ns, 1, "{type: Memory}")
 		admin := proxies[0].AdminURL
@@ -45,10 +45,16 @@ var _ = Describe("The proxy's admin API", func() {
 		Expect(code).To(Equal(http.StatusUnauthorized))
 		Expect(body).To(ContainSubstring(`"type":"unauthenticated"`))
 
+		// A caller with no binding is refused the fleet's paths, and served only the
+		// tenants it may read of a tenant path: none, so no key and no upstream.
 		stranger := token("stranger")
-		code, body = get("/admin/effective", stranger)
+		code, body = get("/admin/durable", stranger)
 		Expect(code).To(Equal(http.StatusForbidden))
-		Expect(body).To(ContainSubstring(`may not get /admin/effective`))
+		Expect(body).To(ContainSubstring(`may not get /admin/durable`))
+		code, body = get("/admin/effective", stranger)
+		Expect(code).To(Equal(http.StatusOK))
+		Expect(body).NotTo(ContainSubstring(`"name": "alice"`))
+		Expect(body).To(ContainSubstring(`"upstreams": []`))
 
 		reader := token("reader")
 		_, err := st.Kubectl("create", "clusterrolebinding", ns+"-reader",
