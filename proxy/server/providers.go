@@ -107,6 +107,7 @@ func (s *Server) tooLong(ex *exchange, mr *upstream.Model, limit, msg string, de
 // When none does, it answers 503 with a Retry-After from the earliest recovery and
 // reports false. A model outside the registry keeps its upstream.
 func (s *Server) chooseUpstream(ex *exchange) bool {
+	defer ex.est.DropView() // the tokenizers, the last readers of the body's view, ran
 	mr := ex.rt.Models[ex.est.Model]
 	if mr == nil || len(mr.Candidates) == 0 {
 		return true

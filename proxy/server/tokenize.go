@@ -11,10 +11,10 @@ import (
 // keeps the largest count: the budget reservation's input becomes it plus the
 // estimate's allowances for media and message framing, and the context-window
 // pre-check reads the largest count of the text in place of the estimate's lower
-// bound. It counts the estimate's view of the body, which nothing needs after it; a
-// body that is not a JSON object has none and keeps the estimate.
+// bound. It counts the estimate's view of the body (an unavailable model's substitute
+// counts it again, with its own encodings); a body that is not a JSON object has none
+// and keeps the estimate.
 func (ex *exchange) tokenize(encs []*tokenize.Encoding) {
-	defer ex.est.DropView()
 	v := ex.est.View()
 	if v == nil {
 		return

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/proxy/tokenize"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
 )
 
 // groupDoc has models whose upstreams' provider models count in different encodings.
@@ -79,6 +80,40 @@ func tokenizerGroupSpecs() {
 		Entry("an upstream's encoding beside the model's: the larger count too", "mixed", 40, 200, "largest"),
 		Entry("an upstream's encoding beside the model's is pre-checked by the larger", "mixed", 100, 400, tokenize.Cl100kBase),
 	)
+
+	It("counts an unavailable model's substitute with the substitute's own encoding", func() {
+		main, spare := fakellm.New(), fakellm.New()
+		doc := `
+upstreams:
+- {name: main, url: MAIN}
+- {name: spare, url: SPARE}
+models:
+- {name: wide, tokenizer: o200k_base, unavailable_fallback: narrow, upstreams: [{upstream: main}]}
+- {name: narrow, context_window: 1000, tokenizer: cl100k_base, upstreams: [{upstream: spare}]}
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 100000}
+`
+		for name, b := range map[string]*fakellm.Server{"MAIN": main, "SPARE": spare} {
+			srv := httptest.NewServer(b)
+			DeferCleanup(srv.Close)
+			doc = strings.ReplaceAll(doc, name, srv.URL)
+		}
+		h := newHarness(doc)
+		main.Set(fakellm.Behaviour{Status: 429, Header: map[string]string{"Retry-After": "60"}})
+		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatOf("wide", "hi", 10)).code).To(Equal(429), "main cools")
+		// About 400 tokens in o200k_base, 1,400 in cl100k_base: over narrow's window.
+		body := chatOf("wide", hindi(100), 10)
+		rep := h.do("POST", "/v1/chat/completions", "sk-alice", body)
+		Expect(rep.code).To(Equal(503), string(rep.body))
+		Expect(spare.Requests()).To(BeEmpty(), "the substitute's window, counted in its encoding, does not fit")
+		rep = h.do("POST", "/v1/chat/completions", "sk-alice", chatOf("wide", hindi(20), 10))
+		Expect(rep.code).To(Equal(200), string(rep.body))
+		Expect(rep.header.Get(server.FallbackHeader)).To(Equal("fallback(wide -> narrow, pre-attempt, unavailable)"))
+	})
 
 	It("shows each upstream's encoding in /admin/effective", func() {
 		h := newObservedHarness(groupDoc, server.Options{AccessLog: &logLines{}})
