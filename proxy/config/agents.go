@@ -7,6 +7,8 @@ import (
 	"cmp"
 	"strconv"
 	"time"
+
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
 )
 
 // ClassSettings are each priority class's own bounds (scheduling.classes).
@@ -114,11 +116,12 @@ const (
 )
 
 // RunHeader is the request header that names an agent's run; a run is its API key's
-// own, so the same id under another key is another run.
-const RunHeader = "X-Tokenwarden-Run-Id"
+// own, so the same id under another key is another run (package attribute holds the
+// client-supplied headers and their bounds).
+const RunHeader = attribute.RunHeader
 
 // MaxRunIDLength is the longest run id read; a longer one is refused.
-const MaxRunIDLength = 256
+const MaxRunIDLength = attribute.MaxLength
 
 // Runs is max_runs in force.
 func (a *Agents) Runs() int { return int(cmp.Or(a.MaxRuns, DefaultMaxRuns)) }
