@@ -179,9 +179,9 @@ func budget(t *testing.T, b *twv1alpha1.TokenBudget, st twv1alpha1.TokenBudgetSt
 
 func i32(n int32) *int32 { return &n }
 
-// fleet is the llm namespace's objects: a Redis fleet of three replicas, one behind
-// and one that cannot read Redis, an upstream whose breaker is open on one replica,
-// and three budgets in use.
+// fleet is the llm namespace's objects: a Redis fleet of three replicas with a ledger,
+// one behind, that cannot read Redis and whose settlements wait in its spool, an
+// upstream whose breaker is open on one replica, and three budgets in use.
 func fleet(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
@@ -195,6 +195,7 @@ func fleet(t *testing.T, ns string) {
 				{Name: "claude", URL: "https://api.anthropic.com", Models: []string{"claude-sonnet-4"}},
 			},
 			Storage: twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis://redis:6379/0"}},
+			Ledger:  &twv1alpha1.LedgerSpec{},
 		},
 	}
 	must(t, k8s.Create(ctx, tp))
@@ -213,19 +214,24 @@ func fleet(t *testing.T, ns string) {
 				"2 of 3 live replicas run config generation 7; fleet-proxy-7d9c5b-c3c3c runs generation 6"),
 			cond(twv1alpha1.ConditionDegraded, metav1.ConditionTrue, "NetworkPolicyFailed",
 				`NetworkPolicy: networkpolicies.networking.k8s.io "fleet-proxy" is forbidden: exceeded quota`),
+			cond(twv1alpha1.ConditionLedgerSpooling, metav1.ConditionTrue, twv1alpha1.ReasonSpooling,
+				"Replicas fleet-proxy-7d9c5b-c3c3c cannot write to the ledger database: 12 batches (49152 bytes) wait in their spools, "+
+					"the oldest from 2026-11-30T07:40:10Z, and are replayed once it answers. Look at the database and at the proxies' logs (Ledger flush failed)."),
 		},
 	}
 	must(t, k8s.Status().Update(ctx, tp))
-	for i, r := range []struct{ name, usage string }{
-		{"fleet-proxy-7d9c5b-a1a1a", `{"w":60,"s":true}`},
-		{"fleet-proxy-7d9c5b-b2b2b", `{"w":60,"s":true}`},
-		{"fleet-proxy-7d9c5b-c3c3c", `{"w":60}`},
+	for i, r := range []struct{ name, usage, ledger string }{
+		{"fleet-proxy-7d9c5b-a1a1a", `{"w":60,"s":true}`, `{"spool_batches":0,"spool_bytes":0,"flushed_through":"2026-11-30T07:48:00Z"}`},
+		{"fleet-proxy-7d9c5b-b2b2b", `{"w":60,"s":true}`, `{"spool_batches":0,"spool_bytes":0,"flushed_through":"2026-11-30T07:47:58Z"}`},
+		{"fleet-proxy-7d9c5b-c3c3c", `{"w":60}`,
+			`{"spooling":true,"spool_batches":12,"spool_bytes":49152,"oldest":"2026-11-30T07:40:10Z","flushed_through":"2026-11-30T07:40:05Z"}`},
 	} {
 		must(t, k8s.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: "fleet-proxy-" + r.name, Namespace: ns,
-				Labels:      map[string]string{twv1alpha1.ReplicaConfigMapLabel: "fleet-proxy"},
-				Annotations: map[string]string{twv1alpha1.ReplicaUsageAnnotation: r.usage, twv1alpha1.ReplicaGenerationAnnotation: fmt.Sprint(7 - i/2)},
+				Labels: map[string]string{twv1alpha1.ReplicaConfigMapLabel: "fleet-proxy"},
+				Annotations: map[string]string{twv1alpha1.ReplicaUsageAnnotation: r.usage, twv1alpha1.ReplicaLedgerAnnotation: r.ledger,
+					twv1alpha1.ReplicaGenerationAnnotation: fmt.Sprint(7 - i/2)},
 			},
 			// Renewed now, for an hour: live for the whole test by any clock.
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.name), LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &metav1.MicroTime{Time: time.Now()}},
@@ -325,13 +331,21 @@ func TestTopAndStatus(t *testing.T) {
 		"What to do: Read the message: remove or rename the object in the way, grant the permission, fix the webhook.",
 		"Upstream claude unhealthy: circuit breaker open on 1 replica, credential cooling down after a 429 on 2 replicas.",
 		"Redis: 1 replica could not read it at the last usage scan (fleet-proxy-7d9c5b-c3c3c)",
+		"LedgerSpooling=True Spooling: Replicas fleet-proxy-7d9c5b-c3c3c cannot write to the ledger database",
+		"What to do: Make the ledger database reachable from the proxies",
+		"Ledger: fleet-proxy-7d9c5b-c3c3c cannot write to the ledger database: 12 batches (48Ki) wait in its spool, " +
+			"the oldest from 2026-11-30T07:40:10Z; recorded through 2026-11-30T07:40:05Z.",
 	} {
 		if !strings.Contains(status, s) {
 			t.Errorf("status does not say %q:\n%s", s, status)
 		}
 	}
-	if head := table(status)[1]; strings.Join(head, " ") != "fleet 2/3 7 1/2 2/3 True" {
-		t.Errorf("status row is %q, want the fleet's enforced, generation, upstreams, Redis and Degraded", head)
+	if head := table(status)[1]; strings.Join(head, " ") != "fleet 2/3 7 1/2 2/3 2/3 True" {
+		t.Errorf("status row is %q, want the fleet's enforced, generation, upstreams, Redis, ledger and Degraded", head)
+	}
+	wide := table(mustKubectl(t, adminKC, "tokenwarden", "status", "-n", "llm", "-o", "wide"))
+	if got := wide[1][len(wide[1])-1]; got != "2026-11-30T07:40:05Z" {
+		t.Errorf("status -o wide's RECORDED THROUGH is %q, want the spooling replica's last flush", got)
 	}
 }
 
@@ -377,7 +391,8 @@ func TestForbidden(t *testing.T) {
 }
 
 // A tenant who may read the budgets and fleets of their namespace, but not the
-// replicas' Leases, sees their ranking and the fleet's status, with Redis unknown.
+// replicas' Leases, sees their ranking and the fleet's status, with Redis and the
+// ledger's reports unknown and the LedgerSpooling condition still told.
 func TestTenant(t *testing.T) {
 	ctx := context.Background()
 	fleet(t, "team-a")
@@ -397,12 +412,17 @@ func TestTenant(t *testing.T) {
 		t.Errorf("the tenant's top:\n%v", rows)
 	}
 	status := mustKubectl(t, kc, "tokenwarden", "status", "-n", "team-a")
-	if head := table(status)[1]; strings.Join(head, " ") != "fleet 2/3 7 1/2 unknown True" {
-		t.Errorf("the tenant's status row is %q, want Redis unknown", head)
+	if head := table(status)[1]; strings.Join(head, " ") != "fleet 2/3 7 1/2 unknown unknown True" {
+		t.Errorf("the tenant's status row is %q, want Redis and the ledger unknown", head)
 	}
-	want := `Redis: the replicas' reports are not readable: forbidden: you may not list leases.coordination.k8s.io in namespace "team-a"`
-	if !strings.Contains(status, want) {
-		t.Errorf("the tenant's status does not say %q:\n%s", want, status)
+	for _, want := range []string{
+		`Redis: the replicas' reports are not readable: forbidden: you may not list leases.coordination.k8s.io in namespace "team-a"`,
+		`Ledger: the replicas' reports are not readable: forbidden: you may not list leases.coordination.k8s.io in namespace "team-a"`,
+		"LedgerSpooling=True Spooling",
+	} {
+		if !strings.Contains(status, want) {
+			t.Errorf("the tenant's status does not say %q:\n%s", want, status)
+		}
 	}
 	if _, errOut, err := kubectl(t, kc, "tokenwarden", "top", "-n", "llm"); err == nil || !strings.Contains(errOut, `forbidden: you may not list tokenbudgets.tokenwarden.io in namespace "llm"`) {
 		t.Errorf("the tenant's top of another namespace: %v %q", err, errOut)

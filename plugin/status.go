@@ -33,11 +33,13 @@ func newStatusCommand(o *Options) *cobra.Command {
 	s := &statusOptions{Options: o, out: newOutputFlags()}
 	cmd := &cobra.Command{
 		Use:   "status [FLEET]",
-		Short: "What each fleet's replicas enforce, its upstreams' and Redis's health, and the conditions that need a hand",
+		Short: "What each fleet's replicas enforce, its upstreams' health, Redis's and the ledger's reach, and the conditions that need a hand",
 		Long: `status reads each TokenProxy's status: the live replicas that enforce the current config, the
 upstreams the replicas report unhealthy (circuit breaker open, credential cooling down after a 429), and
-every condition that needs a hand, with what to do. Redis reachability is read from the replicas'
-report Leases in the fleet's namespace, when the caller may list them.`,
+every condition that needs a hand, with what to do (LedgerSpooling True among them: settlements wait in
+a replica's spool because the ledger database does not take them). Redis's and the ledger's reach are
+read from the replicas' report Leases in the fleet's namespace, when the caller may list them: which
+replicas read Redis, and what waits in each replica's spool and through when it is recorded.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return s.run(cmd.Context(), args)
@@ -68,6 +70,8 @@ type FleetStatus struct {
 	UnhealthyUpstreams []twv1alpha1.UnhealthyUpstream `json:"unhealthyUpstreams,omitempty"`
 	// Redis is what the replicas' reports say of Redis; absent under memory storage.
 	Redis *RedisReach `json:"redis,omitempty"`
+	// Ledger is what the replicas' reports say of the spend ledger; absent without one.
+	Ledger *LedgerReach `json:"ledger,omitempty"`
 	// Conditions are the fleet's conditions, each with what to do when it needs a hand.
 	Conditions []Condition `json:"conditions,omitempty"`
 }
@@ -89,7 +93,7 @@ type Condition struct {
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// NeedsYou is true for a condition that needs a hand: Accepted, Ready or Enforced
-	// False, Degraded or DurableBudgetsFenced True.
+	// False, Degraded, DurableBudgetsFenced or LedgerSpooling True.
 	NeedsYou bool `json:"needsYou,omitempty"`
 	// WhatToDo is what docs/operator.md says to do for its reason.
 	WhatToDo string `json:"whatToDo,omitempty"`
@@ -106,6 +110,12 @@ var whatToDo = map[string]string{
 	twv1alpha1.ReasonConfigChunkTaken:           "Delete or rename that ConfigMap; the next reconcile writes the chunk and clears the condition.",
 	twv1alpha1.ReasonCounterStateLost: "Restore the balances or attest what Redis holds with `POST /admin/durable/attest` on one replica (docs/runbooks.md). " +
 		"Never flush or restart Redis empty to clear it.",
+	twv1alpha1.ReasonSpooling: "Make the ledger database reachable from the proxies (is it up, does the URL in its Secret still hold, " +
+		"does a NetworkPolicy let them reach it?); a spooling replica's log says why (`Ledger flush failed`). " +
+		"Each replica replays its spool once the database answers, and the condition clears by itself.",
+	twv1alpha1.ReasonSpoolFull: "Make the ledger database reachable from the proxies first, as for Spooling: what no longer fits a spool is " +
+		"not recorded (tokenwarden_ledger_unrecorded_requests_total), or, with whenSpoolFull: Refuse, the requests cost budgets govern are refused. " +
+		"To hold a longer outage, raise spec.ledger.spoolSize.",
 	"ReadFailed": "Restore the operator's ClusterRole (`config/rbac/role.yaml`, the chart's) or whatever refused it. It clears by itself on the next successful reconcile.",
 }
 
@@ -115,7 +125,7 @@ const stepFailed = "Read the message: remove or rename the object in the way, gr
 // needsYou reports whether a condition needs a hand.
 func needsYou(c metav1.Condition) bool {
 	switch c.Type {
-	case twv1alpha1.ConditionDegraded, twv1alpha1.ConditionDurableBudgetsFenced:
+	case twv1alpha1.ConditionDegraded, twv1alpha1.ConditionDurableBudgetsFenced, twv1alpha1.ConditionLedgerSpooling:
 		return c.Status == metav1.ConditionTrue
 	case twv1alpha1.ConditionAccepted, twv1alpha1.ConditionReady, twv1alpha1.ConditionEnforced:
 		return c.Status == metav1.ConditionFalse
@@ -194,25 +204,41 @@ func (s *statusOptions) fleetStatus(ctx context.Context, c client.Client, tp *tw
 		}
 		f.Conditions = append(f.Conditions, v)
 	}
-	if f.Storage == string(twv1alpha1.StorageRedis) {
-		f.Redis = s.redisReach(ctx, c, tp)
+	redis, ledger := f.Storage == string(twv1alpha1.StorageRedis), hasLedger(tp)
+	if !redis && !ledger {
+		return f
+	}
+	leases, err := s.replicaLeases(ctx, c, tp)
+	if redis {
+		f.Redis = redisReach(leases, err, s.Now())
+	}
+	if ledger {
+		f.Ledger = ledgerReach(leases, err, s.Now())
 	}
 	return f
 }
 
-// redisReach reads the fleet's live replicas' usage reports: a replica whose last scan
-// could not read Redis reports its own buckets (its usage report's "s" is false).
-func (s *statusOptions) redisReach(ctx context.Context, c client.Client, tp *twv1alpha1.TokenProxy) *RedisReach {
+// replicaLeases lists the fleet's replicas' report Leases; the error says, in the
+// caller's words, that they are not readable.
+func (s *statusOptions) replicaLeases(ctx context.Context, c client.Client, tp *twv1alpha1.TokenProxy) ([]coordinationv1.Lease, error) {
 	var leases coordinationv1.LeaseList
 	err := c.List(ctx, &leases, client.InNamespace(tp.Namespace), client.MatchingLabels{twv1alpha1.ReplicaConfigMapLabel: tp.Name + "-proxy"})
 	if err != nil {
-		return &RedisReach{Note: "the replicas' reports are not readable: " +
-			readError(err, "list", "leases.coordination.k8s.io", fmt.Sprintf("in namespace %q", tp.Namespace)).Error()}
+		return nil, fmt.Errorf("the replicas' reports are not readable: %w",
+			readError(err, "list", "leases.coordination.k8s.io", fmt.Sprintf("in namespace %q", tp.Namespace)))
+	}
+	return leases.Items, nil
+}
+
+// redisReach reads the fleet's live replicas' usage reports: a replica whose last scan
+// could not read Redis reports its own buckets (its usage report's "s" is false).
+func redisReach(leases []coordinationv1.Lease, err error, now time.Time) *RedisReach {
+	if err != nil {
+		return &RedisReach{Note: err.Error()}
 	}
 	r := &RedisReach{Readable: true}
-	now := s.Now()
-	for i := range leases.Items {
-		le := &leases.Items[i]
+	for i := range leases {
+		le := &leases[i]
 		if !liveLease(le, now) {
 			continue
 		}
@@ -272,9 +298,9 @@ func conditionStatus(f FleetStatus, typ string) string {
 
 // printTable prints the fleets' table, then what needs a hand, fleet by fleet.
 func (s *statusOptions) printTable(w io.Writer, fleets []FleetStatus, sc scope) error {
-	header := []string{"NAME", "ENFORCED", "GENERATION", "UPSTREAMS", "REDIS", "DEGRADED"}
+	header := []string{"NAME", "ENFORCED", "GENERATION", "UPSTREAMS", "REDIS", "LEDGER", "DEGRADED"}
 	if s.out.wide() {
-		header = append(header, "STORAGE", "REPLICAS", "READY", "DIVISOR", "BUDGETS", "KEYS")
+		header = append(header, "STORAGE", "REPLICAS", "READY", "DIVISOR", "BUDGETS", "KEYS", "RECORDED THROUGH")
 	}
 	if sc.all {
 		header = append([]string{"NAMESPACE"}, header...)
@@ -282,10 +308,10 @@ func (s *statusOptions) printTable(w io.Writer, fleets []FleetStatus, sc scope) 
 	var rows [][]string
 	for _, f := range fleets {
 		row := []string{f.Name, fmt.Sprintf("%d/%d", f.EnforcedReplicas, f.LiveReplicas), strconv.FormatInt(f.ConfigGeneration, 10),
-			f.Upstreams, redisColumn(f), conditionStatus(f, twv1alpha1.ConditionDegraded)}
+			f.Upstreams, redisColumn(f), ledgerColumn(f), conditionStatus(f, twv1alpha1.ConditionDegraded)}
 		if s.out.wide() {
 			row = append(row, f.Storage, strconv.Itoa(int(f.Replicas)), strconv.Itoa(int(f.ReadyReplicas)),
-				strconv.FormatInt(f.Divisor, 10), strconv.Itoa(int(f.Budgets)), strconv.Itoa(int(f.Keys)))
+				strconv.FormatInt(f.Divisor, 10), strconv.Itoa(int(f.Budgets)), strconv.Itoa(int(f.Keys)), lastFlush(f))
 		}
 		if sc.all {
 			row = append([]string{f.Namespace}, row...)
@@ -302,7 +328,8 @@ func (s *statusOptions) printTable(w io.Writer, fleets []FleetStatus, sc scope) 
 }
 
 // printNotes prints what needs a hand in a fleet: each condition, with what to do,
-// the unhealthy upstreams and the replicas that could not read Redis.
+// the unhealthy upstreams, the replicas that could not read Redis and those whose
+// settlements wait in their ledger spool.
 func printNotes(w io.Writer, f FleetStatus, all bool) {
 	name := f.Name
 	if all {
@@ -343,6 +370,9 @@ func printNotes(w io.Writer, f FleetStatus, all bool) {
 			note("Redis: %s could not read it at the last usage scan (%s); such a replica admits on its own buckets at its share, "+
 				"or answers 503 when spec.storage.redis.fallbackToMemory is false.", replicas(int32(len(r.Unreachable))), strings.Join(r.Unreachable, ", "))
 		}
+	}
+	for _, n := range ledgerNotes(f.Ledger) {
+		note("%s", n)
 	}
 }
 
