@@ -125,6 +125,10 @@ type Key struct {
 	// ID is the identity within the dimension: the client address, key name, user,
 	// team or model; empty for global.
 	ID string
+	// Tenant is the tenant whose level the bucket is (a tenant's rule); empty for the
+	// platform's. A tenant's subjects are its own: a store keeps them apart from the
+	// platform's and other tenants' of the same dimension and id.
+	Tenant string
 	// Rule is the name of the rule a counter belongs to; empty for the buckets of
 	// limits and the per-key overrides.
 	Rule string
@@ -165,9 +169,6 @@ type Charge struct {
 	// Durable: the bucket must never fail open (a calendar window or a cost amount):
 	// a store that cannot hold it refuses with UnavailableError.
 	Durable bool
-	// Tenant: the bucket is a tenant's rule, reserved after the platform's buckets (a
-	// store that reserves in several calls takes the platform's first).
-	Tenant bool
 	// ctr is the compiled budget the charge comes from.
 	ctr *counter
 	// held is the bucket's level after the reservation, on a hold's copy only (NaN

@@ -283,9 +283,9 @@ var heldPool = sync.Pool{New: func() any { return new([]Charge) }}
 // add appends the bucket of one counter for a subject.
 func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, by string, ask *Ask) {
 	ch := Charge{
-		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: ident, Rule: ctr.rule, By: by},
+		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: ident, Tenant: ctr.tenant, Rule: ctr.rule, By: by},
 		Capacity: ctr.capacity, Rate: ctr.rate, SharedCapacity: ctr.sharedCapacity, SharedRate: ctr.sharedRate,
-		Period: ctr.period, Warn: ctr.warn, Durable: ctr.durable, Tenant: ctr.tenant != "", ctr: ctr,
+		Period: ctr.period, Warn: ctr.warn, Durable: ctr.durable, ctr: ctr,
 	}
 	switch ctr.amount {
 	case AmountRequests:

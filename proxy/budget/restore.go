@@ -64,7 +64,7 @@ func (l *Limiter) RestoreCharge(p *Policy, b Balance) (Charge, error) {
 			map[bool]string{true: "counts by " + ctr.countBy.String() + ": name its value", false: "has no count_by"}[ctr.countBy != NumDimensions])
 	}
 	ch := Charge{
-		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: b.Subject, Rule: ctr.rule, By: b.By},
+		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: b.Subject, Tenant: ctr.tenant, Rule: ctr.rule, By: b.By},
 		Capacity: ctr.capacity, Rate: ctr.rate, SharedCapacity: ctr.sharedCapacity, SharedRate: ctr.sharedRate,
 		Amount: b.Spent, Period: ctr.period, Durable: true, ctr: ctr,
 	}

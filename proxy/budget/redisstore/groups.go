@@ -5,7 +5,6 @@ package redisstore
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
 	"strconv"
 
@@ -18,11 +17,15 @@ import (
 // own hash tag {prefix:N}: a subject (a dimension and an id: one API key, one client,
 // the global bucket, one model) belongs to group N = FNV-1a(dimension ":" id) mod
 // SlotGroups, so its limits and every rule counter of it share a slot, and the fleet's
-// subjects spread over the cluster's masters.
+// subjects spread over the cluster's masters. A tenant's subject is its own (a tenant's
+// global bucket is not the platform's): N = FNV-1a(tenant "/" dimension ":" id) mod
+// SlotGroups, so the tenants' rules spread over the masters too, and a tenant's bucket
+// never shares a script call with the platform's but by a collision of hashes. The
+// platform's groups are as they were before tenants had levels.
 //
 // A reservation takes one script call per slot group it touches, in a fixed order: the
-// platform and shared budgets first, then the tenant's (groupRank), so a refusal on a
-// hot shared budget takes nothing from a tenant. Each call is all or nothing. When a
+// platform's budgets first, then the tenant's (groupRank), so a refusal on a platform
+// budget takes nothing from a tenant. Each call is all or nothing. When a
 // group refuses, the groups already taken are released (their amounts refunded, best
 // effort, before the refusal is answered); a release lost to a failing Redis leaves the budget
 // charged: it counts high, never low, by at most one reservation's amounts per lost
@@ -53,25 +56,42 @@ func (s *Store) newGroups() []*group {
 	return groups
 }
 
-// groupOf is the slot group of a bucket on a cluster: its subject's.
+// groupOf is the slot group of a bucket on a cluster: its subject's, in its tenant's
+// level. Tenant names hold no '/' or ':', and dimension names no '/', so no tenant's
+// subject hashes the string of another's or of the platform's.
 func groupOf(k budget.Key) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(k.Dim.String()))
-	_, _ = h.Write([]byte{':'})
-	_, _ = h.Write([]byte(k.ID))
-	return int(h.Sum32() % SlotGroups)
+	h := uint32(fnvOffset)
+	if k.Tenant != "" {
+		h = fnv1a(fnv1a(h, k.Tenant), "/")
+	}
+	h = fnv1a(fnv1a(fnv1a(h, k.Dim.String()), ":"), k.ID)
+	return int(h % SlotGroups)
 }
 
-// groupRank orders the slot groups a reservation touches: the global budget, then the
-// per-model and per-tenant ones (platform budgets), then team, user, API key and
-// client; and every bucket of a tenant's rules after all of the platform's.
+// FNV-1a, 32 bits (hash/fnv's New32a), over strings without copying them.
+const (
+	fnvOffset = 2166136261
+	fnvPrime  = 16777619
+)
+
+func fnv1a(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// groupRank orders the slot groups a reservation touches, within a level: the global
+// budget, then the per-model and per-tenant ones, then team, user, API key and client;
+// and every bucket of a tenant's rules after all of the platform's.
 var groupRank = [budget.NumDimensions]int{
 	budget.Global: 0, budget.Model: 1, budget.Tenant: 2, budget.Team: 3, budget.User: 4, budget.APIKey: 5, budget.Client: 6,
 }
 
 // rankOf is a bucket's place in the order of reservation.
 func rankOf(ch *budget.Charge) int {
-	if ch.Tenant {
+	if ch.Key.Tenant != "" {
 		return int(budget.NumDimensions) + groupRank[ch.Key.Dim]
 	}
 	return groupRank[ch.Key.Dim]
