@@ -58,6 +58,8 @@ rate_limiting:
 // proxyProc is one proxy process: its data and admin addresses.
 type proxyProc struct {
 	url, admin string
+	// config is the path of the config document it serves, reloaded when it changes.
+	config string
 }
 
 // startProxy runs the proxy binary on config (and args) with the admin API authenticated by the
@@ -71,7 +73,7 @@ func startProxy(t *testing.T, config string, args ...string) proxyProc {
 	must(t, err)
 	adminPort, err := testproc.FreePort()
 	must(t, err)
-	p := proxyProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), admin: fmt.Sprintf("127.0.0.1:%d", adminPort)}
+	p := proxyProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), admin: fmt.Sprintf("127.0.0.1:%d", adminPort), config: path}
 	var log bytes.Buffer
 	cmd := exec.Command(filepath.Join(binDir, "proxy"), append([]string{"--config", path, "--admin-auth", "kubernetes", "--kubeconfig", adminKC,
 		"--listen", strings.TrimPrefix(p.url, "http://"), "--admin-listen", p.admin, "--drain-delay", "0s"}, args...)...)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -232,6 +233,69 @@ func TestTenantScopedReads(t *testing.T) {
 			t.Errorf("tenant b's report of tenant a: %d %s", code, body)
 		}
 	})
+
+	// Last, as it changes the config: a hand-written config moves key tn-a_ann to
+	// tenant tn-b. Its refusal audited under tn-a stays tn-a's; the one it gets under
+	// tn-b is tn-b's.
+	t.Run("refusals of a key moved to another tenant", func(t *testing.T) {
+		moved := strings.Replace(fmt.Sprintf(tenantConfig, llm.URL, sum("sk-ops"), sum("sk-ann"), sum("sk-bob")),
+			"team: tn-a/research, tenant: tn-a,", "team: tn-b/research, tenant: tn-b,", 1)
+		tmp := p.config + ".new"
+		must(t, os.WriteFile(tmp, []byte(moved), 0o600))
+		must(t, os.Rename(tmp, p.config))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			var e struct {
+				APIKeys []struct{ Name, Tenant string } `json:"api_keys"`
+			}
+			_, body := adminGet(t, p, admin, "/admin/effective")
+			must(t, json.Unmarshal([]byte(body), &e))
+			if slices.Contains(e.APIKeys, struct{ Name, Tenant string }{"tn-a_ann", "tn-b"}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy did not load the moved key: %s", body)
+			}
+		}
+		if got := chat(t, p, "sk-ann", "ann-3", 10); got != http.StatusTooManyRequests {
+			t.Fatalf("tn-a_ann's request under tn-b's cap, which bob spent: %d", got)
+		}
+		for _, c := range []struct {
+			name, kc, want string
+		}{
+			{"tenant a", ann, "map[tn-a_ann:[ann-2]]"},
+			{"tenant b", bob, "map[tn-a_ann:[ann-3] tn-b_bob:[bob-2]]"},
+			{"the admin reader", admin, "map[ops:[ops-2] tn-a_ann:[ann-3 ann-2] tn-b_bob:[bob-2]]"},
+		} {
+			code, body := adminGet(t, p, c.kc, "/admin/refusals")
+			if code != http.StatusOK {
+				t.Fatalf("%s: %d %s", c.name, code, body)
+			}
+			if got := fmt.Sprint(refusedIDs(t, body)); got != c.want {
+				t.Errorf("%s reads the refusals %s, want %s", c.name, got, c.want)
+			}
+		}
+	})
+}
+
+// refusedIDs are the request ids of an /admin/refusals answer by key, newest first.
+func refusedIDs(t *testing.T, body string) map[string][]string {
+	t.Helper()
+	var ans struct {
+		APIKeys []struct {
+			APIKey   string `json:"api_key"`
+			Refusals []struct {
+				RequestID string `json:"request_id"`
+			} `json:"refusals"`
+		} `json:"api_keys"`
+	}
+	must(t, json.Unmarshal([]byte(body), &ans))
+	out := map[string][]string{}
+	for _, k := range ans.APIKeys {
+		for _, r := range k.Refusals {
+			out[k.APIKey] = append(out[k.APIKey], r.RequestID)
+		}
+	}
+	return out
 }
 
 // column is column i of a spend table's rows, after its first line (the range).

@@ -39,6 +39,10 @@ type AuditedRefusal struct {
 	LargerThanBudget  bool  `json:"larger_than_budget,omitempty"`
 	// Message is the error message the client got.
 	Message string `json:"message"`
+	// Tenant is the tenant the key belonged to in the config the request was decided
+	// under; empty for the platform's keys and the anonymous callers. A tenant's read
+	// of the audit is scoped by it, whatever the config says of the key since.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // KeyRefusals are one API key's last refusals, newest first. An empty APIKey holds the
@@ -98,15 +102,16 @@ func (r *ring) newest() []AuditedRefusal {
 	return out
 }
 
-// Add keeps a refused request's refusal under its key (empty: anonymous), in a ring
-// of n (none when n is 0); tokens is the request's reservation.
-func (a *Audit) Add(rec *Record, key string, tokens int64, n int) {
+// Add keeps a refused request's refusal under its key (empty: anonymous) and the
+// key's tenant, in a ring of n (none when n is 0); tokens is the request's
+// reservation.
+func (a *Audit) Add(rec *Record, key, tenant string, tokens int64, n int) {
 	if n == 0 {
 		return
 	}
 	e := AuditedRefusal{
 		Time: rec.Start.UTC(), RequestID: rec.RequestID, Route: rec.Route, Model: rec.Model,
-		TokensReserved: tokens, RetryAfterSeconds: rec.RetryAfterSecond, Message: rec.ErrMsg,
+		TokensReserved: tokens, RetryAfterSeconds: rec.RetryAfterSecond, Message: rec.ErrMsg, Tenant: tenant,
 	}
 	switch r := rec.Refusal; {
 	case rec.LedgerFull:

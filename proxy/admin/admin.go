@@ -28,9 +28,6 @@ type Source interface {
 	Effective() (Effective, bool)
 	// Refusals are the last refusals of the key named (every key's when all).
 	Refusals(key string, all bool) []accesslog.KeyRefusals
-	// KeyTenant is the tenant of the key named in the config in force: "" for the
-	// platform's own keys and a name the config does not know.
-	KeyTenant(key string) string
 	// Durable is the store's trust fence; false when the store keeps no durable
 	// counters.
 	Durable() (budget.Durable, bool)
@@ -97,7 +94,7 @@ func refusals(src Source, w http.ResponseWriter, r *http.Request) {
 	if one && len(name) > 0 {
 		key = name[0]
 	}
-	out := scopeRefusals(r.Context(), src, src.Refusals(key, !one))
+	out := scopeRefusals(r.Context(), src.Refusals(key, !one))
 	if one && len(out) == 0 {
 		out = append(out, accesslog.KeyRefusals{APIKey: key, Refusals: []accesslog.AuditedRefusal{}})
 	}

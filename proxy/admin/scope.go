@@ -16,14 +16,19 @@ import (
 // read them as a whole is served the tenants it may read (adminauth.GuardTenants).
 var TenantPaths = []string{"/admin/effective", "/admin/refusals", "/admin/explain"}
 
-// scopeRefusals keeps the refusals of the keys whose tenant the caller may read; a
-// key the config no longer names, and the anonymous callers', are the platform's.
-func scopeRefusals(ctx context.Context, src Source, out []accesslog.KeyRefusals) []accesslog.KeyRefusals {
+// scopeRefusals keeps the refusals whose tenant the caller may read: the tenant each
+// was recorded with (the anonymous callers' and the platform's keys' are the
+// platform's), so a key the config moved to another tenant since shows the new
+// tenant none of the old one's refusals. A key left with none is left out.
+func scopeRefusals(ctx context.Context, out []accesslog.KeyRefusals) []accesslog.KeyRefusals {
 	sc := adminauth.ScopeOf(ctx)
 	if sc.All() {
 		return out
 	}
-	return slices.DeleteFunc(out, func(k accesslog.KeyRefusals) bool { return !sc.Tenant(ctx, src.KeyTenant(k.APIKey)) })
+	for i := range out {
+		out[i].Refusals = slices.DeleteFunc(out[i].Refusals, func(r accesslog.AuditedRefusal) bool { return !sc.Tenant(ctx, r.Tenant) })
+	}
+	return slices.DeleteFunc(out, func(k accesslog.KeyRefusals) bool { return len(k.Refusals) == 0 })
 }
 
 // scopeEffective keeps what the caller may read of the config in force: the keys,

@@ -69,18 +69,6 @@ func (s *Server) AdminHandler(g prometheus.Gatherer) http.Handler {
 	return mux
 }
 
-// KeyTenant is the tenant of the key named in the config in force (admin.Source).
-func (s *Server) KeyTenant(name string) string {
-	rt := s.rt.Load()
-	if rt == nil {
-		return ""
-	}
-	if k := rt.policy.Key(name); k != nil {
-		return k.Tenant
-	}
-	return ""
-}
-
 // Durable is the store's trust fence (admin.Source); false when it keeps no durable
 // counters.
 func (s *Server) Durable() (budget.Durable, bool) {

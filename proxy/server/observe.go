@@ -127,7 +127,11 @@ func (s *Server) observe(ex *exchange) {
 		s.tracing.end(ex)
 	}
 	if rec.Decision == accesslog.Refused && rt != nil {
-		s.audit.Add(rec, rec.APIKey, ex.est.Total(), rt.cfg.Observability.RefusalAudit.Kept())
+		tenant := ""
+		if ex.key != nil {
+			tenant = ex.key.Tenant
+		}
+		s.audit.Add(rec, rec.APIKey, tenant, ex.est.Total(), rt.cfg.Observability.RefusalAudit.Kept())
 	}
 	switch {
 	case rt == nil || rt.cfg.Observability.AccessLog.Disabled:
