@@ -49,9 +49,13 @@ func windowCapacity(w config.Window) float64 {
 // rules' windows. As for limits, reports of the shared (Redis) counters each hold the
 // fleet's whole use and the largest is taken; reports of a replica's memory hold its
 // share of each rolling counter, and are added up.
-func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.TokenBudgetUsage {
+//
+// A budget of another namespace than fleet tp's under Flat has a counter for every
+// tenant's subjects, so it shows none of them; a tenant's own budget under Namespaces
+// counts its own tenant's subjects only, and shows them.
+func sumRuleUsage(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, reports []indexedReport, now time.Time) *twv1alpha1.TokenBudgetUsage {
 	u := &twv1alpha1.TokenBudgetUsage{ObservedAt: metav1.NewTime(now)}
-	single, hide := oneCounter(b), render.Foreign(b)
+	single, hide := oneCounter(b), render.Foreign(b) && !render.Scoped(tp, b)
 	most, mostAt, bestFrac := int32(-1), int32(-1), -1.0
 	for _, g := range render.Groups(b) {
 		rule := b.Namespace + "/" + b.Name + g.Suffix
@@ -102,8 +106,8 @@ func sumRuleUsage(b *twv1alpha1.TokenBudget, reports []indexedReport, now time.T
 				wu.SubjectsAtLimit = ptr.To(int32(min(atLimit, math.MaxInt32))) //nolint:gosec // bounded just above
 				mostAt = max(mostAt, *wu.SubjectsAtLimit)
 			}
-			// A budget of another namespace with a counter per subject governs other
-			// tenants' subjects too: it shows neither their names nor their levels.
+			// A budget of another namespace with a counter per subject that governs
+			// other tenants' subjects too shows neither their names nor their levels.
 			if single || !hide {
 				wu.UsedPercent = ptr.To(pu.UsedPercent)
 				most = max(most, pu.UsedPercent)

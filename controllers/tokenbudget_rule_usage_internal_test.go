@@ -26,6 +26,11 @@ func TestSumRuleUsage(t *testing.T) {
 		spec.ProxyRef = twv1alpha1.ProxyReference{Name: "fleet", Namespace: "llm"}
 		return &twv1alpha1.TokenBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 	}
+	// The fleet, in namespace llm: Flat, where a budget of another namespace governs
+	// every tenant's subjects, and Namespaces, where it governs its own tenant's.
+	flat := &twv1alpha1.TokenProxy{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: "llm"}, Spec: twv1alpha1.TokenProxySpec{Tenancy: twv1alpha1.TenancyFlat}}
+	tree := flat.DeepCopy()
+	tree.Spec.Tenancy = twv1alpha1.TenancyNamespaces
 	replica := func(shared bool, rs ...report.RuleUsage) indexedReport {
 		return index(&report.Usage{Window: 60, Shared: shared, Rules: rs})
 	}
@@ -34,7 +39,7 @@ func TestSumRuleUsage(t *testing.T) {
 	// second: two replicas' shares of the minute, 3,000 and 2,000 of 5,000 each.
 	team := budget("llm", "ml", twv1alpha1.TokenBudgetSpec{Dimension: twv1alpha1.DimensionPerTeam, Subjects: []string{"ml"},
 		TokensPerMinute: 10000, RequestsPerSecond: 100})
-	u := sumRuleUsage(team, []indexedReport{
+	u := sumRuleUsage(flat, team, []indexedReport{
 		replica(false, report.RuleUsage{Rule: "llm/ml", Window: 0, InUse: 1, Top: []report.RuleTop{{ID: "ml", Used: 3000, Capacity: 5000}}, Refused: 2}),
 		replica(false, report.RuleUsage{Rule: "llm/ml", Window: 0, InUse: 1, Top: []report.RuleTop{{ID: "ml", Used: 2000, Capacity: 5000}}},
 			report.RuleUsage{Rule: "llm/ml/requests", Window: 0, Refused: 1}),
@@ -60,7 +65,7 @@ func TestSumRuleUsage(t *testing.T) {
 			Top: []report.RuleTop{{ID: "bob", Used: 2, Capacity: 2}, {ID: "team-b_carol", Used: 1, Capacity: 2}}}),
 		replica(false, report.RuleUsage{Rule: "llm/keys", InUse: 1, Top: []report.RuleTop{{ID: "team-b_carol", Used: 2, Capacity: 2}}}),
 	}
-	u = sumRuleUsage(keys, reps, now)
+	u = sumRuleUsage(flat, keys, reps, now)
 	if u.Used != "60%" || u.TopConsumer != "team-b/carol" || ptr.Deref(u.SubjectsAtLimit, -1) != 1 {
 		t.Fatalf("per-key rule: %+v", u)
 	}
@@ -74,16 +79,22 @@ func TestSumRuleUsage(t *testing.T) {
 		reps[i].Rules[0].Rule = "team-b/keys"
 		reps[i] = index(reps[i].Usage)
 	}
-	if u := sumRuleUsage(foreignKeys, reps, now); u.TopConsumer != "" || u.Used != "" || ptr.Deref(u.SubjectsAtLimit, -1) != 1 ||
+	if u := sumRuleUsage(flat, foreignKeys, reps, now); u.TopConsumer != "" || u.Used != "" || ptr.Deref(u.SubjectsAtLimit, -1) != 1 ||
 		u.Windows[0] != (twv1alpha1.WindowUsage{Window: "5 req/s", SubjectsAtLimit: u.Windows[0].SubjectsAtLimit}) || idle(u) {
 		t.Fatalf("another namespace's budget shows no subject nor its level, only the count at the limit: %+v", u)
+	}
+	// Under Namespaces the same budget is team-b's own: its counters are of team-b's
+	// keys only, and team-b sees which and how much.
+	if u := sumRuleUsage(tree, foreignKeys, reps, now); u.Used != "60%" || u.TopConsumer != "team-b/carol" || ptr.Deref(u.SubjectsAtLimit, -1) != 1 ||
+		u.Windows[0].Used != "3 req" || u.Windows[0].TopConsumer != "team-b/carol" {
+		t.Fatalf("a tenant's own budget shows its own subjects and their levels: %+v", u)
 	}
 
 	// A Redis fleet's monthly $50 cost: every replica reads the same counter.
 	spend := budget("llm", "spend", twv1alpha1.TokenBudgetSpec{Dimension: twv1alpha1.DimensionGlobal, Amount: twv1alpha1.AmountCost,
 		Windows: []twv1alpha1.BudgetWindow{{Limit: resource.MustParse("50"), Calendar: &twv1alpha1.CalendarWindow{Every: "Month"}}}})
 	r := report.RuleUsage{Rule: "llm/spend", Calendar: true, InUse: 1, Top: []report.RuleTop{{Used: 12.5, Capacity: 50}}}
-	u = sumRuleUsage(spend, []indexedReport{replica(true, r), replica(true, r), replica(true, r)}, now)
+	u = sumRuleUsage(flat, spend, []indexedReport{replica(true, r), replica(true, r), replica(true, r)}, now)
 	if u.Used != "25%" || u.Windows[0].Used != "$12.50" || u.Windows[0].Window != "$50/month" {
 		t.Fatalf("calendar cost: %+v", u)
 	}
@@ -91,7 +102,7 @@ func TestSumRuleUsage(t *testing.T) {
 	// A false report's refusal counts saturate rather than wrap below zero, which the
 	// field would refuse.
 	huge := report.RuleUsage{Rule: "llm/spend", Refused: math.MaxInt64 - 1}
-	if u := sumRuleUsage(spend, []indexedReport{replica(false, huge), replica(false, huge)}, now); u.Windows[0].Refused != math.MaxInt64 {
+	if u := sumRuleUsage(flat, spend, []indexedReport{replica(false, huge), replica(false, huge)}, now); u.Windows[0].Refused != math.MaxInt64 {
 		t.Fatalf("saturated refusals: %+v", u.Windows[0])
 	}
 
@@ -111,7 +122,7 @@ func TestSumRuleUsage(t *testing.T) {
 	if !meaningful(have, want) {
 		t.Error("a window's refusals that started not written")
 	}
-	if meaningful(nil, sumRuleUsage(spend, []indexedReport{replica(true)}, now)) {
+	if meaningful(nil, sumRuleUsage(flat, spend, []indexedReport{replica(true)}, now)) {
 		t.Error("an unused rule budget is given a usage")
 	}
 }

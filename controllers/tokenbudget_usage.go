@@ -142,7 +142,7 @@ func (r *usageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// model, and a budget in the rule shape by its rules' windows.
 		if meta.IsStatusConditionTrue(b.Status.Conditions, twv1alpha1.ConditionAccepted) {
 			if render.RendersAsRules(&tp, b) {
-				want = sumRuleUsage(b, reports, now)
+				want = sumRuleUsage(&tp, b, reports, now)
 			} else {
 				want = sumUsage(b, reports, now)
 			}
