@@ -59,6 +59,8 @@ type Limits struct {
 	// inFlight holds an *atomic.Int64 per key name with a max_in_flight.
 	inFlight sync.Map
 	runs     runTable
+	// fleet, when set, keeps the limits as the fleet's totals (fleet.go).
+	fleet Fleet
 }
 
 // Configure applies the config's bounds on the runs kept.
@@ -86,6 +88,8 @@ type Request struct {
 	// request settles or is released.
 	run  *run
 	held int64
+	// shared is the request's hold of the fleet's totals, until it ends.
+	shared *fleetState
 }
 
 // ClassOf is a request's priority class: keyClass, lowered by the
@@ -102,8 +106,21 @@ func ClassOf(h http.Header, keyClass schedule.Class) schedule.Class {
 
 // Admit counts the request of the API key name, whose limits are k, in the key's
 // requests in flight and in the run its header names, reserving cost tokens of the
-// run; it returns the refusal when a limit does not allow it.
+// run; it returns the refusal when a limit does not allow it. With a Fleet they are
+// the fleet's totals; while its store cannot decide, and without one, this replica's.
 func (l *Limits) Admit(req *Request, clock budget.Clock, h http.Header, name string, k Key, cost int64) *Refusal {
+	var id string
+	if k.RunTokens != 0 || k.RunSteps != 0 {
+		if id = h.Get(config.RunHeader); len(id) > config.MaxRunIDLength {
+			return refuse(req.Class, http.StatusBadRequest, codeBadRunID, limitRun,
+				fmt.Sprintf("the %s header is longer than %d bytes", config.RunHeader, config.MaxRunIDLength), nil)
+		}
+	}
+	if l.fleet != nil {
+		if ref, ok := l.admitFleet(req, name, id, k, cost); ok {
+			return ref
+		}
+	}
 	if k.MaxInFlight > 0 && !req.Answered {
 		v, ok := l.inFlight.Load(name)
 		if !ok {
@@ -112,43 +129,19 @@ func (l *Limits) Admit(req *Request, clock budget.Clock, h http.Header, name str
 		c := v.(*atomic.Int64)
 		if c.Add(1) > k.MaxInFlight {
 			c.Add(-1)
-			ref := refuse(req.Class, http.StatusTooManyRequests, codeInFlight, limitInFlight,
-				fmt.Sprintf("the API key %s has %d requests in flight, its limit; retry when one ends", name, k.MaxInFlight),
-				map[string]any{"max_in_flight": k.MaxInFlight, "retryable": true, "retry_after_seconds": 1})
-			ref.Header, ref.Value = "Retry-After", "1"
-			return ref
+			return inFlightRefusal(req, name, k)
 		}
 		req.inFlight = c
 	}
-	if k.RunTokens == 0 && k.RunSteps == 0 {
-		return nil
-	}
-	id := h.Get(config.RunHeader)
 	if id == "" {
 		return nil
 	}
-	if len(id) > config.MaxRunIDLength {
-		return refuse(req.Class, http.StatusBadRequest, codeBadRunID, limitRun,
-			fmt.Sprintf("the %s header is longer than %d bytes", config.RunHeader, config.MaxRunIDLength), nil)
-	}
 	rn, st := l.runs.take(clock.Now(), runKey{key: name, id: id}, k, cost)
-	var ref *Refusal
-	switch {
-	case rn != nil:
+	if rn != nil {
 		req.run, req.held = rn, cost
 		return nil
-	case st.steps >= k.RunSteps && k.RunSteps > 0:
-		ref = refuse(req.Class, http.StatusTooManyRequests, codeRunSteps, limitRun,
-			fmt.Sprintf("the run has sent %d requests, the API key %s's limit per run; end the run or start another", st.steps, name),
-			map[string]any{"run_max_steps": k.RunSteps, "run_steps": st.steps, "retryable": false})
-	default:
-		ref = refuse(req.Class, http.StatusTooManyRequests, codeRunBudget, limitRun,
-			fmt.Sprintf("this request reserves %d tokens and the run has %d of the API key %s's %d tokens per run left; end the run or send a smaller request",
-				cost, max(k.RunTokens-st.spent, 0), name, k.RunTokens),
-			map[string]any{"run_token_budget": k.RunTokens, "run_tokens_spent": st.spent, "requested_tokens": cost, "retryable": false})
 	}
-	ref.Header, ref.Value = "X-Should-Retry", "false"
-	return ref
+	return runRefusal(req, name, k, cost, st, st.steps >= k.RunSteps && k.RunSteps > 0)
 }
 
 // End ends the request's part in the limits for agents when its handler returns.
@@ -157,11 +150,15 @@ func (l *Limits) End(req *Request) {
 		req.inFlight = nil
 		c.Add(-1)
 	}
+	endFleet(req)
 	l.Release(req)
 }
 
 // Settle counts what the request used in its run in place of its reservation.
 func (l *Limits) Settle(req *Request, used int64) {
+	if st := req.shared; st != nil && !st.settled {
+		st.used, st.settled = used, true
+	}
 	if rn := req.run; rn != nil {
 		req.run = nil
 		l.runs.settle(rn, req.held, used, false)
@@ -170,6 +167,9 @@ func (l *Limits) Settle(req *Request, used int64) {
 
 // Release gives the request's reservation and step back to its run: it ran nothing.
 func (l *Limits) Release(req *Request) {
+	if st := req.shared; st != nil && !st.settled {
+		st.settled, st.released = true, true
+	}
 	if rn := req.run; rn != nil {
 		req.run = nil
 		l.runs.settle(rn, req.held, 0, true)

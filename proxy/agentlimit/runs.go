@@ -43,6 +43,13 @@ func (t *runTable) configure(maxRuns int, idle time.Duration) {
 	}
 }
 
+// idleTime is how long a run is kept idle.
+func (t *runTable) idleTime() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.idle
+}
+
 func (t *runTable) dropLocked(r *run) {
 	t.lru.Remove(r.elem)
 	delete(t.m, r.k)
