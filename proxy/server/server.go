@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/accesslog"
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
+	"github.com/tokenwarden/tokenwarden/proxy/agentlimit/redisagents"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/estimate"
@@ -175,6 +176,8 @@ func New(o Options) *Server {
 		access:   accesslog.New(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
 		tracing:  newTracing(o.TracerProvider, o.Clock),
 	}
+	// With the Redis store, the limits for agents are the fleet's totals.
+	s.agents.SetFleet(redisagents.For(o.Store, o.Clock, o.Logger))
 	s.observers = s.settlementObservers(o.Observers)
 	s.refusers = refusersOf(o.Observers)
 	o.Metrics.Providers.SetHealthSource(s.upstreamHealth)
