@@ -122,7 +122,7 @@ func (f *Fleet) Take(a *agentlimit.FleetAsk) (agentlimit.FleetHold, agentlimit.F
 		runFlag, h.held = "1", a.Cost
 	}
 	ctx := context.Background()
-	res, err := takeScript.Run(ctx, f.c, []string{h.slots, h.run}, f.now(), f.lease.Milliseconds(), a.MaxInFlight, slot,
+	res, err := f.run(ctx, takeScript, []string{h.slots, h.run}, f.now(), f.lease.Milliseconds(), a.MaxInFlight, slot,
 		runFlag, a.RunSteps, a.RunTokens, a.Cost, max(a.RunIdle.Milliseconds(), 1)).Int64Slice()
 	if err != nil || len(res) == 0 {
 		f.failed(err)
@@ -144,6 +144,21 @@ func (f *Fleet) Take(a *agentlimit.FleetAsk) (agentlimit.FleetHold, agentlimit.F
 	}
 	h.inRun = a.Run != ""
 	return h, agentlimit.FleetVerdict{}, nil
+}
+
+// run runs a script by its hash, loading it first when Redis does not have it: the
+// fleet's Redis user needs EVALSHA and SCRIPT LOAD, never EVAL (docs/redis.md).
+func (f *Fleet) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.EvalSha(ctx, f.c, keys, args...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if err := sc.Load(ctx, f.c).Err(); err != nil {
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		cmd = sc.EvalSha(ctx, f.c, keys, args...)
+	}
+	return cmd
 }
 
 // failed backs off from a Redis that did not answer (an error Redis answered is a
@@ -184,7 +199,7 @@ func (h *hold) End(used int64, released bool) {
 	if released {
 		rel = "1"
 	}
-	err := endScript.Run(context.Background(), f.c, []string{h.slots, h.run}, h.slot, runFlag, h.held, used, rel).Err()
+	err := f.run(context.Background(), endScript, []string{h.slots, h.run}, h.slot, runFlag, h.held, used, rel).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		f.failed(err)
 		// The slot's lease ends it; the run counts the reservation until it is forgotten.
@@ -242,7 +257,7 @@ func (f *Fleet) Renew() int {
 	}
 	f.mu.Unlock()
 	for _, k := range keys {
-		if err := renewScript.Run(context.Background(), f.c, []string{k}, f.now(), f.lease.Milliseconds(), f.id[:]).Err(); err != nil {
+		if err := f.run(context.Background(), renewScript, []string{k}, f.now(), f.lease.Milliseconds(), f.id[:]).Err(); err != nil {
 			f.log.Warn("Could not renew the leases of requests in flight", "key", k, "error", err)
 		}
 	}

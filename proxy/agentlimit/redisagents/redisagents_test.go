@@ -4,6 +4,7 @@
 package redisagents_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -198,4 +199,40 @@ func TestRedisClusterKeepsAKeysLimitsInItsSlotGroup(t *testing.T) {
 			t.Fatalf("%s: a third in flight on a cluster: %+v", key, v)
 		}
 	}
+}
+
+// fleetCommands are the commands docs/redis.md gives a fleet's Redis user.
+var fleetCommands = []string{"+evalsha", "+script|load", "+time", "+mget", "+psetex", "+get", "+set", "+scan"}
+
+func TestTheFleetsRedisUserSuffices(t *testing.T) {
+	srv := redisserver.Start(t)
+	prefix := fmt.Sprintf("acl%d", prefixes.Add(1))
+	args := []any{"ACL", "SETUSER", "fleet", "reset", "on", ">pw", "~{" + prefix + "}:*"}
+	for _, c := range fleetCommands {
+		args = append(args, c)
+	}
+	if err := srv.Client().Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := redisstore.New(redisstore.Options{URL: "redis://fleet:pw@" + srv.Addr() + "/0", Prefix: prefix, Logger: log,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	f := redisagents.New(redisagents.Options{Store: st, Clock: storetest.NewClock(), Logger: log})
+	ask := agentlimit.FleetAsk{MaxInFlight: 1, Run: "r", RunSteps: 5}
+	h, v := take(t, f, ask)
+	if v.Refused != agentlimit.FleetAdmitted {
+		t.Fatalf("refused: %+v", v)
+	}
+	if _, v = take(t, f, ask); v.Refused != agentlimit.FleetInFlight {
+		t.Fatalf("a second in flight: %+v", v)
+	}
+	if f.Renew() != 1 {
+		t.Fatal("no slot renewed")
+	}
+	h.End(1, false)
+	eventuallyAdmits(t, f, ask, "the slot given back")
 }
