@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/usage"
 )
@@ -94,10 +95,14 @@ type Call struct {
 	ended, complete, failed bool
 	usage                   usage.Usage
 	waiters                 map[*Waiter]struct{}
-	// leaderGone: the leader's client left; cancel ends the upstream call's context.
-	leaderGone bool
-	cancel     context.CancelFunc
-	stop       func() bool
+	// The upstream call's context (Context): parent's values and val under valKey.
+	// leaderGone: the leader's client left; cancel ends the context; stop ends the
+	// watch on parent.
+	parent      context.Context
+	valKey, val any
+	leaderGone  bool
+	cancel      context.CancelFunc
+	stop        func() bool
 }
 
 func (c *Call) addWaiter(ctx context.Context) *Waiter {
@@ -129,26 +134,58 @@ func (c *Call) changedLocked() chan struct{} {
 	return c.changed
 }
 
-// Context is the context for the leader's upstream call: it ends when the leader's
-// client leaves (parent ends) only if no waiter is left, or later when the last
-// waiter leaves, so a leader whose client leaves does not abandon its waiters. It is
-// valid until Finish or Fail.
-func (c *Call) Context(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+// Context is the context for the leader's upstream call: it has parent's values and
+// val under key, and it ends when the leader's client leaves (parent ends) only if no
+// waiter is left, or later when the last waiter leaves, so a leader whose client
+// leaves does not abandon its waiters. It is valid until Finish or Fail.
+//
+// It is one context (the caller's value rides in it rather than in a context of its
+// own on top), made with context.WithCancel on the call's detached view of parent: the
+// contexts the transport makes below it find it as the context package's own and
+// register with it, where a context of another type would cost each of them a
+// goroutine. A parent that is never cancelled is not watched.
+func (c *Call) Context(parent context.Context, key, val any) context.Context {
+	c.parent, c.valKey, c.val = parent, key, val
+	ctx, cancel := context.WithCancel((*detached)(c))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cancel = cancel
-	c.stop = context.AfterFunc(parent, func() {
-		c.mu.Lock()
-		c.leaderGone = true
-		idle := len(c.waiters) == 0
-		c.mu.Unlock()
-		if idle {
-			cancel()
-		}
-	})
+	if parent.Done() != nil {
+		c.stop = context.AfterFunc(parent, c.leaderLeft)
+	}
 	return ctx
 }
+
+// leaderLeft runs when the leader's client has left: the upstream call ends now
+// unless a waiter still reads it.
+func (c *Call) leaderLeft() {
+	c.mu.Lock()
+	c.leaderGone = true
+	idle := len(c.waiters) == 0
+	cancel := c.cancel
+	c.mu.Unlock()
+	if idle {
+		cancel()
+	}
+}
+
+// detached is a call's view of its leader's context: its values, and the caller's,
+// never its end (as context.WithoutCancel, with no allocation of its own).
+type detached Call
+
+func (*detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detached) Done() <-chan struct{}       { return nil }
+func (*detached) Err() error                  { return nil }
+
+// Value is val under the call's key, or the leader's context's value.
+func (d *detached) Value(key any) any {
+	if key == d.valKey {
+		return d.val
+	}
+	return d.parent.Value(key)
+}
+
+func (*detached) String() string { return "cache.Call.detached" }
 
 // Waiters is the number of waiters reading the call.
 func (c *Call) Waiters() int {
@@ -166,7 +203,7 @@ func (c *Call) Head(status int, header http.Header) {
 		return
 	}
 	c.mu.Lock()
-	c.status, c.contentType = status, header.Get("Content-Type")
+	c.status, c.contentType = status, headerFirst(header, "Content-Type")
 	c.broadcastLocked()
 	c.mu.Unlock()
 }

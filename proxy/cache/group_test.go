@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -77,7 +78,7 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 			if size <= 1<<10 {
 				Expect(string(e.Body)).To(Equal(want), "the store keeps the same answer")
 			} else {
-				Expect(e).To(BeNil())
+				Expect(e).To(BeZero())
 				Expect(why).To(Equal(cache.NotStoredTooLarge))
 			}
 			waiter.Leave()
@@ -236,7 +237,7 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 			leader, _ := g.Join(ctx, k)
 			_, w := g.Join(ctx, k)
 			client, leave := context.WithCancel(ctx)
-			up := leader.Context(client)
+			up := leader.Context(client, nil, nil)
 			leave()
 			Consistently(up.Done(), 50*time.Millisecond).ShouldNot(BeClosed())
 			leader.Head(200, sseHeader)
@@ -251,7 +252,7 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 			leader, _ := g.Join(ctx, k)
 			_, w := g.Join(ctx, k)
 			client, leave := context.WithCancel(ctx)
-			up := leader.Context(client)
+			up := leader.Context(client, nil, nil)
 			leave()
 			Consistently(up.Done(), 20*time.Millisecond).ShouldNot(BeClosed())
 			w.Leave()
@@ -261,9 +262,51 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 		It("ends it at once when it has no waiter", func() {
 			leader, _ := g.Join(ctx, k)
 			client, leave := context.WithCancel(ctx)
-			up := leader.Context(client)
+			up := leader.Context(client, nil, nil)
 			leave()
 			Eventually(up.Done()).Should(BeClosed())
+		})
+	})
+
+	Describe("the leader's upstream context", func() {
+		type key string
+
+		It("carries the leader's values and the caller's, and never the leader's end", func() {
+			leader, _ := g.Join(ctx, k)
+			_, w := g.Join(ctx, k)
+			client, leave := context.WithCancel(context.WithValue(ctx, key("trace"), "span"))
+			up := leader.Context(client, key("state"), "request")
+			Expect(up.Value(key("trace"))).To(Equal("span"))
+			Expect(up.Value(key("state"))).To(Equal("request"))
+			Expect(up.Value(key("other"))).To(BeNil())
+			_, has := up.Deadline()
+			Expect(has).To(BeFalse())
+			leave()
+			Consistently(up.Done(), 20*time.Millisecond).ShouldNot(BeClosed())
+			Expect(up.Err()).NotTo(HaveOccurred())
+			w.Leave()
+			Eventually(up.Done()).Should(BeClosed())
+			Expect(up.Err()).To(MatchError(context.Canceled))
+		})
+
+		It("ends the contexts a transport makes below it, through a value of another's, with no goroutine for each", func() {
+			leader, _ := g.Join(ctx, k)
+			client, leave := context.WithCancel(ctx)
+			defer leave()
+			up := leader.Context(client, key("state"), "request")
+			before := runtime.NumGoroutine()
+			below := make([]context.Context, 50)
+			for i := range below {
+				// As the reverse proxy wraps it (a client trace), then the transport.
+				var cancel context.CancelFunc
+				below[i], cancel = context.WithCancel(context.WithValue(up, key("trace"), i))
+				defer cancel()
+			}
+			Expect(runtime.NumGoroutine()).To(BeNumerically("<", before+10))
+			leader.Fail()
+			for _, b := range below {
+				Eventually(b.Done()).Should(BeClosed())
+			}
 		})
 	})
 

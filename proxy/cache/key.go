@@ -34,6 +34,7 @@ func (k Key) String() string { return hex.EncodeToString(k.Hash[:]) }
 // organization and project an OpenAI call is billed to (which decide the models and
 // fine-tunes it may reach), and what the client accepts. Every other header (the
 // credential, which the scope stands for; SDK metadata; tracing) leaves the key as is.
+// Each is in canonical form, as the key reads them from the header map directly.
 var VaryHeaders = []string{
 	"Accept",
 	"Anthropic-Beta",
@@ -86,6 +87,14 @@ func (r *Request) Key() Key {
 	return k
 }
 
+// headerFirst is h.Get(name) for a canonical name, without canonicalizing it again.
+func headerFirst(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
 // field appends s, length-prefixed.
 func field(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -111,7 +120,7 @@ func canonicalQuery(q string) string {
 // value. Absent and empty differ ("\x00" marks absent), as an upstream may read them
 // differently.
 func headerValue(h http.Header, name string) string {
-	vs := h.Values(name)
+	vs := h[name] // name is canonical, as every name of VaryHeaders
 	if len(vs) == 0 {
 		return "\x00"
 	}

@@ -88,6 +88,12 @@ var _ = Describe("The cache key", func() {
 		Expect(b.Key()).To(Equal(a.Key()))
 	})
 
+	It("names every header it reads as a parsed request's header map holds it", func() {
+		for _, name := range cache.VaryHeaders {
+			Expect(name).To(Equal(http.CanonicalHeaderKey(name)))
+		}
+	})
+
 	It("carries the scope and model that a purge selects by", func() {
 		r := baseRequest()
 		k := r.Key()

@@ -4,7 +4,6 @@
 package cache
 
 import (
-	"container/list"
 	"context"
 	"sync"
 	"time"
@@ -18,48 +17,55 @@ type Memory struct {
 	maxBytes int64
 
 	mu    sync.Mutex
-	items map[[32]byte]*list.Element
-	lru   list.List // front: most recently used
+	items map[[32]byte]*memItem
+	// lru is the ring of items in use order: lru.next is the most recently used,
+	// lru.prev the least.
+	lru   memItem
 	bytes int64
 	counters
 }
 
+// memItem is one stored entry and its place in the use order: one allocation for
+// each entry kept.
 type memItem struct {
-	key   Key
-	entry *Entry
+	key        Key
+	entry      Entry
+	prev, next *memItem
 }
 
-// size is the item's bytes: its entry's, its key's strings and the list element and
-// map slot that hold it.
+// size is the item's bytes: its entry's, its key's strings, its links and the map
+// slot that holds it.
 func (it *memItem) size() int64 {
 	return it.entry.Size() + int64(len(it.key.Scope)+len(it.key.Model)) + 128
 }
 
 // NewMemory is a store of at most maxBytes whose entries live for ttl on clock.
 func NewMemory(clock Clock, ttl time.Duration, maxBytes int64) *Memory {
-	return &Memory{clock: clock, ttl: ttl, maxBytes: maxBytes, items: make(map[[32]byte]*list.Element)}
+	m := &Memory{clock: clock, ttl: ttl, maxBytes: maxBytes, items: make(map[[32]byte]*memItem)}
+	m.lru.prev, m.lru.next = &m.lru, &m.lru
+	return m
 }
 
 // Get implements Store.
 func (m *Memory) Get(_ context.Context, k Key) (*Entry, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	el, ok := m.items[k.Hash]
+	it, ok := m.items[k.Hash]
 	if !ok {
 		return nil, false
 	}
-	it := el.Value.(*memItem)
 	if m.clock.Now().Sub(it.entry.Stored) >= m.ttl {
-		m.removeLocked(el)
+		m.removeLocked(it)
 		m.expired.Add(1)
 		return nil, false
 	}
-	m.lru.MoveToFront(el)
-	return it.entry, true
+	m.unlinkLocked(it)
+	m.pushFrontLocked(it)
+	return &it.entry, true
 }
 
 // Put implements Store. An entry larger than the whole store is not kept.
-func (m *Memory) Put(_ context.Context, k Key, e *Entry) {
+func (m *Memory) Put(_ context.Context, k Key, e Entry) {
 	it := &memItem{key: k, entry: e}
 	size := it.size()
 	if size > m.maxBytes {
@@ -67,21 +73,33 @@ func (m *Memory) Put(_ context.Context, k Key, e *Entry) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if el, ok := m.items[k.Hash]; ok {
-		m.removeLocked(el)
+	if old, ok := m.items[k.Hash]; ok {
+		m.removeLocked(old)
 	}
 	for m.bytes+size > m.maxBytes {
-		m.removeLocked(m.lru.Back())
+		m.removeLocked(m.lru.prev)
 		m.evictions.Add(1)
 	}
-	m.items[k.Hash] = m.lru.PushFront(it)
+	m.items[k.Hash] = it
+	m.pushFrontLocked(it)
 	m.bytes += size
 }
 
-func (m *Memory) removeLocked(el *list.Element) {
-	it := m.lru.Remove(el).(*memItem)
+func (m *Memory) removeLocked(it *memItem) {
+	m.unlinkLocked(it)
 	delete(m.items, it.key.Hash)
 	m.bytes -= it.size()
+}
+
+func (m *Memory) unlinkLocked(it *memItem) {
+	it.prev.next, it.next.prev = it.next, it.prev
+	it.prev, it.next = nil, nil
+}
+
+func (m *Memory) pushFrontLocked(it *memItem) {
+	it.prev, it.next = &m.lru, m.lru.next
+	m.lru.next.prev = it
+	m.lru.next = it
 }
 
 // Purge implements Store.
@@ -89,13 +107,13 @@ func (m *Memory) Purge(_ context.Context, match Match) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
-	for el := m.lru.Front(); el != nil; {
-		next := el.Next()
-		if match.matches(el.Value.(*memItem).key) {
-			m.removeLocked(el)
+	for it := m.lru.next; it != &m.lru; {
+		next := it.next
+		if match.matches(it.key) {
+			m.removeLocked(it)
 			n++
 		}
-		el = next
+		it = next
 	}
 	return n, nil
 }

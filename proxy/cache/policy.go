@@ -27,9 +27,9 @@ type Directives struct {
 // RequestDirectives reads the request's Cache-Control (and Pragma).
 func RequestDirectives(h http.Header) Directives {
 	d := Directives{MaxAge: -1}
-	cc := h.Values("Cache-Control")
+	cc := h["Cache-Control"]
 	if len(cc) == 0 {
-		for _, p := range h.Values("Pragma") {
+		for _, p := range h["Pragma"] {
 			if hasDirective(p, "no-cache") {
 				d.NoCache = true
 			}
@@ -182,27 +182,28 @@ type Answer struct {
 
 // Entry is the entry to store for the answer, or the reason it must not be stored:
 // only a complete 2xx answer whose usage was read or counted, within the size bound,
-// that did not say no-store, is.
-func (r *Recorder) Entry(a Answer) (*Entry, string) {
+// that did not say no-store, is (the zero Entry and the reason otherwise). The body
+// is handed over: the recorder never writes it again.
+func (r *Recorder) Entry(a Answer) (Entry, string) {
 	switch {
 	case a.Status < 200 || a.Status > 299:
-		return nil, NotStoredStatus
+		return Entry{}, NotStoredStatus
 	case a.End == usage.Cut:
-		return nil, NotStoredCut
+		return Entry{}, NotStoredCut
 	case a.DecodeError:
-		return nil, NotStoredEncoded
+		return Entry{}, NotStoredEncoded
 	case a.End != usage.Complete || a.Verdict != usage.Settle:
-		return nil, NotStoredUnreadable
+		return Entry{}, NotStoredUnreadable
 	case r.over:
-		return nil, NotStoredTooLarge
+		return Entry{}, NotStoredTooLarge
 	}
-	for _, v := range a.Header.Values("Cache-Control") {
+	for _, v := range a.Header["Cache-Control"] {
 		if hasDirective(v, "no-store") {
-			return nil, NotStoredNoStore
+			return Entry{}, NotStoredNoStore
 		}
 	}
-	e := &Entry{
-		Status: a.Status, ContentType: a.Header.Get("Content-Type"),
+	e := Entry{
+		Status: a.Status, ContentType: headerFirst(a.Header, "Content-Type"),
 		Body: r.body, Usage: a.Usage, Stored: a.Stored,
 	}
 	if r.stream {

@@ -75,7 +75,7 @@ var _ = Describe("The recorder", func() {
 			a.Header = complete.Header.Clone()
 			change(&a)
 			e, why := r.Entry(a)
-			Expect(e).To(BeNil())
+			Expect(e).To(BeZero())
 			Expect(why).To(Equal(reason))
 		},
 		Entry("an error answer", func(a *cache.Answer) { a.Status = 500 }, cache.NotStoredStatus),
@@ -112,7 +112,7 @@ var _ = Describe("The recorder", func() {
 		Expect(n).To(Equal(40))
 		_, _ = r.Write([]byte("c"))
 		e, why := r.Entry(complete)
-		Expect(e).To(BeNil())
+		Expect(e).To(BeZero())
 		Expect(why).To(Equal(cache.NotStoredTooLarge))
 	})
 

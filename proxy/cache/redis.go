@@ -94,8 +94,8 @@ func (r *Redis) Get(ctx context.Context, k Key) (*Entry, bool) {
 }
 
 // Put implements Store: the entry expires in Redis after the time to live as well.
-func (r *Redis) Put(ctx context.Context, k Key, e *Entry) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+func (r *Redis) Put(ctx context.Context, k Key, e Entry) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
 	if err := r.client.Set(ctx, r.name(k), e.encode(), r.ttl).Err(); err != nil {
 		r.failed(err, "set")

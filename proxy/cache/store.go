@@ -18,8 +18,10 @@ type Clock interface{ Now() time.Time }
 type Store interface {
 	// Get is the fresh entry under k, if any.
 	Get(ctx context.Context, k Key) (*Entry, bool)
-	// Put stores e under k for the store's time to live.
-	Put(ctx context.Context, k Key, e *Entry)
+	// Put stores e under k for the store's time to live (its body is shared, never
+	// written). It stores even when ctx was cancelled: an answer stored as its client
+	// leaves is still whole.
+	Put(ctx context.Context, k Key, e Entry)
 	// Purge drops the entries that match and reports how many it dropped.
 	Purge(ctx context.Context, m Match) (int, error)
 	// Stats is what the store holds and has done.

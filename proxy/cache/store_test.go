@@ -26,15 +26,15 @@ func keyOf(scope, model, body string) cache.Key {
 	return r.Key()
 }
 
-func entryAt(c *clock, body string) *cache.Entry {
-	return &cache.Entry{
+func entryAt(c *clock, body string) cache.Entry {
+	return cache.Entry{
 		Status: 200, ContentType: "application/json", Body: []byte(body),
 		Usage: usage.Usage{Input: 100, Output: 20, Cached: 4, Found: true}, Stored: c.Now(),
 	}
 }
 
-func streamAt(c *clock, events ...string) *cache.Entry {
-	e := &cache.Entry{Status: 200, ContentType: "text/event-stream", Events: []int32{}, Stored: c.Now()}
+func streamAt(c *clock, events ...string) cache.Entry {
+	e := cache.Entry{Status: 200, ContentType: "text/event-stream", Events: []int32{}, Stored: c.Now()}
 	for _, ev := range events {
 		e.Body = append(e.Body, ev...)
 		e.Events = append(e.Events, int32(len(e.Body)))

@@ -4,7 +4,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -62,6 +61,15 @@ type cacheState struct {
 	call      *cache.Call
 	outcome   string
 	result    string
+	// header is the cache header's value: the request's own, so that setting it costs
+	// no allocation.
+	header [1]string
+}
+
+// setHeader sets the cache header to v, before the answer's head is written.
+func (cs *cacheState) setHeader(h http.Header, v string) {
+	cs.header[0] = v
+	h[cacheHeader] = cs.header[:1:1]
 }
 
 // bindCache builds the response cache the config asks for, or keeps the one in force
@@ -156,7 +164,7 @@ func (s *Server) cacheLookup(ex *exchange) bool {
 	}
 	cs.result = cs.outcome
 	if cs.hit == nil {
-		ex.w.Header().Set(cacheHeader, cs.result)
+		cs.setHeader(ex.w.Header(), cs.result)
 		return true
 	}
 	s.serveHit(ex, cs.hit)
@@ -191,7 +199,7 @@ func (s *Server) serveHit(ex *exchange, e *cache.Entry) {
 	now := s.clock.Now()
 	ex.cache.result = metrics.CacheHit
 	h := ex.w.Header()
-	h.Set(cacheHeader, metrics.CacheHit)
+	ex.cache.setHeader(h, metrics.CacheHit)
 	ex.rec.CacheAge = e.Age(now)
 	h.Set("Age", strconv.FormatInt(ex.rec.CacheAge, 10))
 	if e.ContentType != "" {
@@ -251,7 +259,7 @@ func (s *Server) serveWaiter(ex *exchange, w *cache.Waiter) (again bool) {
 	}
 	ex.cache.result = metrics.CacheCoalesced
 	h := ex.w.Header()
-	h.Set(cacheHeader, metrics.CacheCoalesced)
+	ex.cache.setHeader(h, metrics.CacheCoalesced)
 	if ct != "" {
 		h.Set("Content-Type", ct)
 	}
@@ -298,15 +306,6 @@ func (s *Server) cacheSaved(ex *exchange, u usage.Usage) {
 	s.metrics.Cache.Saved(model, u.Input, u.Output, dollars, priced)
 }
 
-// cacheForward is the leader's upstream context: it outlives the leader's client
-// while a waiter reads its answer.
-func (ex *exchange) cacheForward(ctx context.Context) context.Context {
-	if ex.cache.call == nil {
-		return ctx
-	}
-	return ex.cache.call.Context(ctx)
-}
-
 // cacheAnswered starts what the cache does with an answer as its headers arrive: the
 // waiters get the head, and a recorder keeps the body to store. It returns the writer
 // the decoded body goes to, or nil when the cache takes none of it.
@@ -348,8 +347,8 @@ func (s *Server) cacheEnded(ex *exchange, status int, header http.Header, end us
 	if cs.recording {
 		e, why := cs.rec.Entry(cache.Answer{Status: status, Header: header, End: end, Verdict: verdict, Usage: u, Stored: s.clock.Now()})
 		cs.recording = false
-		if e != nil {
-			cs.room.store.Put(context.WithoutCancel(ex.r.Context()), cs.key, e)
+		if why == "" {
+			cs.room.store.Put(ex.r.Context(), cs.key, e)
 		} else {
 			s.metrics.Cache.NotStored.WithLabelValues(why).Inc()
 		}

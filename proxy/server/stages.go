@@ -239,12 +239,21 @@ func (s *Server) queue(ex *exchange) bool {
 // forward hands the request to the upstream. Its latency is measured from here, after
 // any wait for capacity (the queue wait's own histogram), so the two never overlap.
 func (s *Server) forward(ex *exchange) bool {
-	ctx := ex.cacheForward(ex.r.Context())
+	ctx := ex.r.Context()
 	at := s.clock.Now()
 	if s.tracing != nil {
 		ctx = s.tracing.upstream(ctx, ex, at)
 	}
-	ctx = context.WithValue(ctx, holdKey{}, ex)
-	s.tryUpstreams(ex, ex.r.WithContext(ctx), at)
+	s.tryUpstreams(ex, ex.r.WithContext(ex.upstreamContext(ctx)), at)
 	return true
+}
+
+// upstreamContext is ctx carrying the request's state (holdKey) to the reverse
+// proxy's callbacks; a coalesced call's leader's outlives its client for its waiters
+// (cache.Call.Context, which carries the state itself).
+func (ex *exchange) upstreamContext(ctx context.Context) context.Context {
+	if c := ex.cache.call; c != nil {
+		return c.Context(ctx, holdKey{}, ex)
+	}
+	return context.WithValue(ctx, holdKey{}, ex)
 }
