@@ -164,6 +164,13 @@ lab: ## Run the lab's synthetic world (four chat apps, a batch job and a runaway
 bench: ## Run the proxy's benchmarks with -benchmem.
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/...
 
+# make bench-cache runs this many interleaved rounds of this many requests a row.
+CACHE_ROUNDS ?= 7
+CACHE_BENCHTIME ?= 2000x
+.PHONY: bench-cache
+bench-cache: ## The response cache's cost: the cache off, every request a miss and every request a hit, in $(CACHE_ROUNDS) interleaved rounds (CPU, allocations and bytes a request; BENCHSTAT=path adds benchstat's table).
+	hack/bench-cache.sh $(CACHE_ROUNDS) $(CACHE_BENCHTIME)
+
 # make bench-openloop sends this many requests a second, for this many seconds, each round.
 OPENLOOP_RPS ?= 1000
 OPENLOOP_SECONDS ?= 10
