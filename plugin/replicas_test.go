@@ -273,6 +273,17 @@ func TestWhyAndExplain(t *testing.T) {
 	if csv := mustKubectl(t, reader, "tokenwarden", "spend", "--by", "user", "--admin-addr", a.admin, "-o", "csv"); !strings.Contains(csv, ",alice,1,1200,300,") {
 		t.Errorf("spend -o csv:\n%s", csv)
 	}
+	// --since and --from/--to choose the range: the last hour holds alice's request, a
+	// range that ended an hour ago none of it.
+	if rows := table(mustKubectl(t, reader, "tokenwarden", "spend", "--by", "model", "--since", "1h", "--admin-addr", a.admin)); len(rows) != 4 ||
+		strings.Join(rows[2][:4], " ") != "demo 1 1200 300" {
+		t.Errorf("spend --by model --since 1h:\n%v", rows)
+	}
+	before := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if rows := table(mustKubectl(t, reader, "tokenwarden", "spend", "--by", "model", "--from", "2026-01-01", "--to", before, "--admin-addr", a.admin)); len(rows) != 3 ||
+		strings.Join(rows[2][:2], " ") != "TOTAL 0" || rows[0][0] != "Spend from 2026-01-01T00:00:00Z to "+before+"." {
+		t.Errorf("spend --from 2026-01-01 --to %s:\n%v", before, rows)
+	}
 
 	// One line for each caller who may not: a bad token, no bearer token.
 	nobody := serviceAccount(t, "default", "tw-nobody", false)
