@@ -18,7 +18,7 @@ import (
 // cacheStory turns the response cache on for the fleet and sends alice's request
 // twice: the second is a hit, answered without the backend, and charges nothing.
 func cacheStory(ctx context.Context, st *story, s *stack.Stack, proxies []*stack.Proxy) error {
-	st.step(9, "The response cache: an identical request is answered without the backend and costs nothing")
+	st.step(7, "The response cache: an identical request is answered without the backend and costs nothing")
 	if _, err := s.Kubectl("patch", "tp/fleet", "-n", ns, "--type=merge", "-p", `{"spec":{"cache":{"storage":"Memory"}}}`); err != nil {
 		return err
 	}

@@ -282,11 +282,11 @@ func run(ctx context.Context, o options) error {
 	}
 	st.check(shown > 0, "the proxy counts reserved, refunded and refused tokens per dimension and per key")
 
-	pluginStory(st, s, o, proxies)
-	spendStory(st, s, o, redisProxies, ledgerURL)
 	if err := cacheStory(ctx, st, s, proxies); err != nil {
 		return err
 	}
+	spendStory(st, s, o, redisProxies, ledgerURL)
+	pluginStory(st, s, o, proxies)
 
 	fmt.Println()
 	if len(st.failed) > 0 {

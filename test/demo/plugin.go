@@ -16,13 +16,14 @@ import (
 // pluginStory ends the story with the kubectl plugin: who is near their limit, why
 // the batch job was refused, and what applies to alice.
 func pluginStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy) {
-	st.step(7, "kubectl tokenwarden: who is near a limit, why the batch job was refused, what applies to alice")
+	st.step(9, "kubectl tokenwarden: who is near a limit, why the batch job was refused, what applies to alice")
 	// The batch job runs again until refused: the replicas report their use within a
 	// usage interval, and the operator writes it into the budgets' status, which top
-	// reads.
+	// reads. Each of its requests is another (the response cache is on since step 7,
+	// and would answer a repeated one for nothing).
 	p0 := proxies[0].URL
 	for i := 1; i <= 4; i++ {
-		b, err := chat(p0, "sk-demo-batch", 1000)
+		b, err := chat(p0, "sk-demo-batch", 1000+i)
 		if err != nil {
 			break
 		}
@@ -70,8 +71,8 @@ func pluginStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy) {
 		"explain alice: every budget that applies to her, in reservation order, 1/4 of each per replica, her minute budget the tightest")
 }
 
-// spendStory ends the story with the Redis fleet's spend, from its ledger: what carol
-// spent, in dollars, equal on both replicas since they share one PostgreSQL.
+// spendStory shows the Redis fleet's spend, from its ledger: what carol spent, in
+// dollars, equal on both replicas since they share one PostgreSQL.
 func spendStory(st *story, s *stack.Stack, o options, proxies []*stack.Proxy, ledgerURL string) {
 	st.step(8, "kubectl tokenwarden spend: what the Redis fleet spent, from its ledger")
 	if len(proxies) == 0 || ledgerURL == "" {
