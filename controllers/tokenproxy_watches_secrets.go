@@ -5,8 +5,10 @@ package controllers
 
 import (
 	"context"
+	"hash/fnv"
 	"maps"
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,22 +25,39 @@ import (
 // A Secret labelled for ApiKeys used to reconcile every fleet that may hold a key of
 // its namespace, each visiting every one of its keys, and so did every update of such
 // a Secret that changed nothing the operator reads (issue 14). Now a Secret is mapped
-// to the ApiKeys that reference it, by an index of the ApiKey informer (one entry a
-// key: its namespace and Secret name), and only then to their fleets; and an update
-// that changes neither the Secret's data, as the cache holds it (the hashes of its
-// values, slimSecret), nor its labels reconciles nothing.
+// to the ApiKeys that reference it, by an index of the ApiKey informer, and only then
+// to their fleets; and an update that changes neither the Secret's data, as the cache
+// holds it (the hashes of its values, slimSecret), nor its labels reconciles nothing.
+//
+// The index files each key under its namespace and a bucket of its Secret's name, not
+// under the name itself: the informer's index holds a set for each value, and a set
+// for each key (every key has a Secret of its own) cost about 0.45 KiB a key, 22 MB at
+// 50,000 keys. With keySecretBuckets buckets a namespace's sets are few, and a
+// Secret's event reads the keys of one bucket (about 50 at 50,000 keys) and keeps
+// those that reference it.
 
-// keySecretIndex indexes ApiKeys by "namespace/name" of the Secret they reference.
-const keySecretIndex = "tokenwarden.io/key-secret"
+// keySecretIndex indexes ApiKeys by "namespace/bucket" of the Secret they reference.
+const keySecretIndex = "tokenwarden.io/key-secret-bucket"
 
-// keySecretIndexers is the index of ApiKeys by their Secret.
+// keySecretBuckets is how many buckets of Secret names a namespace's keys are indexed in.
+const keySecretBuckets = 1024
+
+// keySecretIndexers is the index of ApiKeys by their Secret's bucket.
 var keySecretIndexers = toolscache.Indexers{keySecretIndex: func(o any) ([]string, error) {
 	k, ok := o.(*twv1alpha1.ApiKey)
 	if !ok || k.Spec.SecretRef.Name == "" {
 		return nil, nil
 	}
-	return []string{k.Namespace + "/" + k.Spec.SecretRef.Name}, nil
+	return []string{keySecretBucket(k.Namespace, k.Spec.SecretRef.Name)}, nil
 }}
+
+// keySecretBucket is the index value of the Secret namespace/name: its namespace and
+// the bucket of its name.
+func keySecretBucket(namespace, name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return namespace + "/" + strconv.FormatUint(uint64(h.Sum32()%keySecretBuckets), 10)
+}
 
 // fleetsOfKeySecret returns the fleets of the ApiKeys that reference the Secret
 // namespace/name, and ok false when the index is not at hand (the caller then
@@ -47,13 +66,13 @@ func (r *TokenProxyReconciler) fleetsOfKeySecret(namespace, name string) (out []
 	if r.indexes.keys == nil || !r.indexes.keySecrets {
 		return nil, false
 	}
-	objs, err := r.indexes.keys.ByIndex(keySecretIndex, namespace+"/"+name)
+	objs, err := r.indexes.keys.ByIndex(keySecretIndex, keySecretBucket(namespace, name))
 	if err != nil {
 		return nil, false
 	}
 	for _, o := range objs {
 		k, isKey := o.(*twv1alpha1.ApiKey)
-		if !isKey {
+		if !isKey || k.Spec.SecretRef.Name != name {
 			continue
 		}
 		req := reconcile.Request{NamespacedName: render.ProxyOf(k)}

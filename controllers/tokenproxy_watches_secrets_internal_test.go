@@ -4,11 +4,16 @@
 package controllers
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
@@ -41,12 +46,40 @@ func TestSecretChanged(t *testing.T) {
 	}
 }
 
-// TestKeySecretIndex: an ApiKey is indexed by its namespace and Secret name.
+// TestKeySecretIndex: a Secret maps to the fleets of the keys that reference it, and
+// no other key's, and the index holds a set for each bucket of Secret names, not one
+// for each key (each key's Secret is its own).
 func TestKeySecretIndex(t *testing.T) {
-	k := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "k"},
-		Spec: twv1alpha1.ApiKeySpec{SecretRef: twv1alpha1.SecretKeyReference{Name: "s"}}}
-	got, err := keySecretIndexers[keySecretIndex](k)
-	if err != nil || len(got) != 1 || got[0] != "team/s" {
-		t.Fatalf("indexed as %v (%v), want team/s", got, err)
+	keys := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, keySecretIndexers)
+	r := &TokenProxyReconciler{indexes: indexers{keys: keys, keySecrets: true}}
+	key := func(name, secret, fleet string) *twv1alpha1.ApiKey {
+		return &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name},
+			Spec: twv1alpha1.ApiKeySpec{SecretRef: twv1alpha1.SecretKeyReference{Name: secret}, ProxyRef: twv1alpha1.ProxyReference{Name: fleet}}}
+	}
+	const n = 5000
+	for i := range n {
+		if err := keys.Add(key(fmt.Sprintf("k-%d", i), fmt.Sprintf("s-%d", i), fmt.Sprintf("fleet-%d", i%2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another Secret of s-1's bucket, used by a key of a third fleet.
+	other := ""
+	for i := n; other == ""; i++ {
+		if s := fmt.Sprintf("s-%d", i); keySecretBucket("team", s) == keySecretBucket("team", "s-1") {
+			other = s
+		}
+	}
+	if err := keys.Add(key("k-other", other, "fleet-x")); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := r.fleetsOfKeySecret("team", "s-1")
+	if want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "fleet-1"}}}; !ok || !slices.Equal(got, want) {
+		t.Errorf("the Secret s-1 maps to %v (%t), want %v", got, ok, want)
+	}
+	if got, _ := r.fleetsOfKeySecret("other-namespace", "s-1"); len(got) != 0 {
+		t.Errorf("a Secret of another namespace maps to %v", got)
+	}
+	if sets := len(keys.ListIndexFuncValues(keySecretIndex)); sets > keySecretBuckets {
+		t.Errorf("the index holds %d sets for %d keys, want at most %d", sets, n+1, keySecretBuckets)
 	}
 }
