@@ -65,14 +65,14 @@ func (r *TokenProxyReconciler) queueBudgetStatus(fleet types.NamespacedName, b *
 	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, patch: data})
 }
 
-// queueKeyStatus queues st as the ApiKey's status, computed from in (nil: from
-// nothing a reconcile remembers), when it differs semantically from the status k
+// queueKeyStatus queues st as the ApiKey's status, computed from the inputs of digest
+// in (0: from nothing a reconcile remembers), when it differs semantically from the status k
 // holds; the write replaces the whole status, and conflicts when the key changed
 // since k was read. k, which may be the cache's own object, is not changed. The queue
 // holds st, its repeated strings shared, and the key's resourceVersion alone: the
 // status subresource takes nothing else from a write, so a burst's backlog of
 // thousands of statuses holds no copy of their keys.
-func (r *TokenProxyReconciler) queueKeyStatus(fleet types.NamespacedName, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus, in *keyStatusInputs) {
+func (r *TokenProxyReconciler) queueKeyStatus(fleet types.NamespacedName, k *twv1alpha1.ApiKey, st *twv1alpha1.ApiKeyStatus, in inputsDigest) {
 	sk := statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(k)}
 	if equality.Semantic.DeepEqual(&k.Status, st) {
 		r.statuses.cancel(fleet, sk)
@@ -228,7 +228,7 @@ func (r *TokenProxyReconciler) markProxyNotFound(ctx context.Context, name types
 		k := &keys.Items[i]
 		st := k.Status.DeepCopy()
 		proxyNotFound(k, name, &st.ObservedGeneration, &st.ConfigGeneration, &st.Conditions)
-		r.queueKeyStatus(name, k, st, nil)
+		r.queueKeyStatus(name, k, st, 0)
 	}
 	log.FromContext(ctx).V(1).Info("TokenProxy not found; marking its references", "budgets", len(budgets.Items), "keys", len(keys.Items))
 	return nil

@@ -5,7 +5,7 @@ package controllers
 
 import (
 	"fmt"
-	"strings"
+	"hash/maphash"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -77,7 +77,7 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 		contentGen := contentGeneration(v.accepted, k.Generation, k.Status.ObservedGeneration, prevConfigGen,
 			k.Status.Conditions, generation)
 		in := keyStatusInputs{resourceVersion: k.ResourceVersion, proxyGeneration: tp.Generation, verdict: v,
-			fingerprint: fingerprint, contentGen: contentGen, loaded: loadedStateOf(rs, contentGen)}
+			fingerprint: fingerprint, contentGen: contentGen, loaded: loadedStateOf(rs, contentGen)}.digest()
 		if was, there := memo[ok]; there {
 			if was == in {
 				// The status this key already has is the one these inputs give.
@@ -97,14 +97,12 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration))
 		setEnforced(&st.Conditions, "key", v, st.ConfigGeneration, rs, k.Generation)
 		if equality.Semantic.DeepEqual(&k.Status, st) {
-			// The fingerprint is a slice of the whole hash, which the memo need not keep.
-			in.fingerprint = strings.Clone(in.fingerprint)
 			memo[ok] = in
 			remembered++
 			r.statuses.cancel(fleet, statusKey{kind: keyStatus, name: ok})
 			continue
 		}
-		r.queueKeyStatus(fleet, k, st, &in)
+		r.queueKeyStatus(fleet, k, st, in)
 	}
 	if remembered != len(memo) {
 		seen := make(map[types.NamespacedName]struct{}, len(g.allKeys))
@@ -208,7 +206,8 @@ func allowance(total, divisor int64) *int64 {
 // of its Secret's key, its content generation and what the replicas have loaded of
 // it. A key whose inputs are those of the last reconcile that found its status
 // current is current still: a one-key change of a 50,000-key fleet computes and
-// compares one status, not 50,000.
+// compares one status, not 50,000. The memo and the status writer's queue hold the
+// inputs' digest, not the inputs.
 type keyStatusInputs struct {
 	resourceVersion string
 	proxyGeneration int64
@@ -216,6 +215,22 @@ type keyStatusInputs struct {
 	fingerprint     string
 	contentGen      int64
 	loaded          loadedState
+}
+
+// inputsSeed seeds the digests of key status inputs, which are compared only within
+// this process.
+var inputsSeed = maphash.MakeSeed()
+
+// inputsDigest is a 64-bit digest of a key's keyStatusInputs; 0 is none. Two inputs
+// that differ share a digest with a chance of 2^-64: a status left unwritten then is
+// written by the key's next change. It holds none of the inputs' strings (the
+// resourceVersion, the verdict's message, the fingerprint: about 0.2 KiB a key in
+// the memo and as much again in a queued status).
+type inputsDigest uint64
+
+// digest is the inputs' digest.
+func (in keyStatusInputs) digest() inputsDigest {
+	return inputsDigest(maphash.Comparable(inputsSeed, in) | 1)
 }
 
 // loadedState is what setEnforced reads of the replicas' reports for one content
@@ -236,9 +251,10 @@ func loadedStateOf(rs *reports, contentGen int64) loadedState {
 	return st
 }
 
-// keyMemo is the fleet's memo of current key statuses, by ApiKey namespace and name.
-// One fleet is reconciled by one worker at a time.
-func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[types.NamespacedName]keyStatusInputs {
-	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[types.NamespacedName]keyStatusInputs{})
-	return m.(map[types.NamespacedName]keyStatusInputs)
+// keyMemo is the fleet's memo of current key statuses, by ApiKey namespace and name:
+// the digest of the inputs each was found current with. One fleet is reconciled by
+// one worker at a time.
+func (r *TokenProxyReconciler) keyMemo(tp *twv1alpha1.TokenProxy) map[types.NamespacedName]inputsDigest {
+	m, _ := r.keyStatuses.LoadOrStore(client.ObjectKeyFromObject(tp), map[types.NamespacedName]inputsDigest{})
+	return m.(map[types.NamespacedName]inputsDigest)
 }

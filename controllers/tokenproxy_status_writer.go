@@ -56,8 +56,9 @@ type pendingStatus struct {
 	// since resourceVersion (the write conflicts then).
 	status          *twv1alpha1.ApiKeyStatus
 	resourceVersion string
-	// inputs are a key's keyStatusInputs, which a reconcile finds already queued.
-	inputs *keyStatusInputs
+	// inputs is the digest of a key's keyStatusInputs, which a reconcile finds
+	// already queued; 0 for none.
+	inputs inputsDigest
 	// cancelled says the object was found current while this status was written.
 	cancelled bool
 }
@@ -147,14 +148,14 @@ func (w *statusWriter) cancel(fleet types.NamespacedName, k statusKey) {
 }
 
 // queued says whether the key status queued or being written for k was computed from in.
-func (w *statusWriter) queued(fleet types.NamespacedName, k statusKey, in keyStatusInputs) bool {
+func (w *statusWriter) queued(fleet types.NamespacedName, k statusKey, in inputsDigest) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pending[fleet][k]
 	if p == nil {
 		p = w.writing[k]
 	}
-	return p != nil && p.inputs != nil && *p.inputs == in
+	return p != nil && p.inputs != 0 && p.inputs == in
 }
 
 // failure is the error of the fleet's last failed write since the last call, and
