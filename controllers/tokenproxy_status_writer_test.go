@@ -67,11 +67,20 @@ var _ = Describe("A scale during a burst of key status writes", func() {
 		GinkgoWriter.Printf("scale reached the Deployment and the division in %s, %d of %d keys Ready then\n",
 			time.Since(scaled), readyKeys(Default, ns), keys)
 
-		// Another fleet is not held up either.
+		// Another fleet is not held up either: neither its Deployment nor its key's
+		// status, which takes its turn beside the first fleet's backlog.
 		other := newNamespace("burst-other")
+		Expect(bulk.CreateShortKeys(ctx, k8sClient, other, "fleet", 0, 1, 1)).To(Succeed())
 		Expect(k8sClient.Create(ctx, credentialSecret(other, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+		created := time.Now()
 		Expect(k8sClient.Create(ctx, fleetProxy(other, 2))).To(Succeed())
 		Eventually(func(g Gomega) int32 { return deploymentReplicas(g, other) }, bound, 100*time.Millisecond).Should(Equal(int32(2)))
+		Eventually(func(g Gomega) int { return readyKeys(g, other) }, bound, 100*time.Millisecond).Should(Equal(1),
+			"the other fleet's key status waited behind the first fleet's")
+		pending := keys - readyKeys(Default, ns)
+		GinkgoWriter.Printf("the other fleet's key Ready %s after its fleet's create, %d of the first fleet's keys not Ready then\n",
+			time.Since(created), pending)
+		Expect(pending).To(BeNumerically(">", 0), "the first fleet's backlog was written before the other fleet's key: the check proves nothing")
 
 		Eventually(func(g Gomega) int { return readyKeys(g, ns) }, 5*time.Minute, time.Second).Should(Equal(keys))
 		GinkgoWriter.Printf("every key Ready %s after the scale\n", time.Since(scaled))

@@ -1,0 +1,102 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+)
+
+// TestStatusWriterOneFleet: one fleet's backlog of key statuses is written by every
+// writer at once, against the real API server, and never by more: a burst of one
+// fleet was written one status at a time, about 10 a second on a loaded machine.
+func TestStatusWriterOneFleet(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set")
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = twv1alpha1.AddToScheme(scheme)
+	real, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	const keys, writers = 200, 4
+	fleet := types.NamespacedName{Namespace: "default", Name: "fleet"}
+	var keysRead []*twv1alpha1.ApiKey
+	for i := range keys {
+		k := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("key-%03d", i)},
+			Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, SecretRef: twv1alpha1.SecretKeyReference{Name: "s"}}}
+		if err := real.Create(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		keysRead = append(keysRead, k)
+	}
+
+	// The writes in flight, counted around each status update the API server answers.
+	var inFlight, most atomic.Int32
+	var written sync.WaitGroup
+	written.Add(keys)
+	c := interceptor.NewClient(real, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			defer written.Done()
+			defer inFlight.Add(-1)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w := newStatusWriter(c, 10000, writers)
+	for _, k := range keysRead {
+		st := &twv1alpha1.ApiKeyStatus{ObservedGeneration: k.Generation, Fingerprint: "0a1b2c3d"}
+		w.enqueue(statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(k)},
+			&pendingStatus{fleet: fleet, status: st, resourceVersion: k.ResourceVersion, inputs: 1})
+	}
+	go func() { _ = w.Start(ctx) }()
+	done := make(chan struct{})
+	go func() { written.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the statuses were not written in 2 minutes")
+	}
+	if got := most.Load(); got != writers {
+		t.Errorf("at most %d of one fleet's statuses were written at once, want %d (the writers)", got, writers)
+	}
+	var list twv1alpha1.ApiKeyList
+	if err := real.List(ctx, &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range list.Items {
+		if k.Status.Fingerprint != "0a1b2c3d" {
+			t.Errorf("key %s has no status written", k.Name)
+		}
+	}
+}
