@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	. "github.com/onsi/gomega/gstruct"
+	"github.com/onsi/gomega/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -209,6 +210,42 @@ var _ = Describe("Tenancy", func() {
 		Consistently(func(g Gomega) {
 			g.Expect(proxyStatus(g, t.home).Tenancy).To(Equal(twv1alpha1.TenancyFlat))
 		}, "2s").Should(Succeed())
+	})
+
+	It("lets a tenant's key tighten the platform's per-key budget, never loosen it, and under Flat keeps a key's own limits as written", func() {
+		t := newTenants()
+		t.budget(t.home, "each-key", twv1alpha1.DimensionPerAPIKey, func(s *twv1alpha1.TokenBudgetSpec) {
+			s.TokensPerMinute, s.RequestsPerSecond = 1000, 10
+		})
+		setLimits := func(ns string, tpm, tpd, rps int64) {
+			GinkgoHelper()
+			var k twv1alpha1.ApiKey
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ci"}, &k)).To(Succeed())
+			patch := client.MergeFrom(k.DeepCopy())
+			k.Spec.TokensPerMinute, k.Spec.TokensPerDay, k.Spec.RequestsPerSecond = tpm, tpd, rps
+			Expect(k8sClient.Patch(ctx, &k, patch)).To(Succeed())
+		}
+		setLimits(t.home, 1_000_000, 0, 100) // the platform's own key may have more
+		setLimits(t.a, 1_000_000, 50, 100)   // a tenant's key asks for more, and a day the platform does not set
+		setLimits(t.b, 500, 0, 5)            // a tenant's key asks for less
+		limits := func(tpm, tpd, rps int64) types.GomegaMatcher {
+			return PointTo(MatchFields(IgnoreExtras, Fields{
+				"RateLimitTokensPerMinute": Equal(tpm), "RateLimitTokensPerDay": Equal(tpd), "RateLimit": Equal(rps),
+			}))
+		}
+		Eventually(func(g Gomega) {
+			c := rendered(g, t.home)
+			g.Expect(c.RateLimiting.Limits.PerAPIKey.TokensPerMinute).To(Equal(int64(1000)))
+			g.Expect(keyNamed(c, "ci")).To(limits(1_000_000, 0, 100), "the platform's key as written")
+			g.Expect(keyNamed(c, t.a+"_ci")).To(limits(0, 50, 0), "tenant a's key keeps the platform's 1,000 a minute and 10 a second, and its own day")
+			g.Expect(keyNamed(c, t.b+"_ci")).To(limits(500, 0, 5), "tenant b's key tightens both")
+		}).Should(Succeed())
+
+		By("under Flat, a key's own limits replace the fleet's as before tenancy")
+		t.setTenancy(twv1alpha1.TenancyFlat)
+		Eventually(func(g Gomega) {
+			g.Expect(keyNamed(rendered(g, t.home), t.a+"_ci")).To(limits(1_000_000, 50, 100))
+		}).Should(Succeed())
 	})
 
 	It("bounds the scheduling weight of a tenant's key by the fleet's allowance, and says so in the key's status", func() {

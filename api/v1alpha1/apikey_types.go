@@ -30,6 +30,8 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	Team string `json:"team,omitempty"`
 
 	// RequestsPerSecond overrides the PerAPIKey request rate for this key. 0: none.
+	// A tenant's key (another namespace than its fleet's, tenancy Namespaces) may only
+	// lower the fleet's; this holds for each of the key's own limits.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RequestsPerSecond int64 `json:"requestsPerSecond,omitempty"`

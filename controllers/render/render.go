@@ -4,6 +4,7 @@
 package render
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -174,7 +175,32 @@ func Render(f *Fleet) *config.Config {
 	}
 	// A stable order: by name, whatever the budgets' ages.
 	slices.SortFunc(rl.Rules, func(a, b config.Rule) int { return strings.Compare(a.Name, b.Name) })
+	for i, k := range f.Keys {
+		if Scoped(p, k.Key) {
+			tightenOnly(&c.APIKeys[i], rl.Limits.PerAPIKey)
+		}
+	}
 	return c
+}
+
+// tightenOnly leaves out those of a tenant's key's own limits that are no tighter than
+// the platform's per-key limits they would replace, so the platform's apply: a key may
+// tighten what the platform gives each key, never loosen it. A limit the platform does
+// not set, the key's may.
+func tightenOnly(k *config.APIKey, platform config.DimensionLimits) {
+	looser := func(own, p int64) bool { return p > 0 && own >= p }
+	if looser(k.RateLimitTokensPerMinute, platform.TokensPerMinute) {
+		k.RateLimitTokensPerMinute = 0
+	}
+	if looser(k.RateLimitTokensPerDay, platform.TokensPerDay) {
+		k.RateLimitTokensPerDay = 0
+	}
+	if looser(k.RateLimit, platform.RequestsPerSecond) {
+		k.RateLimit = 0
+	}
+	if looser(k.RateLimitBurst, cmp.Or(platform.BurstCapacity, platform.RequestsPerSecond)) {
+		k.RateLimitBurst = 0
+	}
 }
 
 // ResolveConflicts orders the budgets of fleet tp oldest first (creation time, then
