@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +59,15 @@ var _ = Describe("A fleet's scheduling", func() {
 			// The upstream with a capacity drains its timeout plus the longest class's
 			// wait: 250 + 200 s, past the other upstream's 300.
 			g.Expect(*deployment(g, ns).Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(int64(5 + 450 + 10)))
+		}).Should(Succeed())
+		// Under memory storage the key's limits for agents are each replica's own, and
+		// its Ready condition says so.
+		Eventually(func(g Gomega) {
+			var got twv1alpha1.ApiKey
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(k), &got)).To(Succeed())
+			ready := meta.FindStatusCondition(got.Status.Conditions, twv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Message).To(ContainSubstring("maxInFlight, runTokenBudget, runMaxSteps: each replica's own, not divided (memory storage)"))
 		}).Should(Succeed())
 	})
 

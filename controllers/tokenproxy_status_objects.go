@@ -94,7 +94,7 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 		st.ObservedGeneration = k.Generation
 		st.Fingerprint = fingerprint
 		st.ConfigGeneration = contentGen
-		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration))
+		r.applyVerdict(tp, k, &st.Conditions, v, inConfig(st.ConfigGeneration)+agentPlacement(k, redis))
 		setEnforced(&st.Conditions, "key", v, st.ConfigGeneration, rs, k.Generation)
 		if equality.Semantic.DeepEqual(&k.Status, st) {
 			memo[ok] = in

@@ -71,20 +71,23 @@ type ApiKeySpec struct { //nolint:revive // the Kind is ApiKey
 	// +kubebuilder:validation:Maximum=1000
 	Weight int32 `json:"weight,omitempty"`
 
-	// MaxInFlight bounds the key's requests forwarded and not yet answered in full,
-	// per replica; one more gets 429 in_flight_limit. 0: none.
+	// MaxInFlight bounds the key's requests forwarded and not yet answered in full:
+	// in the whole fleet under Redis storage, on each replica under memory storage;
+	// one more gets 429 in_flight_limit. 0: none.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxInFlight int64 `json:"maxInFlight,omitempty"`
 
 	// RunTokenBudget bounds the tokens one run of the key (its x-tokenwarden-run-id
-	// header) reserves and spends, per replica; beyond it 429 run_budget_exceeded. 0: none.
+	// header) reserves and spends, in the whole fleet under Redis storage, on each
+	// replica under memory storage; beyond it 429 run_budget_exceeded. 0: none.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RunTokenBudget int64 `json:"runTokenBudget,omitempty"`
 
-	// RunMaxSteps bounds the requests one run of the key sends, per replica; one more
-	// gets 429 run_steps_exceeded. 0: none.
+	// RunMaxSteps bounds the requests one run of the key sends, in the whole fleet
+	// under Redis storage, on each replica under memory storage; one more gets 429
+	// run_steps_exceeded. 0: none.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RunMaxSteps int64 `json:"runMaxSteps,omitempty"`
