@@ -24,7 +24,7 @@ var prefixes atomic.Int64
 
 // replicas are n fleets on the Redis at url under one fresh prefix, sharing clock;
 // each has its own store and client, as replicas do.
-func replicas(t *testing.T, url string, n int, clock *storetest.Clock) ([]*redisagents.Fleet, []*redisstore.Store) {
+func replicas(t testing.TB, url string, n int, clock *storetest.Clock) ([]*redisagents.Fleet, []*redisstore.Store) {
 	t.Helper()
 	prefix := fmt.Sprintf("agents%d", prefixes.Add(1))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
