@@ -43,12 +43,8 @@ func (l *Limiter) DurableRules(p *Policy) []DurableRule {
 		if !c.durable {
 			continue
 		}
-		d := DurableRule{Rule: rw.rule, Window: c.name, Tenant: c.tenant, Dim: c.dim, CountBy: c.countBy, Amount: c.amount,
-			Models: c.models.sorted(), Subjects: c.subjects.sorted(), Excluded: c.excluded.sorted(),
-			Start: now.Add(-c.period), End: now}
-		if c.kind == Calendar {
-			d.Start, d.End = c.calendar.Span(now)
-		}
+		d := c.describe(now)
+		d.Rule = rw.rule
 		out = append(out, d)
 	}
 	slices.SortFunc(out, func(a, b DurableRule) int {
@@ -71,4 +67,24 @@ func (s set) sorted() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Counter describes the durable counter a charge draws on, with the window that
+// holds now; false for a charge of no durable rule.
+func (c *Charge) Counter(now time.Time) (DurableRule, bool) {
+	if c.ctr == nil || !c.ctr.durable {
+		return DurableRule{}, false
+	}
+	return c.ctr.describe(now), true
+}
+
+// describe is the durable counter c with the window that holds now.
+func (c *counter) describe(now time.Time) DurableRule {
+	d := DurableRule{Rule: c.rule, Window: c.name, Tenant: c.tenant, Dim: c.dim, CountBy: c.countBy, Amount: c.amount,
+		Models: c.models.sorted(), Subjects: c.subjects.sorted(), Excluded: c.excluded.sorted(),
+		Start: now.Add(-c.period), End: now}
+	if c.kind == Calendar {
+		d.Start, d.End = c.calendar.Span(now)
+	}
+	return d
 }

@@ -90,7 +90,13 @@ type RefundSender interface {
 
 // UnavailableError is returned by a store that cannot reach its backend and may not
 // fall back (fail-closed): the request is answered 503 with Retry-After: 5.
-type UnavailableError struct{ Err error }
+type UnavailableError struct {
+	Err error
+	// RetryAfter, when set, replaces the 5 s the client is told to wait, and
+	// Message, when set, what it is told.
+	RetryAfter time.Duration
+	Message    string
+}
 
 func (e *UnavailableError) Error() string { return "budget store unavailable: " + e.Err.Error() }
 func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -330,6 +330,11 @@ type Redis struct {
 	// fleet's spend ledger: every live replica has flushed its settlements into it
 	// past the loss (docs/runbooks.md, "Attested from the ledger"). A reload applies it.
 	LedgerAttestation *LedgerAttestation `json:"ledger_attestation,omitempty"`
+	// LedgerFallback, when set, lets the cost budgets counted by API key, user, team
+	// or tenant answer from the fleet's PostgreSQL spend ledger while Redis is
+	// unreachable, instead of failing closed (docs/ledger.md, "The ledger fallback").
+	// Applied at the next restart.
+	LedgerFallback *LedgerFallback `json:"ledger_fallback,omitempty"`
 	// HotBudgetSlice, from 0 to 0.5, serves the global and per-model token budgets
 	// from slices of this fraction of their capacity that each replica takes from Redis
 	// and spends locally: one call per slice instead of one per request on the keys
@@ -354,6 +359,13 @@ type LedgerAttestation struct {
 	// FlushedThroughMillis is the least of the live replicas' flushed-through times
 	// (Unix milliseconds): every settlement before it is in the ledger.
 	FlushedThroughMillis int64 `json:"flushed_through_ms"`
+}
+
+// LedgerFallback configures the ledger fallback.
+type LedgerFallback struct {
+	// MaxConcurrent bounds the ledger sums a replica reads at once (default 4, at
+	// most 64); a request that finds none free is answered 503 with Retry-After.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
 
 // Store-check modes.

@@ -3,6 +3,8 @@
 
 package config
 
+import "reflect"
+
 // RestartRequired lists the fields of next that differ from started, the document a
 // process started with, and that the process applies only when it starts: the
 // addresses it listens on, the budget store it built (which store, and how it reaches
@@ -29,6 +31,7 @@ func RestartRequired(started, next *Config) []string {
 		diff("rate_limiting.redis.password_env", a.Redis.PasswordEnv != b.Redis.PasswordEnv)
 		diff("rate_limiting.redis.sentinel_password_env", a.Redis.SentinelPasswordEnv != b.Redis.SentinelPasswordEnv)
 		diff("rate_limiting.redis.hot_budget_slice", a.Redis.HotBudgetSlice != b.Redis.HotBudgetSlice)
+		diff("rate_limiting.redis.ledger_fallback", !reflect.DeepEqual(a.Redis.LedgerFallback, b.Redis.LedgerFallback))
 		diff("rate_limiting.redis.key_prefix", a.Redis.KeyPrefix != b.Redis.KeyPrefix)
 		diff("rate_limiting.redis.dial_timeout_ms", a.Redis.DialTimeoutMillis != b.Redis.DialTimeoutMillis)
 		diff("rate_limiting.redis.read_timeout_ms", a.Redis.ReadTimeoutMillis != b.Redis.ReadTimeoutMillis)

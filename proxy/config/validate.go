@@ -237,6 +237,9 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if f := rl.Redis.HotBudgetSlice; !(f >= 0 && f <= 0.5) {
 		errs.add("rate_limiting.redis.hot_budget_slice", "must be a fraction of a budget from 0 to 0.5, got %v", f)
 	}
+	if lf := rl.Redis.LedgerFallback; lf != nil && (lf.MaxConcurrent < 0 || lf.MaxConcurrent > 64) {
+		errs.add("rate_limiting.redis.ledger_fallback.max_concurrent", "must be from 1 to 64 (0: the default, 4), got %d", lf.MaxConcurrent)
+	}
 	if m := rl.Redis.Checks.Mode; m != "" && m != ChecksReport && m != ChecksEnforce {
 		errs.add("rate_limiting.redis.checks.mode", "must be %q or %q, got %q", ChecksReport, ChecksEnforce, m)
 	}

@@ -121,8 +121,12 @@ type Ledger struct {
 	mem   *rollups
 	spool *spool
 
-	flushMu   sync.Mutex // one flush at a time
-	lastPrune time.Time  // the loop's only
+	flushMu sync.Mutex // one flush at a time
+	// handMu guards hand, the batch a flush has taken from memory and not yet put in
+	// the spool (or handed to the sink), so that Pending sees it somewhere.
+	handMu    sync.Mutex
+	hand      *Batch
+	lastPrune time.Time // the loop's only
 	kick      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
@@ -269,12 +273,22 @@ func (l *Ledger) Flush(ctx context.Context) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	start := l.cfg.Now()
-	if rows := l.mem.take(); len(rows) > 0 {
-		b := &Batch{Rows: rows, Created: start.Unix()}
+	l.handMu.Lock()
+	rows := l.mem.take()
+	b := &Batch{Rows: rows, Created: start.Unix()}
+	if len(rows) > 0 {
+		l.hand = b
+	}
+	l.handMu.Unlock()
+	if len(rows) > 0 {
 		if err := l.spool.assign(b); err != nil {
 			l.log.Warn("Ledger spool could not keep the sequence", "err", err)
 		}
-		if err := l.keep(ctx, b); err != nil {
+		err := l.keep(ctx, b)
+		l.handMu.Lock()
+		l.hand = nil
+		l.handMu.Unlock()
+		if err != nil {
 			return l.failed(err)
 		}
 	}

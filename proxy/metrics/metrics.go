@@ -138,7 +138,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, dim),
 		RedisUnavailableVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rate_limit_redis_unavailable_total",
-			Help: "Admissions that found Redis unreachable, by dimension and action (fallback_memory, fail_closed).",
+			Help: "Admissions that found Redis unreachable, by dimension and action (fallback_memory, fallback_ledger, fail_closed).",
 		}, []string{"dimension", "action"}),
 		RedisPipelineDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tokenwarden_redis_pipeline_duration_seconds",

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -220,8 +222,15 @@ func (ex *exchange) storeFailed(err error) bool {
 		ex.w.Header().Set("Retry-After", recoveringRetryAfter)
 		return ex.fail(http.StatusServiceUnavailable, "budget_recovering", recovering.ClientMessage(), nil)
 	case errors.As(err, &unavailable):
-		ex.w.Header().Set("Retry-After", "5")
-		return ex.fail(http.StatusServiceUnavailable, "budget_store_unavailable", "the budget store is unreachable; retry later", nil)
+		retry, msg := "5", "the budget store is unreachable; retry later"
+		if unavailable.RetryAfter > 0 {
+			retry = strconv.Itoa(max(1, int(unavailable.RetryAfter.Round(time.Second)/time.Second)))
+		}
+		if unavailable.Message != "" {
+			msg = unavailable.Message
+		}
+		ex.w.Header().Set("Retry-After", retry)
+		return ex.fail(http.StatusServiceUnavailable, "budget_store_unavailable", msg, nil)
 	}
 	return ex.fail(http.StatusServiceUnavailable, "budget_store_unavailable", "admission failed: "+err.Error(), nil)
 }

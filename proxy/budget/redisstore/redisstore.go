@@ -114,6 +114,11 @@ type Store struct {
 	clock    budget.Clock
 	rec      budget.Recorder
 	log      *slog.Logger
+	// durableFallback decides the durable charges it answers while Redis is
+	// unreachable (SetDurableFallback); fallbackOwed is set once it admitted one,
+	// until its spend is charged to Redis.
+	durableFallback atomic.Pointer[DurableFallback]
+	fallbackOwed    atomic.Bool
 	// downUntil is the time on the replica's clock (Unix nanoseconds) until which
 	// admission skips Redis after a failure.
 	downUntil atomic.Int64
@@ -288,6 +293,9 @@ func (s *Store) Reserve(ctx context.Context, r *budget.Reservation) (budget.Resu
 		s.markDownFor(down.err)
 		return s.unavailable(ctx, r, down.err)
 	}
+	if err == nil && s.fallbackOwed.Load() {
+		s.replayFallback()
+	}
 	if err != nil || !res.Admitted {
 		leased.giveBack()
 	}
@@ -436,10 +444,15 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 			}
 		}
 	}
+	var durableFallback DurableFallback
 	if durable != nil {
 		// A calendar window or a cost amount lives only in Redis: it never falls back
-		// to a replica's memory, which would start it whole.
+		// to a replica's memory, which would start it whole. A durable fallback may
+		// answer it from another record of the spend.
 		action = "fail_closed"
+		if fp := s.durableFallback.Load(); fp != nil && answersAll(*fp, r) && (fallback != nil || onlyDurable(r)) {
+			durableFallback, action = *fp, "fallback_ledger"
+		}
 	}
 	var seen [budget.NumDimensions]bool
 	for _, group := range [][]budget.Charge{r.Requests, r.Tokens} {
@@ -450,6 +463,9 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 			}
 		}
 	}
+	if durableFallback != nil {
+		return s.reserveDurableFallback(ctx, r, durableFallback, fallback)
+	}
 	if durable != nil {
 		return budget.Result{}, &budget.UnavailableError{Err: fmt.Errorf("rule %q must not fail open: %w", durable.Key.Rule, err)}
 	}
@@ -457,6 +473,20 @@ func (s *Store) unavailable(ctx context.Context, r *budget.Reservation, err erro
 		return budget.Result{}, &budget.UnavailableError{Err: err}
 	}
 	return fallback.Reserve(ctx, r)
+}
+
+// onlyDurable reports whether every charge of r is durable: nothing of it needs the
+// replica's memory.
+func onlyDurable(r *budget.Reservation) bool {
+	if len(r.Requests) > 0 {
+		return false
+	}
+	for i := range r.Tokens {
+		if !r.Tokens[i].Durable {
+			return false
+		}
+	}
+	return true
 }
 
 // Refund implements budget.Store. Refunds gather for up to a millisecond, merged

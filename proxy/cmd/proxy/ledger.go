@@ -135,3 +135,22 @@ func ledgerAttester(spend *spendLedger, store budget.Store, src recovery.Source,
 	a.Register(reg)
 	return a
 }
+
+// ledgerFallback puts the ledger fallback in force on a Redis store whose fleet
+// records into PostgreSQL, when the config asks for it (nil otherwise).
+func ledgerFallback(spend *spendLedger, store budget.Store, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) *recovery.Fallback {
+	lf := cfg.RateLimiting.Redis.LedgerFallback
+	rs, ok := store.(*redisstore.Store)
+	if lf == nil || !ok {
+		return nil
+	}
+	if spend == nil || spend.kind != "postgresql" {
+		log.Warn("rate_limiting.redis.ledger_fallback needs the fleet's PostgreSQL spend ledger; the cost budgets fail closed while Redis is unreachable")
+		return nil
+	}
+	f := &recovery.Fallback{Report: spend.sink.Report, Pending: spend.Pending, Fleet: cfg.Ledger.Fleet,
+		Replicas: int(cfg.Divisor()), MaxConcurrent: lf.MaxConcurrent, Log: log}
+	f.Register(reg)
+	rs.SetDurableFallback(f)
+	return f
+}

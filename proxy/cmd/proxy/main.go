@@ -277,7 +277,11 @@ func run(args []string) error {
 	// applied tells the control plane which config this replica enforces (with
 	// --configmap): after each applied document, not only on the Lease's heartbeat.
 	attester := ledgerAttester(spend, store, srv, first.Ledger.Fleet, reg, log)
+	fallback := ledgerFallback(spend, store, first, reg, log)
 	applied := func(cfg *config.Config, data []byte) {
+		if fallback != nil {
+			fallback.SetReplicas(cfg.Divisor())
+		}
 		if lease != nil {
 			lease.Applied(cfg.Generation, config.Digest(data))
 		}
