@@ -18,7 +18,7 @@ import (
 const sentinelEnv = "TOKENWARDEN_REDIS_SENTINEL_PASSWORD"
 
 var _ = Describe("A fleet on a Sentinel primary", func() {
-	It("renders the sentinels' URL, the hot budget slice, and passes both passwords from their Secrets", func() {
+	It("renders the sentinels' URL, the hot budget slice and the ledger fallback, and passes both passwords from their Secrets", func() {
 		ns := newNamespace("sentinel")
 		tp := fleetProxy(ns, 2)
 		tp.Spec.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{
@@ -26,6 +26,7 @@ var _ = Describe("A fleet on a Sentinel primary", func() {
 			PasswordSecretRef:         &twv1alpha1.SecretKeyReference{Name: "redis-auth", Key: "password"},
 			SentinelPasswordSecretRef: &twv1alpha1.SecretKeyReference{Name: "redis-auth", Key: "sentinel"},
 			HotBudgetSlicePercent:     ptr.To(int32(2)),
+			LedgerFallback:            &twv1alpha1.RedisLedgerFallback{MaxConcurrent: ptr.To(int32(8))},
 		}}
 		for _, o := range []client.Object{
 			credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}),
@@ -41,6 +42,7 @@ var _ = Describe("A fleet on a Sentinel primary", func() {
 			g.Expect(c.RateLimiting.Redis.PasswordEnv).To(Equal("TOKENWARDEN_REDIS_PASSWORD"))
 			g.Expect(c.RateLimiting.Redis.SentinelPasswordEnv).To(Equal(sentinelEnv))
 			g.Expect(c.RateLimiting.Redis.HotBudgetSlice).To(Equal(0.02))
+			g.Expect(c.RateLimiting.Redis.LedgerFallback).To(Equal(&config.LedgerFallback{MaxConcurrent: 8}))
 			env := map[string]*corev1.EnvVarSource{}
 			for _, e := range deployment(g, ns).Spec.Template.Spec.Containers[0].Env {
 				env[e.Name] = e.ValueFrom

@@ -264,6 +264,14 @@ type RedisSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	FallbackToMemory *bool `json:"fallbackToMemory,omitempty"`
+	// LedgerFallback, when set, lets the cost budgets counted by API key, user, team
+	// or tenant answer from the fleet's PostgreSQL spend ledger (spec.ledger) while
+	// Redis is unreachable: each replica admits on its share of what the ledger says
+	// remains (rate_limiting.redis.ledger_fallback). The other calendar and cost
+	// budgets, and every budget of a fleet without a PostgreSQL ledger, fail closed.
+	// Absent: every calendar and cost budget fails closed while Redis is unreachable.
+	// +optional
+	LedgerFallback *RedisLedgerFallback `json:"ledgerFallback,omitempty"`
 	// StoreChecks configure the proxies' checks of this Redis: maxmemory-policy
 	// noeviction, no destructive command for the fleet's user, on a cluster
 	// cluster-require-full-coverage no, and no keys evicted. A failed check sets
@@ -272,6 +280,17 @@ type RedisSpec struct {
 	// without restarting the proxies.
 	// +optional
 	StoreChecks *RedisStoreChecks `json:"storeChecks,omitempty"`
+}
+
+// RedisLedgerFallback configures the ledger fallback of the cost budgets.
+type RedisLedgerFallback struct {
+	// MaxConcurrent bounds the ledger sums each replica reads at once; a request that
+	// finds none free, or whose sum takes more than a second, is answered 503 with
+	// Retry-After. Default 4.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	MaxConcurrent *int32 `json:"maxConcurrent,omitempty"`
 }
 
 // StoreCheckMode is what a failed store check does.

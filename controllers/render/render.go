@@ -145,6 +145,12 @@ func Render(f *Fleet) *config.Config {
 			rl.Redis.HotBudgetSlice = float64(*r.HotBudgetSlicePercent) / 100
 		}
 		rl.Redis.Checks = StoreChecks(r.StoreChecks)
+		if lf := r.LedgerFallback; lf != nil {
+			rl.Redis.LedgerFallback = &config.LedgerFallback{}
+			if lf.MaxConcurrent != nil {
+				rl.Redis.LedgerFallback.MaxConcurrent = int(*lf.MaxConcurrent)
+			}
+		}
 	}
 	for _, b := range f.Budgets {
 		if RendersAsRules(p, b) {
