@@ -174,7 +174,11 @@ func redisFleet(ctx context.Context, s *stack.Stack, st *story, need bool, ledge
 		return err
 	}
 	st.check(a.code == 200, "a request that fits the $5 left is still answered: $"+a.header.Get("X-Tokenwarden-Budget-Cost-Remaining")+" remain")
-	return nil
+	if ledgerURL == "" {
+		return nil
+	}
+	left, _ = strconv.ParseFloat(a.header.Get("X-Tokenwarden-Budget-Cost-Remaining"), 64)
+	return restartStory(ctx, s, st, rs, p0, left)
 }
 
 // startRedis starts a redis-server for the demo; stop kills it.
