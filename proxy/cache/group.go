@@ -137,7 +137,8 @@ func (c *Call) changedLocked() chan struct{} {
 // Context is the context for the leader's upstream call: it has parent's values and
 // val under key, and it ends when the leader's client leaves (parent ends) only if no
 // waiter is left, or later when the last waiter leaves, so a leader whose client
-// leaves does not abandon its waiters. It is valid until Finish or Fail.
+// leaves does not abandon its waiters. Once the call has ended (Finish, Fail), it
+// ends when the leader's client leaves. The leader calls Release as its request ends.
 //
 // It is one context (the caller's value rides in it rather than in a context of its
 // own on top), made with context.WithCancel on the call's detached view of parent: the
@@ -297,13 +298,23 @@ func (c *Call) Fail() {
 	c.endLocked()
 }
 
+// endLocked wakes the waiters to the end. The upstream context is left as it is: the
+// leader may still be reading an answer of its own (an error, a coding the proxy
+// cannot read), which ends with its client from here on, as any request's.
 func (c *Call) endLocked() {
 	c.broadcastLocked()
-	if c.stop != nil {
-		c.stop()
-	}
-	if c.cancel != nil {
-		c.cancel()
+}
+
+// Release ends the leader's part: its request has ended, so its context is no longer
+// watched. The upstream context is not cancelled, as its call is over (nothing
+// below it waits on it).
+func (c *Call) Release() {
+	c.mu.Lock()
+	stop := c.stop
+	c.stop = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }
 

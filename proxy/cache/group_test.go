@@ -289,10 +289,20 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 			Expect(up.Err()).To(MatchError(context.Canceled))
 		})
 
+		It("outlives the call's end, so that the leader reads an answer it does not share, and then ends with the leader's client", func() {
+			leader, _ := g.Join(ctx, k)
+			client, leave := context.WithCancel(ctx)
+			up := leader.Context(client, nil, nil)
+			leader.Head(500, http.Header{})
+			Consistently(up.Done(), 20*time.Millisecond).ShouldNot(BeClosed())
+			leave()
+			Eventually(up.Done()).Should(BeClosed())
+			leader.Release()
+		})
+
 		It("ends the contexts a transport makes below it, through a value of another's, with no goroutine for each", func() {
 			leader, _ := g.Join(ctx, k)
 			client, leave := context.WithCancel(ctx)
-			defer leave()
 			up := leader.Context(client, key("state"), "request")
 			before := runtime.NumGoroutine()
 			below := make([]context.Context, 50)
@@ -303,7 +313,7 @@ var _ = Describe("Coalescing identical requests in flight", func() {
 				defer cancel()
 			}
 			Expect(runtime.NumGoroutine()).To(BeNumerically("<", before+10))
-			leader.Fail()
+			leave()
 			for _, b := range below {
 				Eventually(b.Done()).Should(BeClosed())
 			}

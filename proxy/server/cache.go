@@ -48,8 +48,8 @@ const maxScopeStrings = 1 << 14
 
 // cacheState is a request's part in the cache: its key, the stored answer found for
 // it, whether its answer may be stored, the recorder of that answer (recording: in
-// use), the call it leads, what it will be (outcome) and what it was (result, set
-// once admitted).
+// use), the call it leads (call, until the call ends; led, until the request does),
+// what it will be (outcome) and what it was (result, set once admitted).
 type cacheState struct {
 	room      *cacheRoom
 	key       cache.Key
@@ -59,6 +59,7 @@ type cacheState struct {
 	recording bool
 	rec       cache.Recorder
 	call      *cache.Call
+	led       *cache.Call
 	outcome   string
 	result    string
 	// header is the cache header's value: the request's own, so that setting it costs
@@ -235,7 +236,7 @@ func (s *Server) coalesce(ex *exchange) bool {
 	for range maxRejoins {
 		call, w := cs.room.group.Join(ex.r.Context(), cs.key)
 		if call != nil {
-			cs.call = call
+			cs.call, cs.led = call, call
 			return true
 		}
 		if !s.serveWaiter(ex, w) {
@@ -366,6 +367,10 @@ func (s *Server) cacheFinish(ex *exchange) {
 	if cs.call != nil {
 		cs.call.Fail()
 		cs.call = nil
+	}
+	if cs.led != nil {
+		cs.led.Release()
+		cs.led = nil
 	}
 	if cs.result == "" {
 		return // not admitted, or the cache is off
