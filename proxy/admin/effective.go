@@ -36,6 +36,52 @@ type Effective struct {
 
 	// Models is the model registry with where each value came from (Models).
 	Models []EffectiveModel `json:"models"`
+	// Routing is the fleet's routing defaults in force (Routing).
+	Routing EffectiveRouting `json:"routing"`
+}
+
+// EffectiveRouting is the fleet's routing defaults in /admin/effective.
+type EffectiveRouting struct {
+	// AdmissionPolicy is the policy of a model that names none.
+	AdmissionPolicy EffectiveValue `json:"admission_policy"`
+	// BillingCooldownSeconds is how long a credential cools after a billing answer
+	// before a replica probes it.
+	BillingCooldownSeconds EffectiveValue `json:"billing_cooldown_seconds"`
+}
+
+// Routing is a config's routing defaults as they are in force.
+func Routing(c *config.Config) EffectiveRouting {
+	e := EffectiveRouting{
+		AdmissionPolicy:        EffectiveValue{Value: string(config.AdmitRefuse), From: "default"},
+		BillingCooldownSeconds: EffectiveValue{Value: int64(config.DefaultBillingCooldown / time.Second), From: "default"},
+	}
+	if p := c.Routing.AdmissionPolicy; p != "" {
+		e.AdmissionPolicy = EffectiveValue{Value: string(p), From: "routing.admission_policy"}
+	}
+	if s := c.Routing.BillingCooldownSeconds; s > 0 {
+		e.BillingCooldownSeconds = EffectiveValue{Value: s, From: "routing.billing_cooldown_seconds"}
+	}
+	return e
+}
+
+// admission is the admission policy in force for models[i]: what becomes of an
+// over-ask, and the fields that decide it.
+func admission(c *config.Config, i int) EffectiveValue {
+	m := &c.Models[i]
+	f := fmt.Sprintf("models[%d]", i)
+	from := "default"
+	switch {
+	case m.AdmissionPolicy != "":
+		from = f + ".admission_policy"
+	case c.Routing.AdmissionPolicy != "":
+		from = "routing.admission_policy"
+	}
+	p := c.Admission(m)
+	if p == config.AdmitClamp && !m.AcceptsLoweredOutputCap {
+		return EffectiveValue{Value: string(config.AdmitRefuse),
+			From: from + " is clamp, but " + f + ".accepts_lowered_output_cap is not set: an over-ask is refused"}
+	}
+	return EffectiveValue{Value: string(p), From: from}
 }
 
 // EffectiveUpstrm is one upstream in /admin/effective.
@@ -62,6 +108,9 @@ type EffectiveModel struct {
 	ContextWindow   EffectiveValue `json:"context_window"`
 	MaxOutputTokens EffectiveValue `json:"max_output_tokens"`
 	Price           EffectiveValue `json:"price"`
+	// AdmissionPolicy is what becomes of an over-ask: refuse or clamp, as it acts
+	// (clamp acts only on a model that accepts a lowered cap).
+	AdmissionPolicy EffectiveValue `json:"admission_policy"`
 	// Tokenizer is the encoding that counts the model's input; absent when the
 	// estimate does.
 	Tokenizer *EffectiveValue   `json:"tokenizer,omitempty"`
@@ -88,9 +137,12 @@ type EffectiveServer struct {
 	Tokenizer string `json:"tokenizer,omitempty"`
 	From      string `json:"from"`
 	// Breaker is closed, open or half_open; CoolingUntil is set while the
-	// credential cools after a 429. Both are this replica's.
+	// credential cools within its interval, and Cooldown while it is out (a billing
+	// cooldown holds past its interval until a probe ends it). All are this
+	// replica's, which learns the fleet's billing cooldowns from its Redis.
 	Breaker      string     `json:"breaker"`
 	CoolingUntil *time.Time `json:"cooling_until,omitempty"`
+	Cooldown     *Cooldown  `json:"cooldown,omitempty"`
 }
 
 // Models is a config's model registry as it is in force at now: every model of
@@ -108,8 +160,11 @@ func Models(c *config.Config, catchAll *upstream.Upstream, h *health.Registry, n
 		if providerModel != "" {
 			e.ProviderModel = providerModel
 		}
-		if until := h.Cooldown(upstream.CredentialKey(up)).Until(); now.Before(until) {
-			e.CoolingUntil = &until
+		if c, ok := h.Cooldown(upstream.CredentialKey(up)).State(now); ok {
+			e.Cooldown = cooldownOf(c)
+			if now.Before(c.Until) {
+				e.CoolingUntil = &c.Until
+			}
 		}
 		return e
 	}
@@ -139,6 +194,7 @@ func Models(c *config.Config, catchAll *upstream.Upstream, h *health.Registry, n
 			ContextWindow:   value(m.ContextWindow, f+".context_window", "unset: not pre-checked"),
 			MaxOutputTokens: value(m.MaxOutputTokens, f+".max_output_tokens", "unset: not checked"),
 			Price:           EffectiveValue{From: "unset: no cost budget may govern it"},
+			AdmissionPolicy: admission(c, i),
 		}
 		if m.Price != nil {
 			e.Price = EffectiveValue{Value: m.Price, From: f + ".price"}
@@ -166,6 +222,7 @@ func Models(c *config.Config, catchAll *upstream.Upstream, h *health.Registry, n
 				ContextWindow:   EffectiveValue{From: "unset: not in models, not pre-checked"},
 				MaxOutputTokens: EffectiveValue{From: "unset: not in models"},
 				Price:           EffectiveValue{From: "unset: not in models"},
+				AdmissionPolicy: EffectiveValue{From: "unset: not in models, not pre-checked"},
 				Upstreams:       routed(name)})
 		}
 	}

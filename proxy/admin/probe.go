@@ -28,9 +28,13 @@ type ProbeResult struct {
 	Status    int    `json:"status"`
 	Error     string `json:"error,omitempty"`
 	LatencyMs int64  `json:"latency_ms"`
-	// Breaker and CoolingUntil are the upstream's health after the probe.
+	// Breaker and CoolingUntil are the upstream's health after the probe, and
+	// Cooldown the cooldown of its credential in force after it.
 	Breaker      string     `json:"breaker"`
 	CoolingUntil *time.Time `json:"cooling_until,omitempty"`
+	Cooldown     *Cooldown  `json:"cooldown,omitempty"`
+	// Cleared is true when the probe ended a billing cooldown.
+	Cleared bool `json:"cleared,omitempty"`
 }
 
 // ProbeTarget is what a probe takes: the upstream and its config, the model to ask
@@ -46,9 +50,12 @@ type ProbeTarget struct {
 }
 
 // Probe sends one upstream a one-token call of the first model it serves, with its
-// credential, and records the answer in its health as a request's would be: a 429
-// relearns the cooldown, a 5xx or an unreachable upstream counts against its
-// breaker. It is served on the admin listener, behind its authentication.
+// credential, and records the answer in its health as a request's would be: a billing
+// answer relearns the billing cooldown, another 429 the rate cooldown (ending a
+// billing one: the account answers again), a 5xx or an unreachable upstream counts
+// against its breaker, and any other answer ends a billing cooldown. It is served on
+// the admin listener, behind its authentication, and a replica sends it on its own
+// when a billing cooldown's interval has passed.
 func Probe(ctx context.Context, t ProbeTarget) (ProbeResult, error) {
 	uc, up, name, model := t.Config, t.Up, t.Config.Name, t.Model
 	path, body := "/v1/chat/completions", `{"model":%q,"max_tokens":1,"messages":[{"role":"user","content":"ping"}]}`
@@ -76,32 +83,84 @@ func Probe(ctx context.Context, t ProbeTarget) (ProbeResult, error) {
 	resp, err := t.Transport.RoundTrip(req)
 	now := t.Clock.Now()
 	res.LatencyMs = now.Sub(began).Milliseconds()
-	b := t.Health.Breaker(name)
-	switch {
-	case err != nil:
+	b, cd := t.Health.Breaker(name), t.Health.Cooldown(up.CredKey)
+	if err != nil {
 		res.Error = err.Error()
 		b.Record(now, health.Failure)
-	default:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	} else {
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		_ = resp.Body.Close()
 		res.Status = resp.StatusCode
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests:
-			iv := health.CooldownFor(resp.Header, now)
-			t.Health.Cooldown(up.CredKey).Start(now, iv.Applied)
-			t.Log.Warn("Upstream credential cooling down after a probe's 429", "upstream", name,
-				"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
-		case resp.StatusCode >= 500:
-			b.Record(now, health.Failure)
-		default:
-			b.Record(now, health.Success)
-		}
+		res.Cleared = t.record(resp, answer, now)
 	}
 	res.Breaker = b.State(now).String()
-	if until := t.Health.Cooldown(up.CredKey).Until(); now.Before(until) {
-		res.CoolingUntil = &until
+	if c, ok := cd.State(now); ok {
+		res.Cooldown = cooldownOf(c)
+		if now.Before(c.Until) {
+			res.CoolingUntil = &c.Until
+		}
 	}
 	return res, nil
+}
+
+// record records a probe's answer in the upstream's health; it reports whether the
+// answer ended a billing cooldown.
+func (t ProbeTarget) record(resp *http.Response, answer []byte, now time.Time) bool {
+	up, name := t.Up, t.Config.Name
+	b, cd := t.Health.Breaker(name), t.Health.Cooldown(up.CredKey)
+	code := resp.StatusCode
+	if bcode, msg, billing := health.Billing(code, answer); billing {
+		iv := health.BillingFor(resp.Header, now, up.BillingCooldown)
+		cd.Bill(health.Cooling{Since: now, Until: now.Add(iv.Applied), Requested: iv.Requested, Applied: iv.Applied,
+			Source: iv.Source, Upstream: name, Code: bcode, Message: msg})
+		t.Log.Warn("Upstream credential on a billing cooldown after a probe: the provider account is out of credit", "upstream", name,
+			"status", code, "code", bcode, "message", msg, "requested", iv.Requested, "applied", iv.Applied, "source", iv.Source)
+		return false
+	}
+	switch {
+	case code == http.StatusTooManyRequests:
+		cleared := cd.Clear(now)
+		iv := health.CooldownFor(resp.Header, now)
+		cd.Rate(now, iv, name)
+		t.Log.Warn("Upstream credential cooling down after a probe's 429", "upstream", name,
+			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
+		return cleared
+	case code >= 500:
+		b.Record(now, health.Failure)
+		return false
+	}
+	b.Record(now, health.Success)
+	if cd.Clear(now) {
+		t.Log.Info("A probe ended the billing cooldown of an upstream's credential", "upstream", name, "status", code)
+		return true
+	}
+	return false
+}
+
+// Cooldown is a credential's cooldown in force, as the admin endpoints show it.
+type Cooldown struct {
+	// Reason is rate (a 429 of rate pressure) or billing (the provider account is out
+	// of credit: it holds past Until, until a probe finds the account answering).
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	// RequestedSeconds is what the provider's answer asked for (0: it gave no
+	// timing), AppliedSeconds the interval applied, and Source where it came from.
+	RequestedSeconds float64 `json:"requested_seconds"`
+	AppliedSeconds   float64 `json:"applied_seconds"`
+	Source           string  `json:"source,omitempty"`
+	// Upstream is the upstream whose answer started it; Code and Message the
+	// provider's, for billing.
+	Upstream string `json:"upstream,omitempty"`
+	Code     string `json:"code,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// cooldownOf is c as the admin endpoints show it.
+func cooldownOf(c health.Cooling) *Cooldown {
+	return &Cooldown{Reason: string(c.Reason), Since: c.Since, Until: c.Until,
+		RequestedSeconds: c.Requested.Seconds(), AppliedSeconds: c.Applied.Seconds(), Source: string(c.Source),
+		Upstream: c.Upstream, Code: c.Code, Message: c.Message}
 }
 
 // Target is the upstream named of a config and the model to probe it with: the

@@ -57,7 +57,8 @@ func (m *Model) Encoding(k int) string {
 }
 
 // Health timing of the upstreams: when a breaker opens and for how long, and how long
-// a credential cools after a 429. Fixed; no configuration changes them.
+// a credential cools after a 429. Fixed, but for a billing cooldown's interval
+// (routing.billing_cooldown_seconds, within its bounds).
 const (
 	// BreakerMinCalls is the number of recorded calls a breaker needs before it may open.
 	BreakerMinCalls = 5
@@ -67,8 +68,16 @@ const (
 	BreakerProbes = 3
 	// DefaultCooldown is a credential's cooldown after a 429 that carries no timing.
 	DefaultCooldown = 5 * time.Second
-	// MaxCooldown caps every cooldown, whatever the upstream asks for.
+	// MaxCooldown caps every rate cooldown, whatever the upstream asks for.
 	MaxCooldown = 5 * time.Minute
+	// DefaultBillingCooldown is how long a credential cools after an answer saying its
+	// account is out of credit (routing.billing_cooldown_seconds absent).
+	DefaultBillingCooldown = 15 * time.Minute
+	// MaxBillingCooldown caps a billing cooldown, configured or asked for.
+	MaxBillingCooldown = 6 * time.Hour
+	// MinBillingCooldown is the least routing.billing_cooldown_seconds: longer than
+	// any rate cooldown.
+	MinBillingCooldown = MaxCooldown
 )
 
 // Registered reports whether the model declares its upstreams in the registry.

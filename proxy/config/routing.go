@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // AdmissionPolicy is what becomes of a request whose stated output does not fit its
@@ -31,6 +32,18 @@ type Routing struct {
 	// AdmissionPolicy is the admission policy of a model that names none: refuse
 	// (absent) or clamp.
 	AdmissionPolicy AdmissionPolicy `json:"admission_policy,omitempty"`
+	// BillingCooldownSeconds is how long a credential cools after an answer saying its
+	// provider account is out of credit, before a replica probes it (0 or absent:
+	// DefaultBillingCooldown; at least MinBillingCooldown, at most MaxBillingCooldown).
+	BillingCooldownSeconds int64 `json:"billing_cooldown_seconds,omitempty"`
+}
+
+// BillingCooldown is the billing cooldown's configured interval.
+func (c *Config) BillingCooldown() time.Duration {
+	if s := c.Routing.BillingCooldownSeconds; s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return DefaultBillingCooldown
 }
 
 // Admission is the admission policy in force for m: its own, else the fleet's,
@@ -49,6 +62,10 @@ func (c *Config) Admission(m *Model) AdmissionPolicy {
 func (c *Config) validateRouting(errs *fieldErrors) {
 	if p := c.Routing.AdmissionPolicy; p != "" {
 		oneOf(errs, "routing.admission_policy", p, AdmissionPolicies)
+	}
+	if s := c.Routing.BillingCooldownSeconds; s != 0 && (s < int64(MinBillingCooldown/time.Second) || s > int64(MaxBillingCooldown/time.Second)) {
+		errs.add("routing.billing_cooldown_seconds", "%d is outside %d to %d: a billing cooldown is longer than any rate cooldown, and capped",
+			s, int64(MinBillingCooldown/time.Second), int64(MaxBillingCooldown/time.Second))
 	}
 	for i, m := range c.Models {
 		if m.AdmissionPolicy != "" {

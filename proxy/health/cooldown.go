@@ -22,6 +22,8 @@ const (
 	SourceOpenAIReset  Source = "x-ratelimit-reset"
 	SourceAnthropic    Source = "anthropic-ratelimit-reset"
 	SourceDefault      Source = "default"
+	// SourceConfig: a billing cooldown's configured interval, longer than asked.
+	SourceConfig Source = "billing_cooldown_seconds"
 )
 
 // Interval is a 429's cooldown: what the upstream asked for (Requested, 0 when it

@@ -3,11 +3,13 @@
 
 // Package health tracks the upstreams' health for routing: a circuit breaker per
 // upstream, opened by its failures, and a cooldown per upstream credential after a
-// 429. It keeps state across config reloads and reads
-// time from an injected clock.
+// 429 of rate pressure or an answer saying its account is out of credit (billing),
+// which the fleet shares through a Board. It keeps state across config reloads and
+// reads time from an injected clock.
 package health
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,6 +191,9 @@ type Registry struct {
 	mu        sync.Mutex
 	breakers  map[string]*Breaker
 	cooldowns map[string]*Cooldown
+	// board shares the billing cooldowns with the fleet (nil: this replica's own).
+	board Board
+	log   *slog.Logger
 }
 
 // NewRegistry returns an empty registry.
@@ -214,7 +219,7 @@ func (r *Registry) Cooldown(credential string) *Cooldown {
 	defer r.mu.Unlock()
 	c := r.cooldowns[credential]
 	if c == nil {
-		c = &Cooldown{}
+		c = &Cooldown{notify: r.notifier(credential)}
 		r.cooldowns[credential] = c
 	}
 	return c
@@ -236,34 +241,119 @@ func (r *Registry) Forget(keepUpstream, keepCredential func(string) bool) {
 	}
 }
 
-// Cooldown is one credential's rate-limit clock: after a 429 it is out of candidacy
-// until the time the upstream named.
+// Cooldown is one credential's clock: after a 429 of rate pressure it is out of
+// candidacy until the time the upstream named; after an answer saying its account is
+// out of credit (billing), until a probe finds the account answering again, which a
+// replica sends once the billing interval has passed.
 type Cooldown struct {
 	mu    sync.Mutex
 	until time.Time
 	// untilNanos mirrors until for the lock-free Until (0: never cooled).
 	untilNanos atomic.Int64
-	// total is the time spent cooling since the start, for the share-of-time alert.
+	// billing is set while a billing cooldown holds, interval passed or not.
+	billing atomic.Bool
+	// probing is set while this replica's own probe of a billing cooldown is out;
+	// lastProbe is when it sent the last.
+	probing   atomic.Bool
+	lastProbe time.Time
+	// cur is the last cooldown learned.
+	cur Cooling
+	// total is the time spent cooling for rate pressure since the start, for the
+	// share-of-time alert.
 	total time.Duration
+	// notify, when set, is told of a billing cooldown learned or cleared here (not of
+	// one learned from the fleet): the registry shares it.
+	notify func(Cooling, bool)
 }
 
-// Start cools the credential for d from now (a later end replaces an earlier one).
+// Start cools the credential for d from now, for rate pressure (a later end replaces
+// an earlier one).
 func (c *Cooldown) Start(now time.Time, d time.Duration) {
+	c.Rate(now, Interval{Applied: d, Requested: d, Source: SourceDefault}, "")
+}
+
+// Rate cools the credential for rate pressure for iv.Applied from now, after an
+// answer of upstream; a later end replaces an earlier one. A billing cooldown in
+// force stays.
+func (c *Cooldown) Rate(now time.Time, iv Interval, upstream string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	end := now.Add(d)
-	if end.After(c.until) {
-		from := now
-		if c.until.After(now) {
-			from = c.until
-		}
-		c.total += end.Sub(from)
-		c.until = end
-		c.untilNanos.Store(end.UnixNano())
+	end := now.Add(iv.Applied)
+	if c.billing.Load() || !end.After(c.until) {
+		return
+	}
+	from := now
+	if c.until.After(now) {
+		from = c.until
+	}
+	c.total += end.Sub(from)
+	c.setUntil(end)
+	c.cur = Cooling{Reason: ReasonRate, Since: now, Until: end, Requested: iv.Requested, Applied: iv.Applied, Source: iv.Source, Upstream: upstream}
+}
+
+// Bill puts the credential on a billing cooldown (b.Reason is set to billing), replacing
+// whatever cooldown is in force, and tells the fleet.
+func (c *Cooldown) Bill(b Cooling) {
+	b.Reason = ReasonBilling
+	c.mu.Lock()
+	c.cur = b
+	c.setUntil(b.Until)
+	c.billing.Store(true)
+	notify := c.notify
+	c.mu.Unlock()
+	if notify != nil {
+		notify(b, false)
 	}
 }
 
-// Until is when the cooldown ends; zero or past when it is not cooling.
+// Clear ends a billing cooldown at now (a probe found the account answering) and
+// tells the fleet; it reports whether one was in force.
+func (c *Cooldown) Clear(now time.Time) bool {
+	c.mu.Lock()
+	if !c.billing.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	c.billing.Store(false)
+	c.setUntil(now)
+	cleared := c.cur
+	cleared.Until = now
+	c.cur = Cooling{}
+	notify := c.notify
+	c.mu.Unlock()
+	if notify != nil {
+		notify(cleared, true)
+	}
+	return true
+}
+
+// Learn applies what another replica shared: a billing cooldown that began after the
+// one known here, or the clear of one (cleared) that began no later than it.
+func (c *Cooldown) Learn(b Cooling, cleared bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case cleared:
+		if c.billing.Load() && !c.cur.Since.After(b.Since) {
+			c.billing.Store(false)
+			c.setUntil(b.Until)
+			c.cur = Cooling{}
+		}
+	case !c.billing.Load() || b.Since.After(c.cur.Since):
+		b.Reason = ReasonBilling
+		c.cur = b
+		c.setUntil(b.Until)
+		c.billing.Store(true)
+	}
+}
+
+func (c *Cooldown) setUntil(t time.Time) {
+	c.until = t
+	c.untilNanos.Store(t.UnixNano())
+}
+
+// Until is when the cooldown's interval ends; zero or past when it is not cooling
+// for rate pressure (a billing cooldown holds past it: Out).
 func (c *Cooldown) Until() time.Time {
 	n := c.untilNanos.Load()
 	if n == 0 {
@@ -272,11 +362,52 @@ func (c *Cooldown) Until() time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// Cooling reports whether the credential is cooling at now.
-func (c *Cooldown) Cooling(now time.Time) bool { return now.Before(c.Until()) }
+// Out reports whether the credential is out of candidacy at now: cooling, or on a
+// billing cooldown not yet cleared.
+func (c *Cooldown) Out(now time.Time) bool { return c.billing.Load() || now.Before(c.Until()) }
 
-// Seconds is the total time the credential has been put on cooldown, in seconds:
-// a counter, whose rate is the share of time it cools.
+// Cooling reports whether the credential is out of candidacy at now (Out).
+func (c *Cooldown) Cooling(now time.Time) bool { return c.Out(now) }
+
+// Billing reports whether a billing cooldown holds.
+func (c *Cooldown) Billing() bool { return c.billing.Load() }
+
+// Due reports whether a billing cooldown's interval has passed at now, so that a
+// probe may decide it.
+func (c *Cooldown) Due(now time.Time) bool { return c.billing.Load() && !now.Before(c.Until()) }
+
+// State is the cooldown in force at now; ok is false when the credential is not out.
+func (c *Cooldown) State(now time.Time) (Cooling, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.billing.Load() && !now.Before(c.until) {
+		return Cooling{}, false
+	}
+	return c.cur, true
+}
+
+// TryProbe reports whether this replica may send its own probe of a billing cooldown
+// due at now: none of its own is out, and its last was every or longer ago. A true
+// answer must be followed by ProbeDone.
+func (c *Cooldown) TryProbe(now time.Time, every time.Duration) bool {
+	if !c.Due(now) || !c.probing.CompareAndSwap(false, true) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lastProbe.IsZero() && now.Sub(c.lastProbe) < every {
+		c.probing.Store(false)
+		return false
+	}
+	c.lastProbe = now
+	return true
+}
+
+// ProbeDone says this replica's own probe came back.
+func (c *Cooldown) ProbeDone() { c.probing.Store(false) }
+
+// Seconds is the total time the credential has been put on cooldown for rate
+// pressure, in seconds: a counter, whose rate is the share of time it cools.
 func (c *Cooldown) Seconds() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -37,9 +37,12 @@ type Providers struct {
 	// before any attempt.
 	Substitutions *prometheus.CounterVec
 
-	source atomic.Pointer[func() []UpstreamHealth]
-	state  *prometheus.Desc
-	cooled *prometheus.Desc
+	source    atomic.Pointer[func() []UpstreamHealth]
+	state     *prometheus.Desc
+	cooled    *prometheus.Desc
+	cooling   *prometheus.Desc
+	requested *prometheus.Desc
+	applied   *prometheus.Desc
 }
 
 // UpstreamHealth is one upstream's health as the metrics read it.
@@ -47,12 +50,20 @@ type UpstreamHealth struct {
 	Upstream string
 	// State is closed, open or half_open.
 	State string
-	// CooldownSeconds is the total time its credential has been put on cooldown.
+	// CooldownSeconds is the total time its credential has been put on cooldown for
+	// rate pressure.
 	CooldownSeconds float64
+	// Cooling is the reason its credential is out now (rate or billing), empty when
+	// it is not; Requested and Applied are that cooldown's intervals in seconds.
+	Cooling            string
+	Requested, Applied float64
 }
 
 // BreakerStates are the values of the state label.
 var BreakerStates = []string{"closed", "open", "half_open"}
+
+// CoolingReasons are the values of the reason label.
+var CoolingReasons = []string{"rate", "billing"}
 
 func newProviders(reg prometheus.Registerer) *Providers {
 	p := &Providers{
@@ -84,8 +95,17 @@ func newProviders(reg prometheus.Registerer) *Providers {
 			"The circuit breaker state of each upstream of the model registry: 1 for the state it is in (closed, open, half_open), 0 for the others.",
 			[]string{"upstream", "state"}, nil),
 		cooled: prometheus.NewDesc("tokenwarden_upstream_cooldown_seconds_total",
-			"Seconds the upstream's credential has been put on cooldown after 429s; its rate is the share of time it cools.",
+			"Seconds the upstream's credential has been put on cooldown after 429s of rate pressure; its rate is the share of time it cools.",
 			[]string{"upstream"}, nil),
+		cooling: prometheus.NewDesc("tokenwarden_upstream_cooling",
+			"Whether the upstream's credential is out of candidacy now, by reason: rate (a 429 of rate pressure) or billing (its provider account is out of credit, until a probe finds it answering); 1 for the reason in force, 0 for the other.",
+			[]string{"upstream", "reason"}, nil),
+		requested: prometheus.NewDesc("tokenwarden_upstream_cooldown_requested_seconds",
+			"The interval the provider's answer asked for, of the cooldown in force on the upstream's credential (0: the answer gave no timing).",
+			[]string{"upstream", "reason"}, nil),
+		applied: prometheus.NewDesc("tokenwarden_upstream_cooldown_applied_seconds",
+			"The interval applied, of the cooldown in force on the upstream's credential.",
+			[]string{"upstream", "reason"}, nil),
 	}
 	reg.MustRegister(p.ContextRefusals, p.ContextClamps, p.Failovers, p.Unavailable, p.Fallbacks, p.Substitutions, healthCollector{p})
 	return p
@@ -99,6 +119,9 @@ type healthCollector struct{ p *Providers }
 func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.p.state
 	ch <- c.p.cooled
+	ch <- c.p.cooling
+	ch <- c.p.requested
+	ch <- c.p.applied
 }
 
 func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
@@ -115,5 +138,14 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.p.state, prometheus.GaugeValue, v, u.Upstream, s)
 		}
 		ch <- prometheus.MustNewConstMetric(c.p.cooled, prometheus.CounterValue, u.CooldownSeconds, u.Upstream)
+		for _, r := range CoolingReasons {
+			v := 0.0
+			if r == u.Cooling {
+				v = 1
+				ch <- prometheus.MustNewConstMetric(c.p.requested, prometheus.GaugeValue, u.Requested, u.Upstream, r)
+				ch <- prometheus.MustNewConstMetric(c.p.applied, prometheus.GaugeValue, u.Applied, u.Upstream, r)
+			}
+			ch <- prometheus.MustNewConstMetric(c.p.cooling, prometheus.GaugeValue, v, u.Upstream, r)
+		}
 	}
 }

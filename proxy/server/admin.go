@@ -27,6 +27,10 @@ type (
 	EffectiveValue = admin.EffectiveValue
 	// EffectiveServer is one upstream of a model in /admin/effective.
 	EffectiveServer = admin.EffectiveServer
+	// EffectiveRouting is the fleet's routing defaults in /admin/effective.
+	EffectiveRouting = admin.EffectiveRouting
+	// Cooldown is a credential's cooldown in force in the admin endpoints.
+	Cooldown = admin.Cooldown
 	// ProbeResult is what POST /admin/upstreams/{name}/probe answers.
 	ProbeResult = admin.ProbeResult
 	// Attestation is the body of POST /admin/durable/attest.
@@ -49,6 +53,7 @@ func (s *Server) Effective() (Effective, bool) {
 		Upstreams: []EffectiveUpstrm{}, APIKeys: []EffectiveKey{},
 		RestartRequired: append([]string{}, rt.restartRequired...),
 		Models:          admin.Models(c, rt.CatchAll, s.health, s.clock.Now()),
+		Routing:         admin.Routing(c),
 	}
 	for _, u := range c.Upstreams {
 		e.Upstreams = append(e.Upstreams, EffectiveUpstrm{Name: u.Name, URL: u.URL, Models: append([]string{}, u.Models...)})

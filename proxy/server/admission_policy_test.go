@@ -147,4 +147,22 @@ var _ = Describe("The admission policy", func() {
 		Expect(h.do("POST", chatFamily.path, "sk-alice", chatFamily.body("gpt-4o", 700, 500)).code).To(Equal(200))
 		Expect(counter(h.m.Providers.ContextClamps.WithLabelValues("gpt-4o", "context_window"))).To(Equal(1.0))
 	})
+	DescribeTable("shows the policy in force per model and the fleet's default in /admin/effective",
+		func(fleet, model, wantDefault, wantFrom, wantGPT, wantGPTFrom, wantPlain, wantPlainFrom string) {
+			h := newPolicy(fleet, model, &logLines{})
+			e, ok := h.srv.Effective()
+			Expect(ok).To(BeTrue())
+			Expect(e.Routing.AdmissionPolicy).To(Equal(server.EffectiveValue{Value: wantDefault, From: wantFrom}))
+			Expect(e.Models[0].AdmissionPolicy).To(Equal(server.EffectiveValue{Value: wantGPT, From: wantGPTFrom}))
+			Expect(e.Models[1].AdmissionPolicy).To(Equal(server.EffectiveValue{Value: wantPlain, From: wantPlainFrom}))
+		},
+		Entry("the fleet's clamp: only the model that accepts a lowered cap clamps", "clamp", "", "clamp", "routing.admission_policy",
+			"clamp", "routing.admission_policy",
+			"refuse", "routing.admission_policy is clamp, but models[1].accepts_lowered_output_cap is not set: an over-ask is refused"),
+		Entry("a model's own refuse over the fleet's clamp", "clamp", "refuse", "clamp", "routing.admission_policy",
+			"refuse", "models[0].admission_policy",
+			"refuse", "routing.admission_policy is clamp, but models[1].accepts_lowered_output_cap is not set: an over-ask is refused"),
+		Entry("a model's own clamp under the fleet's refuse", "refuse", "clamp", "refuse", "routing.admission_policy",
+			"clamp", "models[0].admission_policy", "refuse", "routing.admission_policy"),
+	)
 })

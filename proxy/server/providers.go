@@ -244,11 +244,40 @@ func (s *Server) attemptAnswered(ex *exchange, resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
-	if ex.try.Answered(resp.StatusCode, resp.Header, s.clock.Now(), s.log) {
+	var body []byte
+	if upstream.Peeks(resp.StatusCode) {
+		body = peekBody(resp)
+	}
+	if ex.try.Answered(resp.StatusCode, resp.Header, body, s.clock.Now(), s.log) {
 		return upstream.ErrFailover
 	}
 	ex.cw.Header()[UpstreamHeader] = c.Header
 	return nil
+}
+
+// peekLimit bounds what is read of an error answer's body to tell a billing error.
+const peekLimit = 16 << 10
+
+// peekBody reads the start of an error answer's body, decoded, and puts it back in
+// front of the rest so that the client still gets the answer whole.
+func peekBody(resp *http.Response) []byte {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, peekLimit))
+	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(raw), resp.Body), Closer: resp.Body}
+	codings, ok := contentCodings(resp.Header)
+	if !ok || len(codings) == 0 {
+		return raw
+	}
+	decoded, err := decodeRequest(raw, codings, 4*peekLimit)
+	if err != nil {
+		return nil
+	}
+	return decoded
+}
+
+// peekedBody is a body whose start was read and put back.
+type peekedBody struct {
+	io.Reader
+	io.Closer
 }
 
 // attemptFailed records an attempt the upstream did not answer; it reports true when
@@ -283,11 +312,16 @@ func (s *Server) upstreamHealth() []metrics.UpstreamHealth {
 				continue
 			}
 			seen[c.Up.Name] = true
-			out = append(out, metrics.UpstreamHealth{
+			cd := s.health.Cooldown(c.Up.CredKey)
+			u := metrics.UpstreamHealth{
 				Upstream:        c.Up.Name,
 				State:           s.health.Breaker(c.Up.Name).State(now).String(),
-				CooldownSeconds: s.health.Cooldown(c.Up.CredKey).Seconds(),
-			})
+				CooldownSeconds: cd.Seconds(),
+			}
+			if st, ok := cd.State(now); ok {
+				u.Cooling, u.Requested, u.Applied = string(st.Reason), st.Requested.Seconds(), st.Applied.Seconds()
+			}
+			out = append(out, u)
 		}
 	}
 	slices.SortFunc(out, func(a, b metrics.UpstreamHealth) int {

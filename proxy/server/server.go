@@ -111,6 +111,9 @@ type Options struct {
 	// Observers are told of every settled request after the proxy's own (the usage
 	// and spend metrics), in order: a ledger is one of them.
 	Observers []settlement.Observer
+	// HealthBoard, when set, shares the billing cooldowns with the fleet's other
+	// replicas (the Redis store's board); RunHealth reads theirs.
+	HealthBoard health.Board
 }
 
 // RefusalCounter counts refusals by the dimension and period that refused: d's bucket
@@ -178,6 +181,9 @@ func New(o Options) *Server {
 	}
 	// With the Redis store, the limits for agents are the fleet's totals.
 	s.agents.SetFleet(redisagents.For(o.Store, o.Clock, o.Logger))
+	if o.HealthBoard != nil {
+		s.health.Share(o.HealthBoard, o.Logger)
+	}
 	s.observers = s.settlementObservers(o.Observers)
 	s.refusers = refusersOf(o.Observers)
 	o.Metrics.Providers.SetHealthSource(s.upstreamHealth)

@@ -31,8 +31,13 @@ func (m *Model) Pick(i int, f refusal.Family, now time.Time, take bool) (pick in
 		if !up.Serves(f) {
 			continue
 		}
-		if until := up.Cooldown.Until(); now.Before(until) {
-			earliest = earlier(earliest, until)
+		if cd := up.Cooldown; cd.Out(now) {
+			// A billing cooldown past its interval waits for a probe.
+			at := cd.Until()
+			if !at.After(now) {
+				at = now.Add(time.Second)
+			}
+			earliest = earlier(earliest, at)
 			continue
 		}
 		b := up.Breaker
@@ -105,18 +110,29 @@ func (a *Attempt) Next(f refusal.Family, now time.Time) (*Candidate, time.Time) 
 // next candidate takes the request.
 func (a *Attempt) Retry() bool { return a.retry }
 
-// Answered records the current attempt's answer in its upstream's health: a 429 cools
-// its credential for as long as the answer asks (bounded), a 5xx counts against its
-// breaker, any other answer for it (a caller's 4xx says nothing against the upstream).
-// It reports true when the answer is dropped for the next candidate's: a 429 or 5xx
-// with another candidate that may take the request.
-func (a *Attempt) Answered(code int, h http.Header, now time.Time, log *slog.Logger) bool {
+// Answered records the current attempt's answer in its upstream's health: an answer
+// saying the provider account is out of credit (health.Billing, read from body, the
+// start of the answer's body) puts its credential on a billing cooldown; another 429
+// cools it for as long as the answer asks (bounded); a 5xx counts against its
+// breaker, any other answer for it (a caller's 4xx says nothing against the
+// upstream). It reports true when the answer is dropped for the next candidate's: a
+// billing answer, a 429 or a 5xx with another candidate that may take the request.
+func (a *Attempt) Answered(code int, h http.Header, body []byte, now time.Time, log *slog.Logger) bool {
 	up := a.Cand.Up
-	switch {
+	failed := code == http.StatusTooManyRequests || code >= 500
+	switch bcode, msg, billing := health.Billing(code, body); {
+	case billing:
+		up.Breaker.Record(now, health.Unrecorded)
+		iv := health.BillingFor(h, now, up.BillingCooldown)
+		up.Cooldown.Bill(health.Cooling{Since: now, Until: now.Add(iv.Applied), Requested: iv.Requested, Applied: iv.Applied,
+			Source: iv.Source, Upstream: up.Name, Code: bcode, Message: msg})
+		log.Warn("Upstream credential on a billing cooldown: the provider account is out of credit", "upstream", up.Name, "model", a.Model.Name,
+			"status", code, "code", bcode, "message", msg, "requested", iv.Requested, "applied", iv.Applied, "source", iv.Source)
+		failed = true
 	case code == http.StatusTooManyRequests:
 		up.Breaker.Record(now, health.Unrecorded)
 		iv := health.CooldownFor(h, now)
-		up.Cooldown.Start(now, iv.Applied)
+		up.Cooldown.Rate(now, iv, up.Name)
 		log.Warn("Upstream credential cooling down after a 429", "upstream", up.Name, "model", a.Model.Name,
 			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
 	case code >= 500:
@@ -124,10 +140,20 @@ func (a *Attempt) Answered(code int, h http.Header, now time.Time, log *slog.Log
 	default:
 		up.Breaker.Record(now, health.Success)
 	}
-	if (code == http.StatusTooManyRequests || code >= 500) && a.more {
+	if failed && a.more {
 		a.retry = true
 	}
 	return a.retry
+}
+
+// Peeks reports whether an answer's status may say that the provider account is out
+// of credit, so that the start of its body is read for health.Billing.
+func Peeks(code int) bool {
+	switch code {
+	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusForbidden, http.StatusTooManyRequests:
+		return true
+	}
+	return false
 }
 
 // Failed records a current attempt the upstream did not answer (err; gone when the

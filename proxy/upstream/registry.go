@@ -101,7 +101,7 @@ func build(i int, uc config.Upstream, cfg *config.Config, env Env) (*Upstream, e
 	if err != nil {
 		return nil, fmt.Errorf("upstreams[%d].url: %w", i, err)
 	}
-	up := &Upstream{Name: uc.Name, Target: target, Provider: uc.Provider, CredKey: CredentialKey(uc)}
+	up := &Upstream{Name: uc.Name, Target: target, Provider: uc.Provider, CredKey: CredentialKey(uc), BillingCooldown: cfg.BillingCooldown()}
 	up.Breaker, up.Cooldown = env.Health.Breaker(uc.Name), env.Health.Cooldown(up.CredKey)
 	if uc.AuthHeaderEnv != "" {
 		v, ok := os.LookupEnv(uc.AuthHeaderEnv)

@@ -9,6 +9,7 @@ package upstream
 import (
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/health"
@@ -34,6 +35,9 @@ type Upstream struct {
 	CredKey  string
 	Breaker  *health.Breaker
 	Cooldown *health.Cooldown
+	// BillingCooldown is how long its credential cools after a billing answer
+	// (routing.billing_cooldown_seconds).
+	BillingCooldown time.Duration
 }
 
 // Serves reports whether the upstream speaks the API family f.

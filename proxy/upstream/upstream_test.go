@@ -60,14 +60,14 @@ func TestAttemptFailsOverOnceToEachNextCandidate(t *testing.T) {
 	if c == nil || c.Up.Name != "primary" {
 		t.Fatalf("the first attempt went to %v, want primary", c)
 	}
-	if !a.Answered(http.StatusServiceUnavailable, http.Header{}, now, quiet) || !a.Retry() {
+	if !a.Answered(http.StatusServiceUnavailable, http.Header{}, nil, now, quiet) || !a.Retry() {
 		t.Fatal("a 503 with another candidate left is not dropped for the next one")
 	}
 	c, _ = a.Next(refusal.OpenAI, now)
 	if c == nil || c.Up.Name != "secondary" {
 		t.Fatalf("the failover went to %v, want secondary", c)
 	}
-	if a.Answered(http.StatusServiceUnavailable, http.Header{}, now, quiet) {
+	if a.Answered(http.StatusServiceUnavailable, http.Header{}, nil, now, quiet) {
 		t.Fatal("the last candidate's 503 is dropped, with no candidate to take the request")
 	}
 	if c, at := a.Next(refusal.OpenAI, now); c != nil || !at.IsZero() {
@@ -81,7 +81,7 @@ func TestAnswered429CoolsTheCredential(t *testing.T) {
 	a.Next(refusal.OpenAI, now)
 	h := http.Header{}
 	h.Set("Retry-After", "20")
-	if !a.Answered(http.StatusTooManyRequests, h, now, quiet) {
+	if !a.Answered(http.StatusTooManyRequests, h, nil, now, quiet) {
 		t.Fatal("a 429 with another candidate left is not dropped")
 	}
 	if until := m.Candidates[0].Up.Cooldown.Until(); !until.After(now) {

@@ -37,8 +37,10 @@ type Behaviour struct {
 	Latency time.Duration
 	// ChunkDelay delays each stream chunk.
 	ChunkDelay time.Duration
-	// Status, when set, answers with this status and an error body in the route's shape.
-	Status int
+	// Status, when set, answers with this status and an error body in the route's shape
+	// (ErrorBody, when set, instead).
+	Status    int
+	ErrorBody string
 	// CutAfter, when positive, ends a stream abruptly after this many deltas (no usage,
 	// no end marker), as a crashing backend would.
 	CutAfter int
@@ -215,9 +217,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.Status != 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(b.Status)
-		if anthropic {
+		switch {
+		case b.ErrorBody != "":
+			_, _ = io.WriteString(w, b.ErrorBody)
+		case anthropic:
 			fmt.Fprintf(w, `{"type":"error","error":{"type":"api_error","message":"fake error %d"}}`, b.Status)
-		} else {
+		default:
 			fmt.Fprintf(w, `{"error":{"message":"fake error %d","type":"server_error","code":null}}`, b.Status)
 		}
 		return

@@ -264,6 +264,10 @@ func run(args []string) error {
 	if tp != nil {
 		srvOpts.TracerProvider = tp
 	}
+	if rs, ok := store.(*redisstore.Store); ok {
+		// The billing cooldowns are the fleet's: one replica learns, the others read.
+		srvOpts.HealthBoard = rs.Board()
+	}
 	srv := server.New(srvOpts)
 	defer func() {
 		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -320,6 +324,7 @@ func run(args []string) error {
 		}
 	}()
 	go sweep(ctx, mem, m)
+	go srv.RunHealth(ctx, server.DefaultHealthEvery)
 
 	lnData, err := net.Listen("tcp", listenAddr)
 	if err != nil {
