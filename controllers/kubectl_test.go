@@ -84,7 +84,7 @@ var _ = Describe("kubectl", func() {
 			var out string
 
 			out = kubectl("get", "tp", "-n", ns)
-			g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "ENFORCED", "UPSTREAMS", "AGE"}))
+			g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "REPLICAS", "READY", "STORAGE", "BUDGETS", "KEYS", "ENFORCED", "UPSTREAMS", "OUT", "AGE"}))
 			g.Expect(strings.Fields(strings.Split(out, "\n")[1])[:7]).To(Equal([]string{"fleet", "3", "0", "Memory", "2", "1", "0/0"}),
 				"no pod runs in the test control plane, and no replica reports")
 

@@ -4,6 +4,8 @@
 package controllers_test
 
 import (
+	"strings"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -83,7 +85,7 @@ var _ = Describe("A TokenBudget's fallback model", func() {
 })
 
 var _ = Describe("The upstreams' health on a TokenProxy", func() {
-	It("counts the healthy upstreams of total from the replicas' reports, naming the unhealthy ones", func() {
+	It("counts the healthy upstreams of total from the replicas' reports, naming the unhealthy ones and what keeps each out", func() {
 		ns := newNamespace("health")
 		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
 		tp := fleetProxy(ns, 1)
@@ -92,16 +94,25 @@ var _ = Describe("The upstreams' health on a TokenProxy", func() {
 		Expect(k8sClient.Create(ctx, tp)).To(Succeed())
 		Eventually(func(g Gomega) { g.Expect(rendered(g, ns).Models).To(HaveLen(1)) }).Should(Succeed())
 		a, b := loadCurrent(ns, "a"), loadCurrent(ns, "b")
-		a.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open"},{"upstream":"vllm","breaker":"closed","cooling":true}]`
-		b.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open"},{"upstream":"vllm","breaker":"closed"}]`
+		a.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open"},` +
+			`{"upstream":"vllm","breaker":"closed","cooling":true,"reason":"rate","requested_seconds":20,"applied_seconds":20}]`
+		b.Annotations[twv1alpha1.ReplicaUpstreamHealthAnnotation] = `[{"upstream":"azure","breaker":"open","cooling":true,"reason":"billing",` +
+			`"message":"You exceeded your current quota, please check your plan and billing details.","applied_seconds":900},{"upstream":"vllm","breaker":"closed"}]`
 		Expect(k8sClient.Create(ctx, a)).To(Succeed())
 		Expect(k8sClient.Create(ctx, b)).To(Succeed())
 		Eventually(func(g Gomega) {
 			st := proxyStatus(g, ns)
 			g.Expect(st.Upstreams).To(Equal("1/3"))
 			g.Expect(st.UnhealthyUpstreams).To(Equal([]twv1alpha1.UnhealthyUpstream{
-				{Name: "vllm", CoolingReplicas: 1}, {Name: "azure", OpenReplicas: 2}}))
+				{Name: "vllm", CoolingReplicas: 1, Reason: "Rate", RequestedSeconds: 20, AppliedSeconds: 20},
+				{Name: "azure", OpenReplicas: 2, BillingReplicas: 1, Reason: "Billing",
+					Message: "You exceeded your current quota, please check your plan and billing details.", AppliedSeconds: 900}}))
+			g.Expect(st.UpstreamsOut).To(Equal("azure=billing,vllm=rate"), "the gravest first")
 		}).Should(Succeed())
+		rows := strings.Split(kubectl("get", "tp", "-n", ns), "\n")
+		head, row := strings.Fields(rows[0]), strings.Fields(rows[1]) // empty columns print nothing
+		Expect(head[len(head)-2:]).To(Equal([]string{"OUT", "AGE"}))
+		Expect(row[len(row)-2]).To(Equal("azure=billing,vllm=rate"))
 
 		By("the breakers closing and the cooldown ending")
 		for _, le := range []string{"fleet-proxy-a", "fleet-proxy-b"} {
@@ -116,6 +127,7 @@ var _ = Describe("The upstreams' health on a TokenProxy", func() {
 			st := proxyStatus(g, ns)
 			g.Expect(st.Upstreams).To(Equal("3/3"))
 			g.Expect(st.UnhealthyUpstreams).To(BeEmpty())
+			g.Expect(st.UpstreamsOut).To(BeEmpty())
 		}).Should(Succeed())
 	})
 })

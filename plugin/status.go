@@ -360,7 +360,14 @@ func printNotes(w io.Writer, f FleetStatus, all bool) {
 		if u.CoolingReplicas > 0 {
 			parts = append(parts, fmt.Sprintf("credential cooling down after a 429 on %s", replicas(u.CoolingReplicas)))
 		}
+		if u.BillingReplicas > 0 {
+			parts = append(parts, fmt.Sprintf("provider account out of credit (billing) on %s", replicas(u.BillingReplicas)))
+		}
 		note("Upstream %s unhealthy: %s.", u.Name, strings.Join(parts, ", "))
+		if u.Reason == "Billing" {
+			note("  The provider said: %q (cooling %d s, asked %d s); add credit or raise the spend limit, then probe it: POST /admin/upstreams/%s/probe.",
+				u.Message, u.AppliedSeconds, u.RequestedSeconds, u.Name)
+		}
 	}
 	if r := f.Redis; r != nil {
 		switch {

@@ -612,9 +612,17 @@ type TokenProxyStatus struct {
 	DurableEpochs []DurableEpoch `json:"durableEpochs,omitempty"`
 	// Upstreams is "healthy/total" of the fleet's upstreams, for kubectl get: an
 	// upstream is unhealthy while a live replica reports its circuit breaker open or
-	// its credential cooling down after a 429 (unhealthyUpstreams says which).
+	// its credential cooling down after a 429 or a billing error (unhealthyUpstreams
+	// says which).
 	// +optional
 	Upstreams string `json:"upstreams,omitempty"`
+	// UpstreamsOut names, for kubectl get, each unhealthy upstream with what keeps it
+	// out, the gravest first: "anthropic=billing,azure=breaker,openai=rate"
+	// (billing: its provider account is out of credit; breaker: it keeps failing;
+	// rate: its credential cools after a 429 of rate pressure).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	UpstreamsOut string `json:"upstreamsOut,omitempty"`
 	// UnhealthyUpstreams are the upstreams a live replica reports unhealthy.
 	// +optional
 	// +listType=map
@@ -645,9 +653,31 @@ type UnhealthyUpstream struct {
 	// +optional
 	OpenReplicas int32 `json:"openReplicas,omitempty"`
 	// CoolingReplicas is the number of live replicas whose credential for it cools
-	// down after a 429.
+	// down after a 429 of rate pressure.
 	// +optional
 	CoolingReplicas int32 `json:"coolingReplicas,omitempty"`
+	// BillingReplicas is the number of live replicas whose credential for it is on a
+	// billing cooldown: the provider said its account is out of credit. It holds
+	// until a probe finds the account answering again.
+	// +optional
+	BillingReplicas int32 `json:"billingReplicas,omitempty"`
+	// Reason is what keeps it out, the gravest a replica reports: Billing, Breaker or
+	// Rate.
+	// +optional
+	// +kubebuilder:validation:Enum=Billing;Breaker;Rate
+	Reason string `json:"reason,omitempty"`
+	// Message is the provider's message of the billing cooldown, as a replica reports
+	// it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+	// RequestedSeconds is the interval the provider's answer asked for, of the
+	// cooldown that Reason names (0: it gave no timing), and AppliedSeconds the one
+	// applied.
+	// +optional
+	RequestedSeconds int64 `json:"requestedSeconds,omitempty"`
+	// +optional
+	AppliedSeconds int64 `json:"appliedSeconds,omitempty"`
 }
 
 // DurableEpoch is the epoch of one slot group's durable counters.
@@ -701,6 +731,7 @@ const (
 // +kubebuilder:printcolumn:name="Keys",type=integer,JSONPath=`.status.keys`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforced`
 // +kubebuilder:printcolumn:name="Upstreams",type=string,JSONPath=`.status.upstreams`
+// +kubebuilder:printcolumn:name="Out",type=string,JSONPath=`.status.upstreamsOut`
 // +kubebuilder:printcolumn:name="Tenancy",type=string,JSONPath=`.status.tenancy`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TokenProxy struct {
