@@ -38,6 +38,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 		tp.Spec.Models[0].Upstreams[1].Tokenizer = "cl100k_base"
 		tp.Spec.Models[0].AdmissionPolicy, tp.Spec.Models[0].AcceptsLoweredOutputCap = twv1alpha1.AdmissionClamp, true
 		tp.Spec.Routing.AdmissionPolicy = twv1alpha1.AdmissionRefuse
+		tp.Spec.Routing.BillingCooldownSeconds = 1800
 		tp.Spec.Models[0].UnavailableFallback = "gpt-4o-mini"
 		tp.Spec.Models = append(tp.Spec.Models, twv1alpha1.ModelSpec{Name: "gpt-4o-mini", Upstreams: []twv1alpha1.ModelUpstream{{Upstream: "vllm"}}})
 		Expect(k8sClient.Patch(ctx, tp, patch)).To(Succeed())
@@ -51,6 +52,7 @@ var _ = Describe("The model registry of a TokenProxy", func() {
 			g.Expect(c.Models[0].AdmissionPolicy).To(Equal(config.AdmitClamp))
 			g.Expect(c.Models[0].AcceptsLoweredOutputCap).To(BeTrue())
 			g.Expect(c.Routing.AdmissionPolicy).To(Equal(config.AdmitRefuse))
+			g.Expect(c.Routing.BillingCooldownSeconds).To(Equal(int64(1800)))
 			g.Expect(c.Models[0].Upstreams).To(Equal([]config.ModelUpstream{{Upstream: "azure", ProviderModel: "gpt-4o-2024-08-06"}, {Upstream: "vllm", Tokenizer: "cl100k_base"}}))
 			g.Expect(c.Upstreams[0].Provider).To(Equal(config.ProviderAnthropic))
 			g.Expect(c.Upstreams[2].Provider).To(Equal(config.ProviderOpenAI))

@@ -195,6 +195,13 @@ type RoutingSpec struct {
 	// Clamp. Default Refuse.
 	// +optional
 	AdmissionPolicy AdmissionPolicy `json:"admissionPolicy,omitempty"`
+	// BillingCooldownSeconds is how long an upstream's credential cools after its
+	// provider answers that the account is out of credit, before a replica probes
+	// it; the answer's own timing applies when it asks for longer. Default 900.
+	// +optional
+	// +kubebuilder:validation:Minimum=300
+	// +kubebuilder:validation:Maximum=21600
+	BillingCooldownSeconds int64 `json:"billingCooldownSeconds,omitempty"`
 }
 
 // ModelPrice is a model's price in US dollars per million tokens: quantities such as

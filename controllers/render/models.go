@@ -33,6 +33,7 @@ func renderAdmission(p twv1alpha1.AdmissionPolicy) config.AdmissionPolicy {
 // renderRouting copies the fleet's routing defaults.
 func renderRouting(r *twv1alpha1.RoutingSpec, c *config.Config) {
 	c.Routing.AdmissionPolicy = renderAdmission(r.AdmissionPolicy)
+	c.Routing.BillingCooldownSeconds = r.BillingCooldownSeconds
 }
 
 // renderRegistry copies a model's registry entry (context window, largest output,
