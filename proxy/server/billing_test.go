@@ -253,34 +253,51 @@ var _ = Describe("Billing cooldowns", func() {
 		var prefixes atomic.Int64
 		prefix := func() string { return "billing" + itoa(int(prefixes.Add(1))) }
 
-		It("teaches the other replicas without a request of theirs, and one of them probes", func() {
-			r := newRegistry("")
-			p := prefix()
-			a, b := replica(r, p), replica(r, p)
-			r.primary.Set(billingAnswer(429, quotaBody))
-			Expect(chatVia(r, a).header.Get(server.UpstreamHeader)).To(Equal("secondary"))
-			Expect(r.primary.Requests()).To(HaveLen(1))
+		DescribeTable("teach the other replicas without a request of theirs, and one of them probes",
+			func(anthropic bool, status int, body string) {
+				r := newRegistry("")
+				p := prefix()
+				a, b := replica(r, p), replica(r, p)
+				model, first, send := "gpt-4o", "primary", func(srv *server.Server) reply { return chatVia(r, srv) }
+				if anthropic {
+					model, first, send = "sonnet", "claude", func(srv *server.Server) reply {
+						front := httptest.NewServer(srv)
+						defer front.Close()
+						return r.doAt(front.URL, "POST", "/v1/messages", "sk-alice", `{"model":"sonnet","max_tokens":5,"messages":[]}`)
+					}
+				}
+				r.primary.Set(billingAnswer(status, body))
+				Expect(send(a).header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+				Expect(r.primary.Requests()).To(HaveLen(1))
 
-			b.SyncHealth(context.Background())
-			c := cooldownOf(b, "gpt-4o", "primary")
-			Expect(c).NotTo(BeNil(), "b learned it from the fleet's Redis")
-			Expect(c.Reason).To(Equal("billing"))
-			Expect(c.Message).To(HavePrefix("You exceeded your current quota"))
-			Expect(chatVia(r, b).header.Get(server.UpstreamHeader)).To(Equal("secondary"))
-			Expect(r.primary.Requests()).To(HaveLen(1), "b sent no request to the cooled upstream")
+				b.SyncHealth(context.Background())
+				c := cooldownOf(b, model, first)
+				Expect(c).NotTo(BeNil(), "b learned it from the fleet's Redis")
+				Expect(c.Reason).To(Equal("billing"))
+				Expect(c.Message).To(Equal(cooldownOf(a, model, first).Message))
+				Expect(send(b).header.Get(server.UpstreamHeader)).To(Equal("secondary"))
+				Expect(r.primary.Requests()).To(HaveLen(1), "b sent no request to the cooled upstream")
 
-			r.primary.Set(fakellmUsage(10, 20))
-			r.clock.Advance(900 * time.Second)
-			a.SyncHealth(context.Background())
-			b.SyncHealth(context.Background())
-			Expect(r.primary.Requests()).To(HaveLen(2), "one replica probed")
-			a.SyncHealth(context.Background())
-			b.SyncHealth(context.Background())
-			Expect(cooldownOf(a, "gpt-4o", "primary")).To(BeNil())
-			Expect(cooldownOf(b, "gpt-4o", "primary")).To(BeNil(), "the probe's clear reached both")
-			Expect(chatVia(r, b).header.Get(server.UpstreamHeader)).To(Equal("primary"))
-			Expect(chatVia(r, a).header.Get(server.UpstreamHeader)).To(Equal("primary"))
-		})
+				r.primary.Set(fakellmUsage(10, 20))
+				r.clock.Advance(900 * time.Second)
+				a.SyncHealth(context.Background())
+				b.SyncHealth(context.Background())
+				Expect(r.primary.Requests()).To(HaveLen(2), "one replica probed")
+				a.SyncHealth(context.Background())
+				b.SyncHealth(context.Background())
+				Expect(cooldownOf(a, model, first)).To(BeNil())
+				Expect(cooldownOf(b, model, first)).To(BeNil(), "the probe's clear reached both")
+				Expect(send(b).header.Get(server.UpstreamHeader)).To(Equal(first))
+				Expect(send(a).header.Get(server.UpstreamHeader)).To(Equal(first))
+			},
+			Entry("OpenAI insufficient_quota on a 429", false, 429, quotaBody),
+			Entry("OpenAI project_spend_limit_exceeded", false, 429, strings.Replace(openAIBillCode, "%s", "project_spend_limit_exceeded", 1)),
+			Entry("OpenAI billing_hard_limit_reached on a 400", false, 400,
+				`{"error":{"message":"Billing hard limit has been reached","type":"invalid_request_error","param":null,"code":"billing_hard_limit_reached"}}`),
+			Entry("Anthropic billing_error on a 402", true, 402,
+				`{"type":"error","error":{"type":"billing_error","message":"There is an issue with your billing or payment information."}}`),
+			Entry("Anthropic's credit balance too low on a 400", true, 400, creditTooLow),
+		)
 
 		It("shares a probe endpoint's clear and a probe's relearned interval", func() {
 			r := newRegistry("")
