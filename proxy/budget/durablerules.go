@@ -17,9 +17,14 @@ type DurableRule struct {
 	Rule, Window string
 	// Tenant is the tenant whose rule it is; empty for the platform's.
 	Tenant string
-	// Dim is what the counter counts by; CountBy its fan-out (NumDimensions: none).
+	// Dim is what the counter counts by; CountBy its fan-out (NumDimensions: none,
+	// or an attribute beyond the dimensions, which Unrecorded names).
 	Dim, CountBy Dimension
-	Amount       Amount
+	// Unrecorded is an attribute beyond the dimensions that the counter counts by
+	// or selects on (session, endpoint, ...): a record by dimension cannot rebuild
+	// it. Empty: none.
+	Unrecorded string
+	Amount     Amount
 	// Models, when set, are the only models it counts; Subjects the only subjects,
 	// and Excluded the subjects a named-subject rule counts instead.
 	Models, Subjects, Excluded []string
@@ -80,9 +85,17 @@ func (c *Charge) Counter(now time.Time) (DurableRule, bool) {
 
 // describe is the durable counter c with the window that holds now.
 func (c *counter) describe(now time.Time) DurableRule {
-	d := DurableRule{Rule: c.rule, Window: c.name, Tenant: c.tenant, Dim: c.dim, CountBy: c.countBy, Amount: c.amount,
+	d := DurableRule{Rule: c.rule, Window: c.name, Tenant: c.tenant, Dim: c.dim, CountBy: NumDimensions, Amount: c.amount,
 		Models: c.models.sorted(), Subjects: c.subjects.sorted(), Excluded: c.excluded.sorted(),
 		Start: now.Add(-c.period), End: now}
+	if cd, ok := c.countBy.Dimension(); ok {
+		d.CountBy = cd
+	} else if c.countBy != NumAttrs {
+		d.Unrecorded = c.countBy.String()
+	}
+	if len(c.when) > 0 {
+		d.Unrecorded = c.when[0].attr.String()
+	}
 	if c.kind == Calendar {
 		d.Start, d.End = c.calendar.Span(now)
 	}

@@ -161,7 +161,7 @@ func explained(order int, ch Charge, key *KeyPolicy) Explained {
 	} else if ctr.dim == APIKey && key != nil && overridden(key, ctr.kind) {
 		x.Source = "api_key"
 	}
-	if ctr.countBy != NumDimensions {
+	if ctr.countBy != NumAttrs {
 		x.CountBy = ctr.countBy.String()
 	}
 	if ctr.kind == Calendar {

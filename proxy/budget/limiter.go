@@ -91,6 +91,10 @@ type RuleRecorder interface {
 	Decision(o RuleOutcome)
 	// Amount records an amount of outcome, in the rule's units.
 	Amount(o Outcome, n float64)
+	// Overflowed records a request whose client-supplied count_by value came beyond
+	// its key's bound of distinct values (max_attribute_values): it is counted in the
+	// overflow subject.
+	Overflowed()
 	// Level records the bucket a request just drew on: the share of its limit in use
 	// (0 full, 1 empty, above 1 in debt), the limit in the rule's amount, and for a
 	// calendar window when it resets (zero for a rolling window).
@@ -107,6 +111,42 @@ type Identity struct {
 	Model string
 	// Exempt is true for a whitelisted client: no limit applies.
 	Exempt bool
+	// Provider is the serving upstream's provider family and Upstream its name;
+	// Endpoint the route family (config's endpoint words).
+	Provider, Upstream, Endpoint string
+	// Session, Agent, Task and Run are the client's headers (package attribute), and
+	// Fingerprint the hash of the request as forwarded: read only when a rule of the
+	// policy uses them (Policy.Reads).
+	Session, Agent, Task, Run, Fingerprint string
+}
+
+// attr is the identity's value of an attribute; empty when it has none (a
+// client-supplied attribute's empty value is a value: attribute.Absent).
+func (id *Identity) attr(a Attr) string {
+	if d, ok := a.Dimension(); ok {
+		return id.value(d)
+	}
+	switch a {
+	case AttrProvider:
+		return id.Upstream
+	case AttrEndpoint:
+		return id.Endpoint
+	case AttrEnvironment:
+		if id.Key != nil {
+			return id.Key.Environment
+		}
+	case AttrSession:
+		return id.Session
+	case AttrAgent:
+		return id.Agent
+	case AttrTask:
+		return id.Task
+	case AttrRun:
+		return id.Run
+	case AttrFingerprint:
+		return id.Fingerprint
+	}
+	return ""
 }
 
 // value is the identity's subject in a dimension; empty when it has none.
@@ -273,6 +313,10 @@ type charges struct {
 	reqs []Charge
 	toks []Charge
 	res  Reservation
+	// asks are the client-supplied count_by values to bound, and askAt where each
+	// one's charge is: an index of toks, or -(i+1) for reqs[i].
+	asks  []ValueAsk
+	askAt []int32
 }
 
 var chargesPool = sync.Pool{New: func() any { return new(charges) }}
@@ -310,11 +354,68 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 		sp := ctr.spanAt(now)
 		ch.Key.Start, ch.EndMillis = sp.start.Unix(), sp.end.Add(-shift).UnixMilli()
 	}
+	if ctr.countBy.Supplied() {
+		c.ask(p, &ch, id)
+	}
 	if ctr.amount == AmountRequests {
 		c.reqs = append(c.reqs, ch)
 	} else {
 		c.toks = append(c.toks, ch)
 	}
+}
+
+// ask records the client-supplied count_by value of a charge for the bound of
+// distinct values (BoundValues), and counts it under the key that sent it: a rule
+// whose subject is not the key itself holds it as KEY/VALUE.
+func (c *charges) ask(p *Policy, ch *Charge, id *Identity) {
+	var key string
+	if id.Key != nil {
+		key = id.Key.Name
+	}
+	a := ValueAsk{Rule: ch.Key.Rule, Window: ch.Key.Window, Key: key, Value: ch.Key.By, Limit: p.maxValues,
+		Epoch: ch.ctr.period, Start: ch.Key.Start, TTL: 2 * ch.ctr.period}
+	if ch.ctr.kind == Calendar {
+		a.Epoch, a.TTL = 0, time.Until(time.UnixMilli(ch.EndMillis))+time.Minute
+	}
+	at := int32(len(c.toks))
+	if ch.ctr.amount == AmountRequests {
+		at = -int32(len(c.reqs)) - 1
+	}
+	c.asks, c.askAt = append(c.asks, a), append(c.askAt, at)
+	if ch.Key.Dim != APIKey {
+		ch.Key.By = key + "/" + ch.Key.By
+	}
+}
+
+// boundValues asks the store to bound the client-supplied count_by values of the
+// reservation; a value beyond its key's bound is counted in the overflow subject.
+func (l *Limiter) boundValues(ctx context.Context, c *charges) error {
+	if vb, ok := l.store.(ValueBounder); ok {
+		if err := vb.BoundValues(ctx, c.asks); err != nil {
+			return err
+		}
+	}
+	for i := range c.asks {
+		a := &c.asks[i]
+		if !a.Over {
+			continue
+		}
+		ch := c.chargeAt(c.askAt[i])
+		ch.Key.By = Overflow
+		if ch.Key.Dim != APIKey {
+			ch.Key.By = a.Key + "/" + Overflow
+		}
+		l.stats(ch.ctr).Overflowed()
+	}
+	return nil
+}
+
+// chargeAt is the charge an ask's place names.
+func (c *charges) chargeAt(at int32) *Charge {
+	if at < 0 {
+		return &c.reqs[-at-1]
+	}
+	return &c.toks[at]
 }
 
 // collect resolves the buckets of every counter the identity draws on (beyond request
@@ -323,7 +424,7 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 // refusal by both names the platform's and a store that reserves in several calls
 // takes the platform's first.
 func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
-	c.reqs, c.toks = c.reqs[:0], c.toks[:0]
+	c.reqs, c.toks, c.asks, c.askAt = c.reqs[:0], c.toks[:0], c.asks[:0], c.askAt[:0]
 	var keyList []*counter
 	if id.Key != nil {
 		keyList = id.Key.counters
@@ -377,12 +478,14 @@ func (l *Limiter) addAll(p *Policy, list []*counter, id *Identity, ident string,
 		case !tokens && ctr.amount != AmountRequests,
 			ctr.subjects != nil && !ctr.subjects.has(ident),
 			ctr.excluded != nil && ctr.excluded.has(ident),
-			ctr.models != nil && !ctr.models.has(id.Model):
+			ctr.models != nil && !ctr.models.has(id.Model),
+			ctr.when != nil && !ctr.selects(id):
 			continue
 		}
 		var by string
-		if ctr.countBy != NumDimensions {
-			if by = id.value(ctr.countBy); by == "" {
+		if ctr.countBy != NumAttrs {
+			by = id.attr(ctr.countBy)
+			if by == "" && !ctr.countBy.Supplied() {
 				continue
 			}
 		}
@@ -406,6 +509,11 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	l.collect(p, &id, c, &ask, ask.Input+ask.Output > 0)
 	if len(c.reqs) == 0 && len(c.toks) == 0 {
 		return dec, nil
+	}
+	if len(c.asks) > 0 {
+		if err := l.boundValues(ctx, c); err != nil {
+			return dec, err
+		}
 	}
 	c.res = Reservation{Requests: c.reqs, Tokens: c.toks}
 	res, err := l.store.Reserve(ctx, &c.res)
@@ -976,5 +1084,6 @@ type nopRule struct{}
 
 func (nopRule) Decision(RuleOutcome)    {}
 func (nopRule) Amount(Outcome, float64) {}
+func (nopRule) Overflowed()             {}
 
 func (nopRule) Level(float64, float64, Amount, time.Time) {}

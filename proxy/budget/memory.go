@@ -26,6 +26,8 @@ type Memory struct {
 	maxBuckets atomic.Int64
 	counts     [NumDimensions][NumKinds]atomic.Int64
 	shards     [memoryShards]memShard
+	// values bound the distinct client-supplied count_by values (attributes.go).
+	values valueSets
 }
 
 type memShard struct {

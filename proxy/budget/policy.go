@@ -42,6 +42,11 @@ type Policy struct {
 	rules map[ruleWindow]*counter
 	order map[string]int
 
+	// reads are the attributes beyond the dimensions its rules use; maxValues bounds
+	// each client-supplied count_by's distinct values per key and window.
+	reads     Attrs
+	maxValues int64
+
 	dims   [Model]dimPolicy
 	models map[string]*dimPolicy
 	keys   map[string]*KeyPolicy // by name
@@ -144,8 +149,10 @@ type counter struct {
 	dim    Dimension
 	kind   Kind
 	amount Amount
-	// countBy fans the counter out by a second dimension; NumDimensions: none.
-	countBy Dimension
+	// countBy fans the counter out by a second attribute; NumAttrs: none.
+	countBy Attr
+	// when are its applies_when selectors beyond models; nil: none.
+	when []selector
 	// subjects, when set, are the only subjects it applies to; excluded are the
 	// subjects a named-subject counter replaces it for.
 	subjects, excluded set
@@ -187,14 +194,14 @@ func (c *counter) groupKey() string {
 	// budget, and a named block rule never replaces a watched one.
 	// So is the level: a tenant's named rule never replaces the platform's budget,
 	// nor another tenant's.
-	return fmt.Sprintf("%q|%d|%d|%q|%d|%s|%v", c.tenant, c.dim, c.countBy, ms, c.amount, c.name, c.warn)
+	return fmt.Sprintf("%q|%d|%d|%q|%d|%s|%v|%s", c.tenant, c.dim, c.countBy, ms, c.amount, c.name, c.warn, c.whenKey())
 }
 
 // limitCounters compiles one dimension's limits: the request bucket, then the minute
 // and day token buckets.
 func limitCounters(dim Dimension, rps, burst, tpm, tpd, div int64) []*counter {
 	var out []*counter
-	base := counter{dim: dim, countBy: NumDimensions, scoped: dim == APIKey, both: tpm > 0 && tpd > 0}
+	base := counter{dim: dim, countBy: NumAttrs, scoped: dim == APIKey, both: tpm > 0 && tpd > 0}
 	if rate, capacity := requestBucket(rps, burst); rate > 0 {
 		c := base
 		c.kind, c.amount, c.name, c.period = Requests, AmountRequests, "second", time.Second
@@ -226,14 +233,17 @@ func ruleCounters(r *config.Rule, div int64) []*counter {
 	var out []*counter
 	for i, w := range r.Windows {
 		c := &counter{
-			rule: r.Name, tenant: r.Tenant, window: uint8(i), dim: configDims[r.Dimension], countBy: NumDimensions,
+			rule: r.Name, tenant: r.Tenant, window: uint8(i), dim: configDims[r.Dimension], countBy: NumAttrs,
 			amount: configAmounts[r.Amount], subjects: setOf(r.Subjects), models: setOf(r.Models),
-			warn: r.Action == config.ActionWarn, durable: r.Durable(),
+			warn: r.Action == config.ActionWarn, durable: r.Durable(), when: selectorsOf(r),
+		}
+		if ms := r.AppliesWhen[config.RuleModel]; len(ms) > 0 {
+			c.models = setOf(ms)
 		}
 		if r.CountBy != "" {
-			c.countBy = configDims[r.CountBy]
+			c.countBy = configAttrs[r.CountBy]
 		}
-		c.scoped = c.dim == APIKey || c.countBy == APIKey
+		c.scoped = c.dim == APIKey || c.countBy == AttrAPIKey
 		switch {
 		case w.Rolling != nil:
 			c.kind, c.name, c.period = Rolling, string(w.Rolling.Period), w.Rolling.Period.Duration()
@@ -307,7 +317,9 @@ type KeyPolicy struct {
 	Team string
 	// Tenant is the tenant the key belongs to; empty for the platform's own keys.
 	Tenant string
-	Bypass bool
+	// Environment is the key's environment, as the platform set it.
+	Environment string
+	Bypass      bool
 	// minute and day are the key's allowances: its divided overrides when set,
 	// otherwise per_api_key's.
 	minute, day Allowance
@@ -334,7 +346,7 @@ func NewPolicy(c *config.Config) *Policy {
 	rl := &c.RateLimiting
 	l := &rl.Limits
 	p := &Policy{
-		Divisor: div, cachedWeight: rl.CachedWeight(),
+		Divisor: div, cachedWeight: rl.CachedWeight(), maxValues: cmp.Or(rl.MaxAttributeValues, config.DefaultMaxAttributeValues),
 		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, tenants: map[string]*level{},
 		platform: level{byModel: map[string][]*counter{}},
 		prices:   map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
@@ -375,6 +387,7 @@ func NewPolicy(c *config.Config) *Policy {
 		r := &rl.Rules[i]
 		p.order[r.Name] = i
 		lv := p.levelOf(r.Tenant)
+		p.reads |= readsOf(r)
 		for _, ctr := range ruleCounters(r, div) {
 			p.rules[ruleWindow{ctr.rule, ctr.window}] = ctr
 			if ctr.amount != AmountRequests && ctr.tenant == "" {
@@ -458,7 +471,7 @@ func keyCounters(list []*counter, key string, each, named []*counter) []*counter
 
 func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 	d := &p.dims[APIKey]
-	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Tenant: k.Tenant, Bypass: k.Bypass, minute: d.minute, day: d.day}
+	kp := &KeyPolicy{Name: k.Name, User: k.User, Team: k.Team, Tenant: k.Tenant, Environment: k.Environment, Bypass: k.Bypass, minute: d.minute, day: d.day}
 	tpm, tpd := d.limits.TokensPerMinute, d.limits.TokensPerDay
 	if k.RateLimitTokensPerMinute > 0 {
 		// Every number written on a resource is a fleet total: the override is divided too.
@@ -523,7 +536,7 @@ func (p *Policy) EffectiveRules() []EffectiveRule {
 			Subjects: slices.Sorted(maps.Keys(c.subjects)), Models: slices.Sorted(maps.Keys(c.models)),
 			Capacity: c.capacity, Rate: c.rate, SharedCapacity: c.sharedCapacity,
 		}
-		if c.countBy != NumDimensions {
+		if c.countBy != NumAttrs {
 			e.CountBy = c.countBy.String()
 		}
 		out = append(out, e)

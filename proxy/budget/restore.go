@@ -59,9 +59,9 @@ func (l *Limiter) RestoreCharge(p *Policy, b Balance) (Charge, error) {
 	case (ctr.dim == Global) != (b.Subject == ""):
 		return Charge{}, fmt.Errorf("rule %q: subject: a %s rule's counter %s", b.Rule, ctr.dim,
 			map[bool]string{true: "has no subject", false: "needs one"}[ctr.dim == Global])
-	case (ctr.countBy != NumDimensions) != (b.By != ""):
+	case (ctr.countBy != NumAttrs) != (b.By != ""):
 		return Charge{}, fmt.Errorf("rule %q: by: the rule %s", b.Rule,
-			map[bool]string{true: "counts by " + ctr.countBy.String() + ": name its value", false: "has no count_by"}[ctr.countBy != NumDimensions])
+			map[bool]string{true: "counts by " + ctr.countBy.String() + ": name its value", false: "has no count_by"}[ctr.countBy != NumAttrs])
 	}
 	ch := Charge{
 		Key:      Key{Kind: ctr.kind, Dim: ctr.dim, Window: ctr.window, ID: b.Subject, Tenant: ctr.tenant, Rule: ctr.rule, By: b.By},

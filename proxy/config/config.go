@@ -200,6 +200,9 @@ type APIKey struct {
 	// tenant) govern its traffic, and a rule of dimension tenant counts it under this
 	// name. Empty: the key is the platform's own, under no tenant's rules.
 	Tenant string `json:"tenant,omitempty"`
+	// Environment is the environment the key's traffic is (production, staging):
+	// the platform sets it, never the tenant; rules select on it and count by it.
+	Environment string `json:"environment,omitempty"`
 	// RateLimit overrides per_api_key.requests_per_second for this key (0: none).
 	RateLimit int64 `json:"rate_limit,omitempty"`
 	// RateLimitBurst overrides the burst capacity of the key's request rate (0: none).
@@ -254,6 +257,11 @@ type RateLimiting struct {
 	// minute, day): a full map admits without charging on that dimension only, and
 	// counts it. Default 100000.
 	MaxBuckets int64 `json:"max_buckets,omitempty"`
+	// MaxAttributeValues bounds the distinct values of a client-supplied attribute
+	// (session, agent, task, run, request_fingerprint) that one window of a rule that
+	// counts by it holds per API key per window: a value beyond them is counted in the
+	// key's one overflow subject. Default 1000.
+	MaxAttributeValues int64 `json:"max_attribute_values,omitempty"`
 	// Overage is what settlement does with usage beyond the reservation that a bucket
 	// cannot cover: debt (default) drives the bucket below zero, at most one capacity,
 	// and the tenant repays it by waiting; forgive consumes nothing from that bucket
@@ -439,6 +447,7 @@ const (
 	DefaultAdminListen        = "127.0.0.1:9090"
 	DefaultMaxBodyBytes       = 16 << 20
 	DefaultMaxBuckets         = 100000
+	DefaultMaxAttributeValues = 1000
 	DefaultClientIPv6Prefix   = 64
 	DefaultUpstreamTimeout    = 300
 	DefaultRedisDialTimeoutMs = 100
@@ -583,6 +592,9 @@ func (c *Config) Default() {
 	}
 	if rl.MaxBuckets == 0 {
 		rl.MaxBuckets = DefaultMaxBuckets
+	}
+	if rl.MaxAttributeValues == 0 {
+		rl.MaxAttributeValues = DefaultMaxAttributeValues
 	}
 	if rl.Overage == "" {
 		rl.Overage = OverageDebt

@@ -92,11 +92,16 @@ type Rule struct {
 	// Subjects, when set, are the only subjects of the dimension the rule applies to
 	// (these teams, these keys); empty applies it to each subject. Not for global.
 	Subjects []string `json:"subjects,omitempty"`
-	// CountBy fans the rule out by a second attribute: each (subject, value) pair has
-	// its own counter, e.g. per key per model. Empty: one counter per subject.
+	// CountBy fans the rule out by a second attribute (attributes.go): each (subject,
+	// value) pair has its own counter, e.g. per key per model or per key per session.
+	// Empty: one counter per subject.
 	CountBy RuleDimension `json:"count_by,omitempty"`
 	// Models, when set, restricts the rule to requests for these client-facing models.
 	Models []string `json:"models,omitempty"`
+	// AppliesWhen restricts the rule to the requests whose every listed attribute
+	// holds one of its values (attributes.go): {endpoint: [chat_completions], agent:
+	// [planner]}. Absent: every request.
+	AppliesWhen map[RuleDimension][]string `json:"applies_when,omitempty"`
 	// Amount is what is counted. Default tokens.
 	Amount Amount `json:"amount,omitempty"`
 	// Action is what happens at the limit. Default block.
@@ -294,8 +299,9 @@ func (rl *RateLimiting) defaultRules() {
 		}
 		r.Dimension = canonicalDimension(r.Dimension)
 		if r.CountBy != "" {
-			r.CountBy = canonicalDimension(r.CountBy)
+			r.CountBy = canonicalAttribute(r.CountBy)
 		}
+		r.defaultSelector()
 		r.Amount = canonicalWord(r.Amount, amounts)
 		r.Action = canonicalWord(r.Action, actions)
 		for j := range r.Windows {
@@ -457,8 +463,8 @@ func (c *Config) validateRules(errs *fieldErrors) {
 			if !tenantNameRE.MatchString(r.Tenant) {
 				errs.add(f+".tenant", "must be a tenant's name of lowercase letters, digits and '-', got %q", r.Tenant)
 			}
-			if r.Dimension == RuleTenant || r.CountBy == RuleTenant {
-				errs.add(f+".tenant", "a tenant's rule counts only its own tenant: dimension and count_by tenant are the platform's")
+			if r.Dimension == RuleTenant || r.CountBy == RuleTenant || r.AppliesWhen[RuleTenant] != nil {
+				errs.add(f+".tenant", "a tenant's rule counts only its own tenant: dimension, count_by and applies_when tenant are the platform's")
 			}
 		}
 		if r.Dimension == RuleGlobal && len(r.Subjects) > 0 {
@@ -469,14 +475,10 @@ func (c *Config) validateRules(errs *fieldErrors) {
 				errs.add(fmt.Sprintf("%s.subjects[%d]", f, j), "must not be empty")
 			}
 		}
-		if r.CountBy != "" && oneOf(errs, f+".count_by", r.CountBy, ruleDimensions) {
-			switch r.CountBy {
-			case RuleGlobal:
-				errs.add(f+".count_by", "cannot fan out by global")
-			case r.Dimension:
-				errs.add(f+".count_by", "is the rule's own dimension %q", r.Dimension)
-			}
+		if r.CountBy != "" && oneOf(errs, f+".count_by", r.CountBy, ruleAttributes) && r.CountBy == r.Dimension {
+			errs.add(f+".count_by", "is the rule's own dimension %q", r.Dimension)
 		}
+		r.validateSelector(errs, f)
 		for j, m := range r.Models {
 			if m == "" {
 				errs.add(fmt.Sprintf("%s.models[%d]", f, j), "must not be empty")

@@ -289,7 +289,7 @@ rate_limiting:
 	}
 	for _, want := range []string{
 		`api_keys[1].tenant: must be a tenant's name of lowercase letters, digits and '-', got "Team_A"`,
-		`rate_limiting.rules[1].tenant: a tenant's rule counts only its own tenant: dimension and count_by tenant are the platform's`,
+		`rate_limiting.rules[1].tenant: a tenant's rule counts only its own tenant: dimension, count_by and applies_when tenant are the platform's`,
 		`rate_limiting.rules[2].tenant: a tenant's rule counts only its own tenant`,
 		`rate_limiting.rules[3].tenant: must be a tenant's name`,
 	} {

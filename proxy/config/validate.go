@@ -256,6 +256,9 @@ func (c *Config) validateRateLimiting(errs *fieldErrors) {
 	if rl.MaxBuckets < 0 {
 		errs.add("rate_limiting.max_buckets", "must be positive, got %d", rl.MaxBuckets)
 	}
+	if rl.MaxAttributeValues < 0 {
+		errs.add("rate_limiting.max_attribute_values", "must be positive, got %d", rl.MaxAttributeValues)
+	}
 	switch rl.Overage {
 	case OverageDebt, OverageForgive:
 	default:

@@ -65,6 +65,7 @@ type Metrics struct {
 
 	RuleRequests     *prometheus.CounterVec // tokenwarden_rule_requests_total{rule,window,outcome}
 	RuleWarnings     *prometheus.CounterVec // tokenwarden_rule_warnings_total{rule,window}
+	RuleOverflow     *prometheus.CounterVec // tokenwarden_rule_attribute_overflow_total{rule,window}
 	RuleAmount       *prometheus.CounterVec // tokenwarden_rule_amount_total{rule,window,outcome}
 	RuleUsed         *prometheus.GaugeVec   // tokenwarden_rule_window_used_ratio{rule,window}
 	RuleLimit        *prometheus.GaugeVec   // tokenwarden_rule_window_limit{rule,window,amount}
@@ -227,6 +228,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "tokenwarden_rule_warnings_total",
 			Help: "Requests a warn rule's window would have refused: admitted, taking nothing from it, with an x-tokenwarden-budget-warning header.",
 		}, []string{"rule", "window"}),
+		RuleOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenwarden_rule_attribute_overflow_total",
+			Help: "Requests a rule window counted in its overflow subject: their client-supplied count_by value (session, agent, task, run, request_fingerprint) came beyond the key's max_attribute_values distinct values in the window.",
+		}, []string{"rule", "window"}),
 		RuleAmount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_rule_amount_total",
 			Help: "Amounts moved on a rule's window, in the rule's units (tokens, requests or US dollars), by rule name, window and outcome (reserved, refunded, charged).",
@@ -289,7 +294,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.Exceeded, m.SkippedVec, m.RequestRefusals, m.RedisUnavailableVec, m.RedisPipelineDuration, m.RedisOperations, m.Requests, m.RequestDuration, m.UpstreamDuration,
 		m.UpstreamErrors, m.Usage, m.Settlements, m.KeyTokensVec, m.KeyUsage, m.Allowance, m.KeyAllowance, m.Divisor, m.ConfigReloads,
 		m.ConfigGeneration, m.ConfigInfo, m.ConfigLastReload, m.ConfigReloadTime, m.RestartRequired, m.BucketsInUse, m.BucketMapFullVec,
-		m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
+		m.RuleRequests, m.RuleWarnings, m.RuleOverflow, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset, m.Spend, m.DurableRefusals, m.DurableFences,
 		m.StoreChecks, m.QueueLength, m.QueueWait, m.QueueDispatches, m.QueueLeft)
 	m.Agents.register(reg)
 	m.Observability = newObservability(reg)
@@ -392,6 +397,7 @@ func (m *Metrics) RedisPipeline(d time.Duration, reservations, refunds, charges 
 func (m *Metrics) Rule(rule, window string) budget.RuleRecorder {
 	r := &ruleMetrics{
 		warnings: m.RuleWarnings.WithLabelValues(rule, window),
+		overflow: m.RuleOverflow.MustCurryWith(prometheus.Labels{"rule": rule, "window": window}),
 		used:     m.RuleUsed.WithLabelValues(rule, window),
 		limitVec: m.RuleLimit,
 		resetVec: m.RuleReset,
@@ -412,7 +418,7 @@ func (m *Metrics) ForgetRules(keep func(rule string) bool) {
 	for _, vec := range []interface {
 		prometheus.Collector
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.RuleRequests, m.RuleWarnings, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset} {
+	}{m.RuleRequests, m.RuleWarnings, m.RuleOverflow, m.RuleAmount, m.RuleUsed, m.RuleLimit, m.RuleReset} {
 		labels := map[string]bool{}
 		metrics := make(chan prometheus.Metric, 64)
 		go func() { vec.Collect(metrics); close(metrics) }()
@@ -438,7 +444,9 @@ type ruleMetrics struct {
 	decisions [budget.NumRuleOutcomes]prometheus.Counter
 	amounts   [budget.NumOutcomes]prometheus.Counter
 	warnings  prometheus.Counter
-	used      prometheus.Gauge
+	// overflow is resolved at the first overflow, so a rule without one has no series.
+	overflow *prometheus.CounterVec
+	used     prometheus.Gauge
 	// limit is resolved at the window's first level, when its amount is known; reset
 	// at a calendar window's first level, so a rolling window has no reset series.
 	limitVec, resetVec *prometheus.GaugeVec
@@ -454,6 +462,8 @@ func (r *ruleMetrics) Decision(o budget.RuleOutcome) {
 }
 
 func (r *ruleMetrics) Amount(o budget.Outcome, n float64) { r.amounts[o].Add(n) }
+
+func (r *ruleMetrics) Overflowed() { r.overflow.WithLabelValues().Inc() }
 
 func (r *ruleMetrics) Level(used, limit float64, amount budget.Amount, reset time.Time) {
 	r.used.Set(used)

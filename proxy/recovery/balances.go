@@ -22,6 +22,9 @@ var ledgerDims = map[budget.Dimension]ledger.Dimension{
 // answerable tells whether the ledger records what rule r counts by: every dimension
 // but the client address.
 func answerable(r budget.DurableRule) bool {
+	if r.Unrecorded != "" {
+		return false
+	}
 	if _, ok := ledgerDims[r.Dim]; !ok && r.Dim != budget.Global {
 		return false
 	}
@@ -30,11 +33,14 @@ func answerable(r budget.DurableRule) bool {
 }
 
 // dimOf names what makes a rule unanswerable.
-func dimOf(r budget.DurableRule) budget.Dimension {
-	if _, ok := ledgerDims[r.Dim]; !ok && r.Dim != budget.Global {
-		return r.Dim
+func dimOf(r budget.DurableRule) string {
+	if r.Unrecorded != "" {
+		return r.Unrecorded
 	}
-	return r.CountBy
+	if _, ok := ledgerDims[r.Dim]; !ok && r.Dim != budget.Global {
+		return r.Dim.String()
+	}
+	return r.CountBy.String()
 }
 
 // Balances sums each durable rule's current window from the ledger into the balances

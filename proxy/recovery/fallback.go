@@ -124,7 +124,7 @@ var fallbackDims = map[budget.Dimension]bool{budget.APIKey: true, budget.User: t
 // team or tenant, fanned out by nothing or by what the ledger records.
 func (f *Fallback) Answers(ch *budget.Charge) bool {
 	r, ok := ch.Counter(time.Time{})
-	if !ok || r.Amount != budget.AmountCost || !fallbackDims[r.Dim] {
+	if !ok || r.Amount != budget.AmountCost || !fallbackDims[r.Dim] || r.Unrecorded != "" {
 		return false
 	}
 	_, by := ledgerDims[r.CountBy]

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
@@ -319,7 +320,8 @@ func BenchmarkAdmission(b *testing.B) {
 // admission work of BenchmarkAdmission on the limits shape (15 buckets) and on
 // ten rules that all apply to the request: tokens, input, output, requests and cost
 // amounts, named and each-subject, count_by, rolling windows with bursts and a
-// calendar month in Berlin.
+// calendar month in Berlin; and on a platform budget, a tenant budget and a session
+// budget (the session read from its header and bounded among the key's values).
 func BenchmarkAdmissionRules(b *testing.B) {
 	big := config.DimensionLimits{RequestsPerSecond: 1 << 40, TokensPerMinute: 1 << 50, TokensPerDay: 1 << 50}
 	tok := config.DimensionLimits{TokensPerMinute: 1 << 50, TokensPerDay: 1 << 50}
@@ -349,10 +351,23 @@ func BenchmarkAdmissionRules(b *testing.B) {
 				Windows: []config.Window{{Limit: huge, Calendar: &config.Calendar{Every: config.EveryMonth, TimeZone: "Europe/Berlin"}}}},
 		}},
 	}
+	// A platform budget, a budget of the key's tenant and a budget per session of
+	// the key, the session read from its header.
+	sessions := &config.Config{
+		APIKeys: []config.APIKey{{Name: "alice", User: "alice", Team: "research", Tenant: "team-a"}},
+		RateLimiting: config.RateLimiting{Rules: []config.Rule{
+			{Name: "platform", Dimension: config.RuleGlobal, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "team-a/cap", Tenant: "team-a", Dimension: config.RuleGlobal, Amount: config.AmountTokens, Windows: rolling(huge, config.PeriodMinute, 0)},
+			{Name: "team-a/each-session", Tenant: "team-a", Dimension: config.RuleAPIKey, CountBy: config.RuleSession, Amount: config.AmountTokens,
+				Windows: rolling(huge, config.PeriodMinute, 0)},
+		}},
+	}
+	hdr := http.Header{}
+	hdr.Set(attribute.SessionHeader, "3f2b8c1e-0d4a-4b5e-9a6f-2c7d8e9f0a1b")
 	for _, c := range []struct {
 		name string
 		cfg  *config.Config
-	}{{"limits-15-buckets", limits}, {"rules-10", rules}} {
+	}{{"limits-15-buckets", limits}, {"rules-10", rules}, {"platform-tenant-session", sessions}} {
 		b.Run(c.name, func(b *testing.B) {
 			p := budget.NewPolicy(c.cfg)
 			l := budget.NewLimiter(budget.NewMemory(budget.SystemClock{}, 1<<20), metrics.New(prometheus.NewRegistry()), budget.SystemClock{}, false)
@@ -361,7 +376,11 @@ func BenchmarkAdmissionRules(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				e, _ := estimate.Body(chatBody4K)
-				d, err := l.Admit(ctx, p, budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}, budget.Ask{Input: e.Input, Output: e.Output})
+				id := budget.Identity{Key: p.Key("alice"), Client: "10.0.0.1", Model: e.Model}
+				if p.Reads().Has(budget.AttrSession) {
+					id.Session, _ = attribute.Read(hdr, attribute.Session)
+				}
+				d, err := l.Admit(ctx, p, id, budget.Ask{Input: e.Input, Output: e.Output})
 				if err != nil || d.Refusal != nil || d.Hold == nil {
 					b.Fatal("not admitted")
 				}

@@ -29,7 +29,10 @@ func (s *Server) fallback(ctx context.Context, ex *exchange, id budget.Identity,
 	if !ok {
 		return dec
 	}
-	id.Model = to
+	id.Model, id.Upstream = to, up.Name
+	if up.Provider != "" {
+		id.Provider = string(up.Provider)
+	}
 	next, err := s.limiter.Admit(ctx, ex.rt.policy, id, ask)
 	if err != nil || next.Refusal != nil {
 		if next.Hold != nil {

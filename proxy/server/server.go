@@ -39,6 +39,8 @@ type route struct {
 	name    string // the metrics label: the charged path, or "other"
 	family  refusal.Family
 	charged bool
+	// endpoint is the route family rules select on (config's endpoint words).
+	endpoint string
 	// stripPrefix is removed from the path before forwarding (/anthropic).
 	stripPrefix string
 	// path is the canonical escaped path: the one classified, and forwarded.
@@ -46,12 +48,12 @@ type route struct {
 }
 
 var chargedRoutes = map[string]route{
-	"/v1/chat/completions":   {name: "/v1/chat/completions", family: refusal.OpenAI, charged: true},
-	"/v1/completions":        {name: "/v1/completions", family: refusal.OpenAI, charged: true},
-	"/v1/responses":          {name: "/v1/responses", family: refusal.OpenAI, charged: true},
-	"/v1/responses/compact":  {name: "/v1/responses/compact", family: refusal.OpenAI, charged: true},
-	"/v1/messages":           {name: "/v1/messages", family: refusal.Anthropic, charged: true},
-	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: refusal.Anthropic, charged: true, stripPrefix: "/anthropic"},
+	"/v1/chat/completions":   {name: "/v1/chat/completions", family: refusal.OpenAI, charged: true, endpoint: config.EndpointChatCompletions},
+	"/v1/completions":        {name: "/v1/completions", family: refusal.OpenAI, charged: true, endpoint: config.EndpointCompletions},
+	"/v1/responses":          {name: "/v1/responses", family: refusal.OpenAI, charged: true, endpoint: config.EndpointResponses},
+	"/v1/responses/compact":  {name: "/v1/responses/compact", family: refusal.OpenAI, charged: true, endpoint: config.EndpointResponses},
+	"/v1/messages":           {name: "/v1/messages", family: refusal.Anthropic, charged: true, endpoint: config.EndpointMessages},
+	"/anthropic/v1/messages": {name: "/anthropic/v1/messages", family: refusal.Anthropic, charged: true, endpoint: config.EndpointMessages, stripPrefix: "/anthropic"},
 }
 
 // classify reads a request path in its canonical form (paths.go): a charged route
@@ -70,11 +72,11 @@ func classify(u *url.URL) route {
 	}
 	switch {
 	case strings.HasPrefix(p, "/anthropic/"):
-		return route{name: "other", family: refusal.Anthropic, stripPrefix: "/anthropic", path: p}
+		return route{name: "other", family: refusal.Anthropic, stripPrefix: "/anthropic", path: p, endpoint: config.EndpointOther}
 	case strings.HasPrefix(p, "/v1/messages/"):
-		return route{name: "other", family: refusal.Anthropic, path: p}
+		return route{name: "other", family: refusal.Anthropic, path: p, endpoint: config.EndpointOther}
 	}
-	return route{name: "other", family: refusal.OpenAI, path: p}
+	return route{name: "other", family: refusal.OpenAI, path: p, endpoint: config.EndpointOther}
 }
 
 // Options configure a Server.

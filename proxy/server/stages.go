@@ -167,6 +167,9 @@ func (s *Server) admit(ex *exchange) bool {
 	client := rt.clientAddr(ex.r)
 	id := budget.Identity{Key: ex.key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
 	id.Client = rt.clientIdentity(client)
+	if !ex.attributes(&id) {
+		return false
+	}
 	var ask budget.Ask
 	if ex.route.charged {
 		ask = budget.Ask{Input: ex.est.Input, Output: ex.est.Output}

@@ -7,6 +7,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -441,6 +442,49 @@ func DescribeStore(name string, f Factory) bool {
 			}
 			wg.Wait()
 			Expect(admitted).To(Equal(10))
+		})
+
+		// bound asks the store to bound one client-supplied value of rule's window 0
+		// under key, in the epoch start, at limit distinct values; it reports Over.
+		bound := func(rule, key, value string, start, limit int64) bool {
+			GinkgoHelper()
+			vb, ok := store.(budget.ValueBounder)
+			Expect(ok).To(BeTrue(), "the store bounds client-supplied values where its counters live")
+			asks := []budget.ValueAsk{{Rule: rule, Key: key, Value: value, Limit: limit, Start: start, TTL: time.Minute}}
+			Expect(vb.BoundValues(ctx, asks)).To(Succeed())
+			return asks[0].Over
+		}
+
+		It("bounds the distinct client-supplied values of a rule window per key and epoch", func() {
+			for _, v := range []string{"s-1", "s-2", "s-3"} {
+				Expect(bound("each-session", "alice", v, 1, 3)).To(BeFalse(), v)
+			}
+			Expect(bound("each-session", "alice", "s-4", 1, 3)).To(BeTrue(), "a fourth value is beyond the bound of 3")
+			Expect(bound("each-session", "alice", "s-5", 1, 3)).To(BeTrue())
+			Expect(bound("each-session", "alice", "s-2", 1, 3)).To(BeFalse(), "a value the set holds is still its own")
+			Expect(bound("each-session", "bob", "s-4", 1, 3)).To(BeFalse(), "another key's values are bounded apart")
+			Expect(bound("each-task", "alice", "s-4", 1, 3)).To(BeFalse(), "another rule's too")
+			Expect(bound("each-session", "alice", "s-4", 2, 3)).To(BeFalse(), "the next window starts with no values")
+		})
+
+		It("never holds more values than the bound under concurrent asks", func() {
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			held := 0
+			for i := range 50 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer GinkgoRecover()
+					if !bound("racing", "alice", fmt.Sprintf("s-%d", i), 1, 10) {
+						mu.Lock()
+						held++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			Expect(held).To(Equal(10))
 		})
 	})
 	return true
