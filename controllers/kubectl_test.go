@@ -70,16 +70,16 @@ var _ = Describe("kubectl", func() {
 		// The fleet's status is written right after the budgets': read until it shows.
 		Eventually(func(g Gomega) {
 			rows := table(kubectl("get", "tokenbudgets", "-n", ns))
-			g.Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "SPENT", "PROJECTED", "AGE"}))
-			g.Expect(rows[1][:9]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "tokens", "60k/min", "Block", "3", "20k/min", "True"}))
-			g.Expect(rows[2][:9]).To(Equal([]string{"team", "PerTeam", "each team", "tokens", "120k/min, 2.4M/day", "Block", "3", "40k/min, 800k/day", "True"}))
+			g.Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "APPLIES WHEN", "COUNT BY", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "SPENT", "PROJECTED", "AGE"}))
+			g.Expect(rows[1][:11]).To(Equal([]string{"sonnet", "PerModel", "claude-sonnet", "", "", "tokens", "60k/min", "Block", "3", "20k/min", "True"}))
+			g.Expect(rows[2][:11]).To(Equal([]string{"team", "PerTeam", "each team", "", "", "tokens", "120k/min, 2.4M/day", "Block", "3", "40k/min, 800k/day", "True"}))
 			// The limits shape's columns and a calendar window's run-out and reset times
 			// stay in the wide output; an unlimited period (PER-REPLICA TPD of a budget
 			// without tokensPerDay) prints empty.
 			wide := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
-			g.Expect(wide[0][14:]).To(Equal([]string{"TOP CONSUMER", "RUNS OUT", "RESETS", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
-			g.Expect(wide[1][14:]).To(Equal([]string{"", "", "", "claude-sonnet", "60000", "0", "20000"}))
-			g.Expect(wide[2][14:]).To(Equal([]string{"", "", "", "", "120000", "2400000", "40000", "800000"}))
+			g.Expect(wide[0][16:]).To(Equal([]string{"TOP CONSUMER", "RUNS OUT", "RESETS", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
+			g.Expect(wide[1][16:]).To(Equal([]string{"", "", "", "claude-sonnet", "60000", "0", "20000"}))
+			g.Expect(wide[2][16:]).To(Equal([]string{"", "", "", "", "120000", "2400000", "40000", "800000"}))
 
 			var out string
 

@@ -140,8 +140,8 @@ var _ = Describe("Tenancy", func() {
 		})
 		Eventually(func(g Gomega) {
 			g.Expect(acceptedOf(budgetStatus(g, t.a, "each-tenant").Conditions)).To(Equal(verdict{metav1.ConditionFalse,
-				twv1alpha1.ReasonInvalidBudget, "A budget in tenant namespace " + t.a + " counts only that tenant's keys, so it cannot count by tenant: " +
-					"PerTenant and countBy Tenant belong in the fleet's namespace " + t.home}))
+				twv1alpha1.ReasonInvalidBudget, "A budget in tenant namespace " + t.a + " counts only that tenant's keys, so it cannot count by tenant or select on it: " +
+					"PerTenant, countBy Tenant and appliesWhen Tenant belong in the fleet's namespace " + t.home}))
 			g.Expect(acceptedOf(budgetStatus(g, t.home, "each-tenant").Conditions)).To(Equal(inForceBudget))
 			g.Expect(ruleNamed(rendered(g, t.home), t.home+"/each-tenant")).To(PointTo(MatchFields(IgnoreExtras, Fields{
 				"Tenant": BeEmpty(), "Dimension": Equal(config.RuleTenant),

@@ -179,7 +179,7 @@ var _ = Describe("Budgets in the rule shape", func() {
 			g.Expect(budgetStatus(g, ns, "research-dollars").Summary).To(Equal(twv1alpha1.BudgetSummary{
 				Subjects: "research", Amount: "cost", Windows: "$1000/month Europe/Berlin", Action: "Block", PerReplica: "$1000/month Europe/Berlin"}))
 			g.Expect(budgetStatus(g, ns, "key-model-requests").Summary).To(Equal(twv1alpha1.BudgetSummary{
-				Subjects: "each key per model", Amount: "requests", Windows: "50 req/min", Action: "Block", PerReplica: "50 req/min"}))
+				Subjects: "each key per model", CountBy: "model", Amount: "requests", Windows: "50 req/min", Action: "Block", PerReplica: "50 req/min"}))
 			g.Expect(budgetStatus(g, ns, "key-gpt-4o-dollars").Summary.Subjects).To(Equal("each key on gpt-4o"))
 			g.Expect(budgetStatus(g, ns, "app-burst").Summary.Windows).To(Equal("200k/min burst 20s"))
 			g.Expect(budgetStatus(g, ns, "users-shadow").Summary.Action).To(Equal("Warn"))
@@ -352,16 +352,16 @@ var _ = Describe("Budgets in the rule shape", func() {
 			g.Expect(budgetStatus(g, ns, "team").Summary.PerReplica).NotTo(BeEmpty())
 		}).Should(Succeed())
 		rows := table(kubectl("get", "tokenbudgets", "-n", ns))
-		Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "SPENT", "PROJECTED", "AGE"}))
-		Expect(rows[1][:9]).To(Equal([]string{"research", "PerTeam", "research,support", "tokens", "600k/min burst 20s", "Block", "1", "600k/min burst 20s", "True"}))
-		Expect(rows[2][:9]).To(Equal([]string{"research-dollars", "PerTeam", "research", "cost", "$100/h, $1000/month", "Block", "1", "$100/h, $1000/month", "True"}))
-		Expect(rows[3][:9]).To(Equal([]string{"team", "PerTeam", "each team", "tokens", "120k/min, 2.4M/day", "Block", "1", "120k/min, 2.4M/day", "True"}))
-		Expect(rows[4][:9]).To(Equal([]string{"users-shadow", "PerUser", "each user per model", "tokens", "1M/day", "Warn", "1", "1M/day", "True"}))
+		Expect(rows[0]).To(Equal([]string{"NAME", "DIMENSION", "SUBJECTS", "APPLIES WHEN", "COUNT BY", "AMOUNT", "WINDOWS", "ACTION", "REPLICAS", "PER-REPLICA", "READY", "USED", "AT LIMIT", "SPENT", "PROJECTED", "AGE"}))
+		Expect(rows[1][:11]).To(Equal([]string{"research", "PerTeam", "research,support", "", "", "tokens", "600k/min burst 20s", "Block", "1", "600k/min burst 20s", "True"}))
+		Expect(rows[2][:11]).To(Equal([]string{"research-dollars", "PerTeam", "research", "", "", "cost", "$100/h, $1000/month", "Block", "1", "$100/h, $1000/month", "True"}))
+		Expect(rows[3][:11]).To(Equal([]string{"team", "PerTeam", "each team", "", "", "tokens", "120k/min, 2.4M/day", "Block", "1", "120k/min, 2.4M/day", "True"}))
+		Expect(rows[4][:11]).To(Equal([]string{"users-shadow", "PerUser", "each user per model", "", "model", "tokens", "1M/day", "Warn", "1", "1M/day", "True"}))
 
 		By("the limits shape's columns in the wide output")
 		wide := table(kubectl("get", "tokenbudgets", "-n", ns, "-o", "wide"))
-		Expect(wide[0][14:]).To(Equal([]string{"TOP CONSUMER", "RUNS OUT", "RESETS", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
-		Expect(wide[3][18:]).To(Equal([]string{"120000", "2400000", "120000", "2400000"}))
+		Expect(wide[0][16:]).To(Equal([]string{"TOP CONSUMER", "RUNS OUT", "RESETS", "MODEL", "TPM", "TPD", "PER-REPLICA TPM", "PER-REPLICA TPD"}))
+		Expect(wide[3][20:]).To(Equal([]string{"120000", "2400000", "120000", "2400000"}))
 	})
 })
 

@@ -101,6 +101,7 @@ func renderInputs(f *render.Fleet) [sha256.Size]byte {
 		str(k.Key.Name)
 		num(k.Key.Generation)
 		str(k.Hash)
+		str(k.Environment)
 	}
 	flush()
 	var sum [sha256.Size]byte

@@ -110,6 +110,7 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 	}
 	inForce := verdict{accepted: true, reason: twv1alpha1.ReasonAccepted, message: "The key is in force"}
 	secrets := map[string]map[string]*corev1.Secret{} // read through the client: by namespace and name
+	envs := map[string]string{}                       // each namespace's environment label
 	g.allKeys = make([]keyRead, 0, len(keys))
 	g.Keys = make([]render.KeyInput, 0, len(keys))
 	for _, k := range keys {
@@ -148,7 +149,11 @@ func (r *TokenProxyReconciler) gather(ctx context.Context, tp *twv1alpha1.TokenP
 				message: fmt.Sprintf("Secret %s has no key %q, or it is empty", k.Spec.SecretRef.Name, secretKey(k.Spec.SecretRef))}
 			continue
 		}
-		g.Keys = append(g.Keys, render.KeyInput{Key: k, Hash: hash, Read: len(g.allKeys) - 1})
+		env, err := r.environmentOf(ctx, k.Namespace, envs)
+		if err != nil {
+			return nil, err
+		}
+		g.Keys = append(g.Keys, render.KeyInput{Key: k, Hash: hash, Read: len(g.allKeys) - 1, Environment: env})
 		read.fingerprint = hash[:8]
 		read.verdict = inForce
 	}

@@ -130,9 +130,8 @@ func (r *TokenProxyReconciler) proxiesOfNamespace(ctx context.Context, _ client.
 	}
 	var out []reconcile.Request
 	for i := range tps.Items {
-		if tps.Items[i].Spec.AllowedNamespaces.From == twv1alpha1.NamespacesFromSelector {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&tps.Items[i])})
-		}
+		// Every fleet: a namespace's labels may select it, and name its keys' environment.
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&tps.Items[i])})
 	}
 	return out
 }
@@ -142,8 +141,8 @@ func (r *TokenProxyReconciler) proxiesOfNamespace(ctx context.Context, _ client.
 func fleetVerdict(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, divisor int64) (v verdict, ok bool) {
 	if render.Scoped(tp, b) && render.PlatformOnly(b) {
 		return verdict{reason: twv1alpha1.ReasonInvalidBudget, message: fmt.Sprintf(
-			"A budget in tenant namespace %s counts only that tenant's keys, so it cannot count by tenant: "+
-				"PerTenant and countBy Tenant belong in the fleet's namespace %s", b.Namespace, tp.Namespace)}, false
+			"A budget in tenant namespace %s counts only that tenant's keys, so it cannot count by tenant or select on it: "+
+				"PerTenant, countBy Tenant and appliesWhen Tenant belong in the fleet's namespace %s", b.Namespace, tp.Namespace)}, false
 	}
 	if !render.RendersAsRules(tp, b) {
 		return verdict{}, true
@@ -237,4 +236,18 @@ func specField(line string) string {
 	line = "spec" + line[i+1:]
 	return strings.NewReplacer("burst_seconds", "burstSeconds", "time_zone", "timeZone", "day_of_month", "dayOfMonth",
 		"count_by", "countBy").Replace(line)
+}
+
+// environmentOf is the environment of a namespace's keys, its label
+// tokenwarden.io/environment ("" without one), read once per gather into seen.
+func (r *TokenProxyReconciler) environmentOf(ctx context.Context, ns string, seen map[string]string) (string, error) {
+	if env, ok := seen[ns]; ok {
+		return env, nil
+	}
+	var n corev1.Namespace
+	if err := r.Get(ctx, types.NamespacedName{Name: ns}, &n); err != nil && !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("get Namespace %s: %w", ns, err)
+	}
+	seen[ns] = n.Labels[render.EnvironmentLabel]
+	return seen[ns], nil
 }

@@ -26,8 +26,8 @@ const (
 )
 
 // CountBy is the second attribute a budget fans out by: a counter per (subject,
-// value) pair, for example per key per model.
-// +kubebuilder:validation:Enum=APIKey;User;Team;Model;Client;Tenant
+// value) pair, for example per key per model, or per key per session.
+// +kubebuilder:validation:Enum=APIKey;User;Team;Model;Client;Tenant;Provider;Endpoint;Environment;Session;Agent;Task;Run;RequestFingerprint
 type CountBy string
 
 // The attributes a budget fans out by.
@@ -39,7 +39,44 @@ const (
 	CountByClient CountBy = "Client"
 	// CountByTenant fans a budget out by tenant namespace (the fleet's namespace only).
 	CountByTenant CountBy = "Tenant"
+	// CountByProvider fans out by the upstream that serves the request.
+	CountByProvider CountBy = "Provider"
+	// CountByEndpoint fans out by route family: ChatCompletions, Completions,
+	// Responses, Messages.
+	CountByEndpoint CountBy = "Endpoint"
+	// CountByEnvironment fans out by the key's environment, which the platform sets
+	// (the label tokenwarden.io/environment of the key's namespace).
+	CountByEnvironment CountBy = "Environment"
+	// CountBySession, CountByAgent, CountByTask and CountByRun fan out by the client's
+	// headers x-tokenwarden-session-id, -agent-id, -task-id and -run-id, always under
+	// the key that sent them.
+	CountBySession CountBy = "Session"
+	CountByAgent   CountBy = "Agent"
+	CountByTask    CountBy = "Task"
+	CountByRun     CountBy = "Run"
+	// CountByRequestFingerprint fans out by the hash of the request as forwarded (the
+	// response cache's key): identical requests of a key share a counter.
+	CountByRequestFingerprint CountBy = "RequestFingerprint"
 )
+
+// AttributeSelector selects the requests whose attribute holds one of its values.
+type AttributeSelector struct {
+	// Attribute is Tenant, APIKey, User, Team, Model, Client, Provider (the serving
+	// upstream's provider family, OpenAI or Anthropic, or its name), Endpoint
+	// (ChatCompletions, Completions, Responses, Messages), Environment, Session, Agent,
+	// Task, Run or RequestFingerprint.
+	// +required
+	Attribute CountBy `json:"attribute"`
+	// Values are the values that select a request; a team, user or key of a tenant
+	// namespace is read in that namespace, as subjects are.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Values []string `json:"values"`
+}
 
 // Amount is what a budget counts.
 // +kubebuilder:validation:Enum=Tokens;InputTokens;OutputTokens;Requests;Cost
@@ -183,6 +220,7 @@ type CalendarWindow struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['Requests', 'Cost']) || (self.tokensPerMinute == 0 && self.tokensPerDay == 0)",message="tokensPerMinute and tokensPerDay count tokens: a Requests or Cost budget writes its limits in windows"
 // +kubebuilder:validation:XValidation:rule="!has(self.amount) || !(self.amount in ['InputTokens', 'OutputTokens', 'Cost']) || has(self.windows) || self.tokensPerMinute > 0 || self.tokensPerDay > 0",message="amount needs windows (or, for InputTokens and OutputTokens, tokensPerMinute or tokensPerDay): requestsPerSecond counts requests only"
 // +kubebuilder:validation:XValidation:rule="!has(self.windows) || (has(self.amount) && self.amount == 'Cost') || self.windows.all(w, quantity(string(w.limit)).isInteger())",message="windows[].limit must be a whole number of tokens or requests: only a Cost budget (US dollars) counts fractions"
+// +kubebuilder:validation:XValidation:rule="!has(self.appliesWhen) || !has(self.models) || !self.appliesWhen.exists(a, a.attribute == 'Model')",message="models already selects the models: write them in models or in appliesWhen, not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.fallbackModel) || (self.dimension == 'PerModel' && !has(self.countBy))",message="fallbackModel applies only to a PerModel budget without countBy: a budget of a tenant refuses whatever the model"
 type TokenBudgetSpec struct {
 	// ProxyRef is the TokenProxy (fleet) this budget applies to.
@@ -218,10 +256,23 @@ type TokenBudgetSpec struct {
 	Subjects []string `json:"subjects,omitempty"`
 
 	// CountBy fans the budget out by a second attribute: APIKey, User, Team, Model,
-	// Client or Tenant (only in the fleet's own namespace); each (subject, value) pair has its own counter ("per key per model").
-	// Empty: one counter per subject.
+	// Client, Tenant (only in the fleet's own namespace), Provider, Endpoint,
+	// Environment, Session, Agent, Task, Run or RequestFingerprint; each (subject,
+	// value) pair has its own counter ("per key per model"). A value the client sends
+	// (Session, Agent, Task, Run, RequestFingerprint) is counted under the key that
+	// sent it. Empty: one counter per subject.
 	// +optional
 	CountBy CountBy `json:"countBy,omitempty"`
+
+	// AppliesWhen restricts the budget to the requests whose every listed attribute
+	// holds one of its values ("only chat completions of agent planner"). Empty: every
+	// request.
+	// +optional
+	// +listType=map
+	// +listMapKey=attribute
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=14
+	AppliesWhen []AttributeSelector `json:"appliesWhen,omitempty"`
 
 	// Models restricts the budget to requests for these client-facing models. Empty:
 	// every model.
@@ -354,6 +405,15 @@ type BudgetSummary struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Subjects string `json:"subjects,omitempty"`
+	// AppliesWhen is which requests it governs beyond its subjects:
+	// "endpoint=chat_completions agent=planner"; empty for every request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	AppliesWhen string `json:"appliesWhen,omitempty"`
+	// CountBy is what it fans out by within each subject: "session"; empty for none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CountBy string `json:"countBy,omitempty"`
 	// Amount is what it counts: tokens, input tokens, output tokens, requests or cost.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
@@ -381,6 +441,8 @@ type BudgetSummary struct {
 // +kubebuilder:resource:shortName=tb,categories=tokenwarden
 // +kubebuilder:printcolumn:name="Dimension",type=string,JSONPath=`.spec.dimension`
 // +kubebuilder:printcolumn:name="Subjects",type=string,JSONPath=`.status.summary.subjects`
+// +kubebuilder:printcolumn:name="Applies When",type=string,JSONPath=`.status.summary.appliesWhen`
+// +kubebuilder:printcolumn:name="Count By",type=string,JSONPath=`.status.summary.countBy`
 // +kubebuilder:printcolumn:name="Amount",type=string,JSONPath=`.status.summary.amount`
 // +kubebuilder:printcolumn:name="Windows",type=string,JSONPath=`.status.summary.windows`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.status.summary.action`

@@ -446,6 +446,15 @@ type TokenProxySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=128
 	ClientIPv6PrefixLength int32 `json:"clientIPv6PrefixLength,omitempty"`
+	// MaxAttributeValues bounds the distinct values of an attribute a client sends
+	// (Session, Agent, Task, Run, RequestFingerprint) that a budget counting by it
+	// holds per API key per window; the values beyond count together in one overflow
+	// subject of the key, so a client that invents ids cannot fill the counters'
+	// memory or Redis. Default 1000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MaxAttributeValues int64 `json:"maxAttributeValues,omitempty"`
 	// RetryPatienceSeconds is the longest wait a refusal asks a client to make: a 429
 	// whose Retry-After is longer, or whose request is larger than its whole budget, also
 	// says x-should-retry: false, so the official SDKs fail at once instead of sleeping.

@@ -42,6 +42,8 @@ type KeyInput struct {
 	Conflict string
 	// Read is the caller's index of the key among every key it read.
 	Read int
+	// Environment is the key's environment: its namespace's EnvironmentLabel.
+	Environment string
 }
 
 // Fleet is everything the proxy config of one TokenProxy is rendered from.
@@ -102,7 +104,7 @@ func Render(f *Fleet) *config.Config {
 			user, team = Qualified(k.Key.Namespace, user), Qualified(k.Key.Namespace, team)
 		}
 		c.APIKeys = append(c.APIKeys, config.APIKey{
-			Name: RenderedName(k.Key), KeySHA256: k.Hash, User: user, Team: team, Tenant: TenantOf(k.Key),
+			Name: RenderedName(k.Key), KeySHA256: k.Hash, User: user, Team: team, Tenant: TenantOf(k.Key), Environment: k.Environment,
 			RateLimit: s.RequestsPerSecond, RateLimitBurst: s.BurstCapacity, RateLimitTokensPerMinute: s.TokensPerMinute,
 			RateLimitTokensPerDay: s.TokensPerDay, Bypass: s.Bypass,
 		})
@@ -115,6 +117,7 @@ func Render(f *Fleet) *config.Config {
 	rl.BudgetDivision.Replicas = f.Divisor
 	rl.Whitelist = slices.Clone(p.Spec.Whitelist)
 	rl.ClientIPv6Prefix = int(p.Spec.ClientIPv6PrefixLength)
+	rl.MaxAttributeValues = p.Spec.MaxAttributeValues
 	rl.RetryPatienceSeconds = p.Spec.RetryPatienceSeconds
 	Observability(c, p.Spec.Observability)
 	Cache(c, p.Spec.Cache)

@@ -26,7 +26,7 @@ import (
 // RulesShaped reports whether a budget renders into rules.
 func RulesShaped(b *twv1alpha1.TokenBudget) bool {
 	s := &b.Spec
-	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.Windows) > 0 || s.Dimension == twv1alpha1.DimensionPerTenant ||
+	return len(s.Subjects) > 0 || s.CountBy != "" || len(s.Models) > 0 || len(s.AppliesWhen) > 0 || len(s.Windows) > 0 || s.Dimension == twv1alpha1.DimensionPerTenant ||
 		(s.Amount != "" && s.Amount != twv1alpha1.AmountTokens) || s.Action == twv1alpha1.ActionWarn || s.FallbackModel != ""
 }
 
@@ -125,12 +125,6 @@ var ruleDimensions = map[twv1alpha1.Dimension]config.RuleDimension{
 	twv1alpha1.DimensionPerTenant: config.RuleTenant,
 }
 
-var countByDimensions = map[twv1alpha1.CountBy]config.RuleDimension{
-	twv1alpha1.CountByAPIKey: config.RuleAPIKey, twv1alpha1.CountByUser: config.RuleUser, twv1alpha1.CountByTeam: config.RuleTeam,
-	twv1alpha1.CountByModel: config.RuleModel, twv1alpha1.CountByClient: config.RuleClient,
-	twv1alpha1.CountByTenant: config.RuleTenant,
-}
-
 var configAmounts = map[twv1alpha1.Amount]config.Amount{
 	twv1alpha1.AmountTokens: config.AmountTokens, twv1alpha1.AmountInputTokens: config.AmountInputTokens,
 	twv1alpha1.AmountOutputTokens: config.AmountOutputTokens, twv1alpha1.AmountRequests: config.AmountRequests,
@@ -164,13 +158,8 @@ func budgetRules(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []config.
 	}
 	for i, subj := range subjects {
 		switch {
-		case dim == config.RuleAPIKey && tenant != "":
-			if !strings.Contains(subj, "/") {
-				subj = tenant + "/" + subj
-			}
-			subjects[i] = strings.Replace(subj, "/", "_", 1)
 		case dim == config.RuleAPIKey:
-			subjects[i] = strings.Replace(strings.TrimPrefix(subj, ProxyOf(b).Namespace+"/"), "/", "_", 1)
+			subjects[i] = keySubject(b, tenant, subj)
 		case (dim == config.RuleTeam || dim == config.RuleUser) && tenant != "":
 			subjects[i] = qualifiedSubject(tenant, subj)
 		}
@@ -178,15 +167,16 @@ func budgetRules(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []config.
 	var out []config.Rule
 	for _, g := range Groups(b) {
 		out = append(out, config.Rule{
-			Name:      b.Namespace + "/" + b.Name + g.Suffix,
-			Tenant:    tenant,
-			Dimension: dim,
-			Subjects:  subjects,
-			CountBy:   countByDimensions[s.CountBy],
-			Models:    slices.Clone(s.Models),
-			Amount:    configAmounts[g.Amount],
-			Action:    config.Action(strings.ToLower(string(actionOf(b)))),
-			Windows:   g.Windows,
+			Name:        b.Namespace + "/" + b.Name + g.Suffix,
+			Tenant:      tenant,
+			Dimension:   dim,
+			Subjects:    subjects,
+			CountBy:     attributeWords[s.CountBy],
+			Models:      slices.Clone(s.Models),
+			AppliesWhen: appliesWhen(tp, b),
+			Amount:      configAmounts[g.Amount],
+			Action:      config.Action(strings.ToLower(string(actionOf(b)))),
+			Windows:     g.Windows,
 			// A model's fallback (models.go).
 			FallbackModel: s.FallbackModel,
 		})
@@ -217,6 +207,9 @@ var dimensionNouns = map[twv1alpha1.Dimension]string{
 var countByNouns = map[twv1alpha1.CountBy]string{
 	twv1alpha1.CountByAPIKey: "key", twv1alpha1.CountByUser: "user", twv1alpha1.CountByTeam: "team",
 	twv1alpha1.CountByModel: "model", twv1alpha1.CountByClient: "client", twv1alpha1.CountByTenant: "tenant",
+	twv1alpha1.CountByProvider: "provider", twv1alpha1.CountByEndpoint: "endpoint", twv1alpha1.CountByEnvironment: "environment",
+	twv1alpha1.CountBySession: "session", twv1alpha1.CountByAgent: "agent", twv1alpha1.CountByTask: "task",
+	twv1alpha1.CountByRun: "run", twv1alpha1.CountByRequestFingerprint: "identical request",
 }
 
 var amountWords = map[twv1alpha1.Amount]string{
@@ -254,6 +247,10 @@ func slots(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []slot {
 	if len(models) > 0 {
 		scope += " on " + strings.Join(models, ",")
 	}
+	when := AppliesWhenText(tp, b)
+	if when != "" {
+		scope += " when " + when
+	}
 	subjects := SubjectsOf(b)
 	each := len(subjects) == 0
 	if each {
@@ -271,7 +268,7 @@ func slots(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []slot {
 				case !each:
 					who = dimensionNouns[s.Dimension] + " " + subj
 				}
-				key := level + strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), subj,
+				key := level + strings.Join([]string{string(s.Dimension), string(s.CountBy), strings.Join(models, ","), when, subj,
 					string(g.Amount), windowKey(w), string(actionOf(b))}, "|")
 				what := fmt.Sprintf("the same budget: %s%s, %s per %s", who, scope, amountWords[g.Amount], windowWord(w))
 				if actionOf(b) == twv1alpha1.ActionWarn {
@@ -321,6 +318,7 @@ func Summary(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget, inForce bool,
 	if len(s.Models) > 0 {
 		sum.Subjects += " on " + strings.Join(s.Models, ",")
 	}
+	sum.AppliesWhen, sum.CountBy = AppliesWhenText(tp, b), CountByText(b)
 	gs := Groups(b)
 	var amounts, windows, shares []string
 	for _, g := range gs {

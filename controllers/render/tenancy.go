@@ -74,7 +74,9 @@ func qualifiedSubject(tenant, s string) string {
 	return Qualified(tenant, s)
 }
 
-// PlatformOnly reports whether a budget counts by tenant, which only the platform may.
+// PlatformOnly reports whether a budget counts by tenant or selects on it, which only
+// the platform may.
 func PlatformOnly(b *twv1alpha1.TokenBudget) bool {
-	return b.Spec.Dimension == twv1alpha1.DimensionPerTenant || b.Spec.CountBy == twv1alpha1.CountByTenant
+	return b.Spec.Dimension == twv1alpha1.DimensionPerTenant || b.Spec.CountBy == twv1alpha1.CountByTenant ||
+		selects(b, twv1alpha1.CountByTenant)
 }
