@@ -130,11 +130,16 @@ type RecoveringError struct {
 	StoreCheck string
 }
 
-// ClientMessage is what a refused client is told.
-func (e *RecoveringError) ClientMessage() string {
-	if e.StoreCheck != "" {
+// ClientMessage is what a refused client is told; fromLedger says the fleet attests
+// a lost balance from its spend ledger on its own.
+func (e *RecoveringError) ClientMessage(fromLedger bool) string {
+	switch {
+	case e.StoreCheck != "":
 		return "a calendar or cost budget that governs this request is fenced: its counter store failed a safety check; " +
 			"it refuses until an administrator fixes the store"
+	case fromLedger:
+		return "a calendar or cost budget that governs this request is recovering from lost counter state; " +
+			"it refuses until the fleet attests its balance from its spend ledger, once every replica's spool is flushed"
 	}
 	return "a calendar or cost budget that governs this request is recovering from lost counter state; " +
 		"it refuses until an administrator restores or attests its balance"

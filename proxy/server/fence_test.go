@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
@@ -136,6 +137,26 @@ rate_limiting:
 		Expect(got).To(Equal(next))
 		Expect(fenced).To(BeFalse())
 	})
+
+	DescribeTable("a fenced budget's 503 says what lifts the fence",
+		func(ledgerAttests bool, want, never string) {
+			h := newHarness(keysDoc)
+			p := newRedisProxyOpts(h, rs.URL(), fmt.Sprint("f", redisPrefixes.Add(1)), true, doc(""),
+				redisstore.CheckOptions{}, server.Options{LedgerAttests: ledgerAttests})
+			ask := via(h, p.url)
+			Expect(ask("sk-alice", 10).code).To(Equal(200))
+			Expect(p.store.Client().FlushAll(context.Background()).Err()).To(Succeed())
+			r := ask("sk-alice", 10)
+			Expect(r.code).To(Equal(503))
+			Expect(r.errorField("error", "code")).To(Equal("budget_recovering"))
+			Expect(r.errorField("error", "message")).To(ContainSubstring(want))
+			Expect(r.errorField("error", "message")).NotTo(ContainSubstring(never))
+		},
+		Entry("a fleet that attests from its spend ledger on its own", true,
+			"until the fleet attests its balance from its spend ledger, once every replica's spool is flushed", "administrator"),
+		Entry("a fleet without one: an administrator", false,
+			"until an administrator restores or attests its balance", "spend ledger"),
+	)
 
 	DescribeTable("a store check fences durable budgets only in enforce mode",
 		func(mode string, want int) {

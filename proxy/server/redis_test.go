@@ -39,6 +39,11 @@ func newRedisProxy(h *harness, redisURL, prefix string, fallback bool, doc strin
 
 // newRedisProxyWith is newRedisProxy with the store checks of checks.
 func newRedisProxyWith(h *harness, redisURL, prefix string, fallback bool, doc string, checks redisstore.CheckOptions) *redisProxy {
+	return newRedisProxyOpts(h, redisURL, prefix, fallback, doc, checks, server.Options{})
+}
+
+// newRedisProxyOpts is newRedisProxyWith whose server also has extra's LedgerAttests.
+func newRedisProxyOpts(h *harness, redisURL, prefix string, fallback bool, doc string, checks redisstore.CheckOptions, extra server.Options) *redisProxy {
 	p := &redisProxy{m: metrics.New(prometheus.NewRegistry()), mem: budget.NewMemory(h.clock, 1000)}
 	opts := redisstore.Options{URL: redisURL, Prefix: prefix, Recorder: p.m, Checks: checks,
 		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
@@ -51,7 +56,7 @@ func newRedisProxyWith(h *harness, redisURL, prefix string, fallback bool, doc s
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(p.store.Close)
 	p.srv = server.New(server.Options{Store: p.store, Memory: p.mem, Metrics: p.m, Clock: h.clock, AsyncSettle: true,
-		Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
+		LedgerAttests: extra.LedgerAttests, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
 	_, err = p.srv.Apply([]byte(h.render(doc)), "test")
 	Expect(err).NotTo(HaveOccurred())
 	front := httptest.NewServer(p.srv)

@@ -116,6 +116,10 @@ type Options struct {
 	// HealthBoard, when set, shares the billing cooldowns with the fleet's other
 	// replicas (the Redis store's board); RunHealth reads theirs.
 	HealthBoard health.Board
+	// LedgerAttests says the fleet attests lost durable counters from its spend ledger
+	// on its own (a PostgreSQL ledger, run by the control plane): a fenced budget's
+	// 503 says so instead of waiting for an administrator.
+	LedgerAttests bool
 }
 
 // RefusalCounter counts refusals by the dimension and period that refused: d's bucket
@@ -158,6 +162,8 @@ type Server struct {
 	refusers []settlement.Refuser
 	// cache is the response cache in force, nil when it is off (cache.go).
 	cache atomic.Pointer[cacheRoom]
+	// ledgerAttests is Options.LedgerAttests.
+	ledgerAttests bool
 }
 
 // New returns a Server with no config; it answers 503 until Apply succeeds.
@@ -169,17 +175,18 @@ func New(o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	s := &Server{
-		store:    o.Store,
-		memory:   o.Memory,
-		metrics:  o.Metrics,
-		clock:    o.Clock,
-		log:      o.Logger,
-		limiter:  budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
-		restart:  newRestartState(o),
-		refusals: o.Refusals,
-		health:   health.NewRegistry(),
-		access:   accesslog.New(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
-		tracing:  newTracing(o.TracerProvider, o.Clock),
+		store:         o.Store,
+		memory:        o.Memory,
+		metrics:       o.Metrics,
+		clock:         o.Clock,
+		log:           o.Logger,
+		limiter:       budget.NewLimiter(o.Store, o.Metrics, o.Clock, o.AsyncSettle),
+		restart:       newRestartState(o),
+		refusals:      o.Refusals,
+		ledgerAttests: o.LedgerAttests,
+		health:        health.NewRegistry(),
+		access:        accesslog.New(o.AccessLog, o.AccessLogBuffer, o.Metrics.Observability),
+		tracing:       newTracing(o.TracerProvider, o.Clock),
 	}
 	// With the Redis store, the limits for agents are the fleet's totals.
 	s.agents.SetFleet(redisagents.For(o.Store, o.Clock, o.Logger))

@@ -190,7 +190,7 @@ func (s *Server) admit(ex *exchange) bool {
 		s.tracing.admitted(asp, ex, err, s.clock.Now())
 	}
 	if err != nil {
-		return ex.storeFailed(err)
+		return ex.storeFailed(err, s.ledgerAttests)
 	}
 	ex.dec, ex.hold = dec, dec.Hold
 	if dec.Refusal != nil {
@@ -216,14 +216,15 @@ func (s *Server) countBudgetRefusal(ref *budget.Refusal, model string) {
 	s.refusals.Refused(ref.Dimension, kind, model)
 }
 
-// storeFailed answers 503 for a budget store that could not decide.
-func (ex *exchange) storeFailed(err error) bool {
+// storeFailed answers 503 for a budget store that could not decide; fromLedger: the
+// fleet attests lost counters from its spend ledger on its own.
+func (ex *exchange) storeFailed(err error, fromLedger bool) bool {
 	var unavailable *budget.UnavailableError
 	var recovering *budget.RecoveringError
 	switch {
 	case errors.As(err, &recovering):
 		ex.w.Header().Set("Retry-After", recoveringRetryAfter)
-		return ex.fail(http.StatusServiceUnavailable, "budget_recovering", recovering.ClientMessage(), nil)
+		return ex.fail(http.StatusServiceUnavailable, "budget_recovering", recovering.ClientMessage(fromLedger), nil)
 	case errors.As(err, &unavailable):
 		retry, msg := "5", "the budget store is unreachable; retry later"
 		if unavailable.RetryAfter > 0 {

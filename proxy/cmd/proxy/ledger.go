@@ -128,12 +128,19 @@ func (s *spendLedger) close(log *slog.Logger) {
 // own SQLite file records only what it settled); nil otherwise.
 func ledgerAttester(spend *spendLedger, store budget.Store, src recovery.Source, fleet string, reg prometheus.Registerer, log *slog.Logger) *recovery.Attester {
 	rs, ok := store.(*redisstore.Store)
-	if spend == nil || spend.kind != "postgresql" || !ok {
+	if !ok || !attestsFromLedger(spend, store) {
 		return nil
 	}
 	a := &recovery.Attester{Source: src, Store: rs, Report: spend.sink.Report, Fleet: fleet, Log: log}
 	a.Register(reg)
 	return a
+}
+
+// attestsFromLedger says lost durable counters of store can be attested from spend:
+// a Redis store and a PostgreSQL ledger.
+func attestsFromLedger(spend *spendLedger, store budget.Store) bool {
+	_, ok := store.(*redisstore.Store)
+	return ok && spend != nil && spend.kind == "postgresql"
 }
 
 // ledgerFallback puts the ledger fallback in force on a Redis store whose fleet

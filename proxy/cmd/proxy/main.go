@@ -260,7 +260,8 @@ func run(args []string) error {
 	// A store that makes a network call settles what waits for it off the request's
 	// goroutine.
 	srvOpts := server.Options{Store: store, Memory: mem, Metrics: m, Clock: clock, Logger: log, AsyncSettle: store != budget.Store(mem),
-		Started: first, Overridden: overridden, Refusals: refusals, AccessLogBuffer: first.Observability.AccessLog.Buffer(), Observers: observers}
+		Started: first, Overridden: overridden, Refusals: refusals, AccessLogBuffer: first.Observability.AccessLog.Buffer(), Observers: observers,
+		LedgerAttests: lease != nil && attestsFromLedger(spend, store)}
 	if tp != nil {
 		srvOpts.TracerProvider = tp
 	}
