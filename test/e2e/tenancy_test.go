@@ -127,6 +127,18 @@ var _ = Describe("Tenants of one fleet, with kubectl and a proxy process", func(
 			s.in(s.a, tenantBudget(s.home, "first", "dimension: Global, tokensPerMinute: 1"))
 			s.in(s.home, tenantBudget(s.home, "fleet-cap", "dimension: Global, tokensPerMinute: 1000000"))
 		}),
+		Entry("an ApiKey declaring tokensPerMinute far above the platform's 500 a key", func(s *shared) {
+			s.in(s.home, tenantBudget(s.home, "each-key", "dimension: PerAPIKey, tokensPerMinute: 500"))
+			s.in(s.a, tenantKey(s.home, "a-ci", ", tokensPerMinute: 1000000"))
+			// a-ci spends 450 of the platform's 500: its next request is beyond them.
+			st.LLM.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 440})
+			Expect(chat(s.p, "a-ci", "gpt-4o", 450).code).To(Equal(200))
+			st.LLM.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 10})
+		}),
+		Entry("an ApiKey declaring tokensPerMinute below the platform's 500 a key is held to its own", func(s *shared) {
+			s.in(s.home, tenantBudget(s.home, "each-key", "dimension: PerAPIKey, tokensPerMinute: 500"))
+			s.in(s.a, tenantKey(s.home, "a-ci", ", tokensPerMinute: 50"))
+		}),
 	)
 
 	It("keeps an ApiKey that claims another tenant's team or user off that team's budgets", func() {
