@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,5 +52,37 @@ var _ = Describe("A fleet on a Sentinel primary", func() {
 			g.Expect(env[sentinelEnv].SecretKeyRef.Name).To(Equal("redis-auth"))
 			g.Expect(env[sentinelEnv].SecretKeyRef.Key).To(Equal("sentinel"))
 		}).Should(Succeed())
+	})
+
+	It("says the ledger fallback is off, naming spec.storage.redis.ledgerFallback, on a fleet without a PostgreSQL ledger, and on once it has one", func() {
+		ns := newNamespace("fallback")
+		tp := redisFleet(ns, 2)
+		tp.Spec.Storage.Redis.LedgerFallback = &twv1alpha1.RedisLedgerFallback{}
+		for _, o := range []client.Object{
+			credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}),
+			credentialSecret(ns, "ledger-db", map[string]string{"url": "postgres://tw:pw@pg:5432/ledger"}),
+			tp,
+		} {
+			Expect(k8sClient.Create(ctx, o)).To(Succeed())
+		}
+		fallback := func(g Gomega) verdict {
+			return verdictOf(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionLedgerFallback)
+		}
+		Eventually(fallback).Should(Equal(verdict{"False", twv1alpha1.ReasonNoLedger,
+			"spec.storage.redis.ledgerFallback is off: it needs the fleet's PostgreSQL spend ledger (spec.ledger.urlSecretRef, " +
+				"or the operator's default ledger, and spec.ledger.disabled unset), and the fleet has none; every calendar " +
+				"and cost budget fails closed while Redis is unreachable"}))
+
+		By("a ledger: the fallback is on")
+		Eventually(func() error {
+			var cur twv1alpha1.TokenProxy
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(tp), &cur); err != nil {
+				return err
+			}
+			cur.Spec.Ledger = &twv1alpha1.LedgerSpec{URLSecretRef: &twv1alpha1.SecretKeyReference{Name: "ledger-db", Key: "url"}}
+			return k8sClient.Update(ctx, &cur)
+		}).Should(Succeed())
+		Eventually(fallback).Should(HaveField("Reason", twv1alpha1.ReasonLedgerFallbackOn))
+		Expect(fallback(Default).Status).To(Equal(metav1.ConditionTrue))
 	})
 })

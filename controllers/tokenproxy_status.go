@@ -99,6 +99,7 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 	st.ObservedGeneration = tp.Generation
 	st.Storage = storageOf(tp)
 	setTenancy(st, tp)
+	setLedgerFallback(st, tp, render.EffectiveLedger(tp, r.DefaultLedger) != nil)
 	if cfg.refused != nil {
 		r.refuseConfig(tp, &st.Conditions, cfg.refused)
 	} else {

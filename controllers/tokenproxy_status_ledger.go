@@ -102,3 +102,23 @@ func setLedgerSpooling(st *twv1alpha1.TokenProxyStatus, rs *reports, hasLedger b
 	}
 	setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, true, reason, truncate(msg, conditionMessageLimit), gen)
 }
+
+// setLedgerFallback sets LedgerFallback on a fleet that asks for the ledger fallback
+// (removes it otherwise): off, and why, when the fleet has no ledger to answer from.
+func setLedgerFallback(st *twv1alpha1.TokenProxyStatus, tp *twv1alpha1.TokenProxy, hasLedger bool) {
+	r := tp.Spec.Storage.Redis
+	if storageOf(tp) != twv1alpha1.StorageRedis || r == nil || r.LedgerFallback == nil {
+		meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionLedgerFallback)
+		return
+	}
+	if hasLedger {
+		setCondition(&st.Conditions, twv1alpha1.ConditionLedgerFallback, true, twv1alpha1.ReasonLedgerFallbackOn,
+			"spec.storage.redis.ledgerFallback: while Redis is unreachable, the cost budgets counted by API key, user, team "+
+				"or tenant answer from the fleet's PostgreSQL spend ledger", tp.Generation)
+		return
+	}
+	setCondition(&st.Conditions, twv1alpha1.ConditionLedgerFallback, false, twv1alpha1.ReasonNoLedger,
+		"spec.storage.redis.ledgerFallback is off: it needs the fleet's PostgreSQL spend ledger (spec.ledger.urlSecretRef, "+
+			"or the operator's default ledger, and spec.ledger.disabled unset), and the fleet has none; every calendar "+
+			"and cost budget fails closed while Redis is unreachable", tp.Generation)
+}

@@ -64,6 +64,20 @@ const (
 	ReasonFlushed   = "Flushed"
 )
 
+// ConditionLedgerFallback is, on a TokenProxy that sets
+// spec.storage.redis.ledgerFallback, whether the fallback is in force: True
+// (LedgerFallbackOn) with a PostgreSQL ledger, False (NoLedger) without one (no
+// spec.ledger.urlSecretRef and no default ledger of the operator, or
+// spec.ledger.disabled), when every calendar and cost budget fails closed while Redis
+// is unreachable. Absent when the field is unset.
+const ConditionLedgerFallback = "LedgerFallback"
+
+// Reasons of LedgerFallback.
+const (
+	ReasonLedgerFallbackOn = "LedgerFallbackOn"
+	ReasonNoLedger         = "NoLedger"
+)
+
 // ReplicaLedgerAnnotation on a replica's Lease is its ledger's state, as JSON:
 // {"spool_batches", "spool_bytes", "oldest", "full", "flushed_through", "dropped_batches"}
 // (oldest and flushed_through in RFC 3339); absent without a ledger.
