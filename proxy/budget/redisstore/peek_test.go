@@ -47,10 +47,12 @@ rate_limiting:
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dec.Refusal).To(BeNil())
 		e = l.Explain(ctx, p, id, true)
-		Expect(*e.Budgets[0].Remaining).To(BeNumerically("~", 27000, 1))
+		// The minute refills 500 tokens a second on the server's clock: 50 is 0.1 s of a
+		// slow host between the admission and the read, far from another 3,000 taken.
+		Expect(*e.Budgets[0].Remaining).To(BeNumerically("~", 27000, 50))
 		Expect(*e.Budgets[1].Remaining).To(BeNumerically("~", 997000, 1))
 		Expect(e.Tightest).To(Equal(1), "10% of the minute used against 0.3% of the month")
 		again := l.Explain(ctx, p, id, true)
-		Expect(*again.Budgets[0].Remaining).To(BeNumerically("~", 27000, 1), "explaining takes nothing")
+		Expect(*again.Budgets[0].Remaining).To(BeNumerically("~", 27000, 50), "explaining takes nothing")
 	})
 })
