@@ -63,22 +63,6 @@ func (d RuleDimension) ClientSupplied() bool {
 	return false
 }
 
-// Header is the request header of a client-supplied attribute; false for the
-// fingerprint and the attributes the proxy knows itself.
-func (d RuleDimension) Header() (attribute.Header, bool) {
-	switch d {
-	case RuleSession:
-		return attribute.Session, true
-	case RuleAgent:
-		return attribute.Agent, true
-	case RuleTask:
-		return attribute.Task, true
-	case RuleRun:
-		return attribute.Run, true
-	}
-	return 0, false
-}
-
 // canonicalAttribute is canonicalDimension for an attribute word ("Session",
 // "RequestFingerprint" for session, request_fingerprint).
 func canonicalAttribute(d RuleDimension) RuleDimension {
@@ -138,11 +122,6 @@ func (r *Rule) validateSelector(errs *fieldErrors, f string) {
 			}
 		}
 	}
-}
-
-// Selects reports whether the rule selects on a (applies_when, or models for model).
-func (r *Rule) Selects(a RuleDimension) bool {
-	return len(r.AppliesWhen[a]) > 0 || (a == RuleModel && len(r.Models) > 0)
 }
 
 func joinWords(ws []RuleDimension) string {

@@ -366,12 +366,6 @@ func (c *Cooldown) Until() time.Time {
 // billing cooldown not yet cleared.
 func (c *Cooldown) Out(now time.Time) bool { return c.billing.Load() || now.Before(c.Until()) }
 
-// Cooling reports whether the credential is out of candidacy at now (Out).
-func (c *Cooldown) Cooling(now time.Time) bool { return c.Out(now) }
-
-// Billing reports whether a billing cooldown holds.
-func (c *Cooldown) Billing() bool { return c.billing.Load() }
-
 // Due reports whether a billing cooldown's interval has passed at now, so that a
 // probe may decide it.
 func (c *Cooldown) Due(now time.Time) bool { return c.billing.Load() && !now.Before(c.Until()) }

@@ -194,7 +194,7 @@ func (f *Fallback) SetReplicas(n int64) {
 // rolling window's period.
 func (f *Fallback) retryAfter(c *fallbackCounter) time.Duration {
 	if c.charge.Key.Kind == budget.Calendar {
-		return max(time.Second, time.Until(c.rule.End))
+		return max(time.Second, c.rule.End.Sub(f.Clock.Now()))
 	}
 	return max(time.Second, c.rule.End.Sub(c.rule.Start))
 }

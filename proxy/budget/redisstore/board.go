@@ -5,10 +5,7 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Board is where the fleet's replicas share what is not a budget (health.Board: the
@@ -48,9 +45,5 @@ func (b Board) Read(ctx context.Context, names []string) ([][]byte, error) {
 
 // Claim sets name for ttl unless it is set, and reports whether it did.
 func (b Board) Claim(ctx context.Context, name string, ttl time.Duration) (bool, error) {
-	ok, err := b.s.c.SetNX(ctx, b.key(name), "claimed", ttl).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	return ok, err
+	return b.s.c.SetNX(ctx, b.key(name), "claimed", ttl).Result()
 }

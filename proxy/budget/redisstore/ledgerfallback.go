@@ -84,17 +84,8 @@ func answersAll(f DurableFallback, r *budget.Reservation) bool {
 func (s *Store) reserveDurableFallback(ctx context.Context, r *budget.Reservation, f DurableFallback, mem *budget.Memory) (budget.Result, error) {
 	var rest budget.Reservation
 	rest.Requests = r.Requests
-	var durIx, restIx []int
-	var durable []budget.Charge
-	for i := range r.Tokens {
-		if r.Tokens[i].Durable {
-			durIx = append(durIx, i)
-			durable = append(durable, r.Tokens[i])
-		} else {
-			restIx = append(restIx, i)
-			rest.Tokens = append(rest.Tokens, r.Tokens[i])
-		}
-	}
+	durable, restTokens, durIx, restIx := split(r.Tokens)
+	rest.Tokens = restTokens
 	res := budget.Result{
 		Admitted:       true,
 		RequestLevels:  make([]float64, len(r.Requests)),
