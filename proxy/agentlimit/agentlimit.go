@@ -5,12 +5,12 @@
 package agentlimit
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
@@ -111,10 +111,13 @@ func ClassOf(h http.Header, keyClass schedule.Class) schedule.Class {
 func (l *Limits) Admit(req *Request, clock budget.Clock, h http.Header, name string, k Key, cost int64) *Refusal {
 	var id string
 	if k.RunTokens != 0 || k.RunSteps != 0 {
-		if id = h.Get(config.RunHeader); len(id) > config.MaxRunIDLength {
-			return refuse(req.Class, http.StatusBadRequest, codeBadRunID, limitRun,
-				fmt.Sprintf("the %s header is longer than %d bytes", config.RunHeader, config.MaxRunIDLength), nil)
+		v, err := attribute.Read(h, attribute.Run)
+		if err != nil {
+			// The run id obeys every attribute header's bounds: 1 to 256 visible ASCII
+			// bytes, sent once.
+			return refuse(req.Class, http.StatusBadRequest, codeBadRunID, limitRun, err.Error(), nil)
 		}
+		id = v
 	}
 	if l.fleet != nil {
 		if ref, ok := l.admitFleet(req, name, id, k, cost); ok {

@@ -140,6 +140,28 @@ func TestRunGetsBackWhatARequestThatRanNothingReserved(t *testing.T) {
 	}
 }
 
+func TestRunIDObeysTheAttributeHeadersBounds(t *testing.T) {
+	l := limits(0, 0)
+	clock := storetest.NewClock()
+	bob := agentlimit.Key{RunTokens: 300, RunSteps: 3}
+	for name, h := range map[string]http.Header{
+		"a space":         runHeader("run 1"),
+		"a control byte":  runHeader("run\x01"),
+		"a non-ASCII one": runHeader("r\u00e9sum\u00e9"),
+		"sent twice":      {config.RunHeader: {"r1", "r2"}},
+	} {
+		var r agentlimit.Request
+		ref := l.Admit(&r, clock, h, "bob", bob, 61)
+		if code(ref) != "invalid_run_id" || ref.Status != http.StatusBadRequest || !strings.Contains(ref.Message, config.RunHeader) {
+			t.Errorf("a run id with %s: %+v", name, ref)
+		}
+	}
+	var r agentlimit.Request
+	if ref := l.Admit(&r, clock, runHeader("planner-7/step.3"), "bob", bob, 61); ref != nil {
+		t.Fatalf("visible ASCII refused: %+v", ref)
+	}
+}
+
 func TestClassOfIsLoweredNeverRaised(t *testing.T) {
 	h := http.Header{}
 	h.Set(config.PriorityHeader, " Background ")

@@ -152,6 +152,10 @@ var _ = Describe("Limits for agents", func() {
 		r := h.do("POST", "/v1/chat/completions", "sk-bob", `{}`, "X-Tokenwarden-Run-Id", strings.Repeat("x", 300))
 		Expect(r.code).To(Equal(http.StatusBadRequest))
 		Expect(r.errorField("error", "code")).To(Equal("invalid_run_id"))
+		r = h.do("POST", "/v1/chat/completions", "sk-bob", `{}`, "X-Tokenwarden-Run-Id", "run 1")
+		Expect(r.code).To(Equal(http.StatusBadRequest), "a run id is visible ASCII, as every attribute header")
+		Expect(r.errorField("error", "code")).To(Equal("invalid_run_id"))
+		Expect(r.errorField("error", "message")).To(ContainSubstring("X-Tokenwarden-Run-Id header holds the byte 0x20"))
 	})
 
 	It("clamps or refuses max_tokens above the class's cap, and reserves the clamped value", func() {
