@@ -146,8 +146,11 @@ var _ = Describe("a proxy whose ledger database is unreachable and whose spool i
 		Expect(anthropic.body["type"]).To(Equal("error"), "Anthropic's shape on its route")
 		Expect(anthropic.body["error"].(map[string]any)["limit_type"]).To(Equal("ledger"))
 
-		By("a model no cost budget governs is served")
+		By("a model no cost budget governs is served, and so is an answer from the response cache, which costs nothing")
 		Expect(p.call("/v1/chat/completions", "sk-ops", "gpt-4o-mini", 5).status).To(Equal(200))
+		hit := p.call("/v1/chat/completions", "sk-ops", "gpt-4o", 1)
+		Expect(hit.status).To(Equal(200))
+		Expect(hit.header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
 
 		By("the refusals counted and audited")
 		Expect(p.l.Stats().Refused).To(Equal(int64(2)))
@@ -168,7 +171,8 @@ var _ = Describe("a proxy whose ledger database is unreachable and whose spool i
 		rows := p.report(ledger.Model)
 		Expect(rows).To(HaveLen(2))
 		Expect(rows[0].Group[ledger.Model]).To(Equal("gpt-4o"))
-		Expect(rows[0].Requests).To(Equal(int64(3)), "requests 1, 2 and 6")
+		Expect(rows[0].Requests).To(Equal(int64(4)), "requests 1, 2 and 6, and the hit of 1")
+		Expect(rows[0].CacheHits).To(Equal(int64(1)))
 		Expect(rows[0].InputTokens).To(Equal(int64(101 + 102 + 106)))
 		Expect(rows[1].Requests).To(Equal(int64(1)), "request 5")
 	})
