@@ -268,7 +268,8 @@ func TestMetricNamesExist(t *testing.T) {
 	// key whose budget one request exhausts; and one on a running Redis with a priced
 	// model and a monthly dollar budget (so the spend and the rule windows' series
 	// show); and one with a model registry whose requests fail over, overflow a context
-	// window, fall back and find every upstream out (providers_test.go).
+	// window, fall back and find every upstream out (providers_test.go); and one whose
+	// durable counters are fenced, with its store checks on (durable_test.go).
 	exported := exportedBy(t, "redis://127.0.0.1:1/0", `
   limits:
     per_api_key: {tokens_per_minute: 200}
@@ -287,6 +288,9 @@ func TestMetricNamesExist(t *testing.T) {
 		exported[name] = true
 	}
 	for name := range cacheExported(t) {
+		exported[name] = true
+	}
+	for name := range durableExported(t) {
 		exported[name] = true
 	}
 	var missing []string
