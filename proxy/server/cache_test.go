@@ -236,7 +236,7 @@ cache: {storage: memory}
 		DescribeTable("never serves one caller's answer to a request that is not the same",
 			func(doc string, second func(h *harness) reply, want string) {
 				h := newHarness(keysDoc + "  limits:\n    per_api_key: {tokens_per_minute: 60000}\n" + doc)
-				h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 20, Header: map[string]string{"X-Request-Id": "req_alice"}})
+				h.llm.Set(fakellm.Behaviour{InputTokens: 10, OutputTokens: 20, Header: map[string]string{"X-Request-Id": "req_alice", "Set-Cookie": "session=alice"}})
 				Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody, "Anthropic-Version", "2023-06-01").code).To(Equal(200))
 				h.ended(1)
 				r := second(h)
@@ -244,6 +244,7 @@ cache: {storage: memory}
 				if want == "hit" {
 					Expect(h.llm.Requests()).To(HaveLen(1))
 					Expect(r.header.Get("X-Request-Id")).To(BeEmpty())
+					Expect(r.header.Values("Set-Cookie")).To(BeEmpty(), "nothing of the caller that caused the answer")
 				} else {
 					Expect(h.llm.Requests()).To(HaveLen(2))
 				}
@@ -331,6 +332,39 @@ cache: {storage: memory}
 			h.ended(3)
 			Expect(h.do("POST", "/v1/responses", "sk-alice", stateless).header.Get("X-Tokenwarden-Cache")).To(Equal("hit"))
 		})
+	})
+
+	It("serves no hit to another team, nor to a key without a team, under a team scope", func() {
+		h := newHarness(`
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice), team: research}
+- {name: bob, key_sha256: HASH(bob), team: support}
+- {name: carol, key_sha256: HASH(carol)}
+cache: {storage: memory, scope: team}
+`)
+		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody).header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+		h.ended(1)
+		Expect(h.do("POST", "/v1/chat/completions", "sk-bob", chatBody).header.Get("X-Tokenwarden-Cache")).To(Equal("miss"))
+		h.ended(2)
+		Expect(h.do("POST", "/v1/chat/completions", "sk-carol", chatBody).header.Get("X-Tokenwarden-Cache")).NotTo(Equal("hit"))
+		h.ended(3)
+		Expect(h.do("POST", "/v1/chat/completions", "sk-carol", chatBody).header.Get("X-Tokenwarden-Cache")).NotTo(Equal("hit"),
+			"a key without a team has no team scope: nothing is stored for it")
+		Expect(h.llm.Requests()).To(HaveLen(4))
+	})
+
+	It("neither stores nor coalesces an anonymous caller's answers under the api_key scope", func() {
+		h := newHarness(keysDoc + "auth: {mode: optional}\ncache: {storage: memory}\n")
+		for i := range 2 {
+			r := h.do("POST", "/v1/chat/completions", "", chatBody)
+			Expect(r.code).To(Equal(200))
+			Expect(r.header.Get("X-Tokenwarden-Cache")).NotTo(Equal("hit"))
+			h.ended(i + 1)
+		}
+		Expect(h.llm.Requests()).To(HaveLen(2))
+		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody).header.Get("X-Tokenwarden-Cache")).To(Equal("miss"),
+			"a key finds nothing an anonymous caller left")
 	})
 
 	It("is off unless configured: no cache header, every request forwarded", func() {
