@@ -6,6 +6,7 @@ package server_test
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strconv"
 	"time"
@@ -59,6 +60,11 @@ var _ = Describe("Traces", func() {
 			Eventually(func() map[string]*tracepb.Span { spans = rc.Trace(clientTrace); return spans }).
 				Should(HaveLen(3), "the server span, the admission span and the upstream span")
 			Expect(rc.Services()).To(ContainElement("proxy-under-test"))
+			for name, s := range spans {
+				for k, v := range attrs(s) {
+					Expect(fmt.Sprint(v)).NotTo(ContainSubstring("sk-alice"), "span %q attribute %s: no key material, keys by name", name, k)
+				}
+			}
 
 			srv := spans["chat gpt-4o"]
 			Expect(srv).NotTo(BeNil(), "the server span is named for the operation and the model")
