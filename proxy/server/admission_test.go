@@ -309,4 +309,20 @@ api_keys: [{name: alice, key_sha256: HASH(alice)}]
 		Expect(reqs[1].Header.Get("X-Api-Key")).To(Equal("upstream-secret"))
 		Expect(reqs[1].Header.Get("Authorization")).To(BeEmpty())
 	})
+
+	It("never forwards the client's key to an upstream that has no credential of its own", func() {
+		h := newHarness(`
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys: [{name: alice, key_sha256: HASH(alice)}]
+`)
+		Expect(h.chat("sk-alice", 10).code).To(Equal(200))
+		Expect(h.do("POST", "/v1/messages", "", `{"model":"c","max_tokens":5}`, "x-api-key", "sk-alice").code).To(Equal(200))
+		Expect(h.do("POST", "/v1/chat/completions", "sk-alice", chatBody, "x-api-key", "sk-alice").code).To(Equal(200))
+		reqs := h.llm.Requests()
+		Expect(reqs).To(HaveLen(3))
+		for _, req := range reqs {
+			Expect(req.Header.Get("Authorization")).To(BeEmpty(), req.Path)
+			Expect(req.Header.Get("X-Api-Key")).To(BeEmpty(), req.Path)
+		}
+	})
 })
