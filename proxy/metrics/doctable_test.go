@@ -1,0 +1,106 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package metrics_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+)
+
+// docRow is a row of a metrics table in docs/: its first cell names one or more
+// metrics (`name`, or `name{label, label}`), its second their labels (when the names
+// carry none).
+var docRow = regexp.MustCompile("(?m)^\\| (`(?:rate_limit|tokenwarden)_[^|]*)\\|([^|]*)\\|")
+
+// docName is one metric of a row's first cell, with its labels in braces, if any.
+var docName = regexp.MustCompile("`((?:rate_limit|tokenwarden)_[a-z_]+)(?:\\{([a-z_, ]*)\\})?`")
+
+// descLabels reads a Desc's name and variable labels from its String form.
+var descLabels = regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([a-z_,]*)\}`)
+
+// TestTheMetricsTablesNameWhatTheProxyExports: every metric metrics.New registers has
+// a row in a metrics table of docs/ (proxy.md's, or the table of the page about it),
+// with the labels it exports.
+func TestTheMetricsTablesNameWhatTheProxyExports(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string][]string{}
+	for _, p := range pages {
+		doc, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range docRow.FindAllStringSubmatch(string(doc), -1) {
+			for _, m := range docName.FindAllStringSubmatch(row[1], -1) {
+				labels := m[2]
+				if !strings.Contains(m[0], "{") {
+					labels = strings.ReplaceAll(row[2], "`", "")
+				}
+				documented[m[1]] = labelList(labels)
+			}
+		}
+	}
+	if len(documented) < 30 {
+		t.Fatalf("found only %d rows in the metrics tables of docs/; the pattern is broken", len(documented))
+	}
+	reg := &recorder{Registerer: prometheus.NewRegistry()}
+	metrics.New(reg)
+	ch := make(chan *prometheus.Desc, 1024)
+	for _, c := range reg.cs {
+		c.Describe(ch)
+	}
+	close(ch)
+	for d := range ch {
+		m := descLabels.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read %s", d)
+		}
+		name, labels := m[1], labelList(m[2])
+		want, ok := documented[name]
+		if !ok {
+			t.Errorf("no metrics table of docs/ has a row for %s (labels %v)", name, labels)
+			continue
+		}
+		if !slices.Equal(want, labels) {
+			t.Errorf("%s: docs/ say labels %v, the proxy exports %v", name, want, labels)
+		}
+	}
+}
+
+func labelList(s string) []string {
+	var out []string
+	for l := range strings.SplitSeq(s, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// recorder keeps the collectors registered through it.
+type recorder struct {
+	prometheus.Registerer
+	cs []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.cs = append(r.cs, c)
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	r.cs = append(r.cs, cs...)
+	r.Registerer.MustRegister(cs...)
+}
