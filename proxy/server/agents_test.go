@@ -272,6 +272,9 @@ scheduling:
 		Expect(r.name).To(Equal("b2"))
 		Expect(r.code).To(Equal(http.StatusTooManyRequests))
 		Expect(r.body).To(ContainSubstring(`"code":"queue_full"`))
+		Expect(r.body).To(And(ContainSubstring(`"limit_type":"queue"`), ContainSubstring(`"class":"batch"`)))
+		Expect(r.hdr.Get("Retry-After")).NotTo(BeEmpty(), "a full queue's refusal says when to retry")
+		Expect(r.hdr.Get("Retry-After-Ms")).NotTo(BeEmpty())
 		Expect(counter(h.m.Agents.ClassRefusals.WithLabelValues("batch", "queue_full"))).To(Equal(1.0))
 		g.release()
 		for range 2 {

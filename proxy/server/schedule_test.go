@@ -162,7 +162,9 @@ scheduling: {max_queue_wait_seconds: 1}
 		Expect(r.name).To(Equal("late"))
 		Expect(r.code).To(Equal(http.StatusTooManyRequests))
 		Expect(r.body).To(ContainSubstring(`"code":"queue_timeout"`))
-		Expect(r.hdr.Get("Retry-After")).NotTo(BeEmpty())
+		Expect(r.body).To(And(ContainSubstring(`"limit_type":"queue"`), ContainSubstring(`"class":"interactive"`)))
+		Expect(r.hdr.Get("Retry-After")).To(Equal("1"), "at least a second, at most the class's deadline of 1 s")
+		Expect(r.hdr.Get("Retry-After-Ms")).To(Equal("1000"))
 		Eventually(func() float64 { return h.level(budget.TokensMinute, budget.APIKey, "bob", 100000) }).
 			Should(Equal(held), "the queued request's reservation is released")
 		Expect(counter(h.m.QueueLeft.WithLabelValues("default", "interactive", "queue_timeout"))).To(Equal(1.0))
