@@ -320,8 +320,12 @@ func (l *Ledger) keep(ctx context.Context, b *Batch) error {
 	l.full.Store(true)
 	if l.cfg.WhenFull == Refuse && l.mem.rows.Load()+int64(len(b.Rows)) < int64(l.cfg.MaxRows) {
 		// The requests it holds were served before the spool was full: they are kept
-		// for the next flush, and what cost budgets govern is refused meanwhile.
+		// for the next flush, and what cost budgets govern is refused meanwhile. They
+		// leave the hand as they return, so that Pending counts them once.
+		l.handMu.Lock()
 		l.mem.putBack(b.Rows)
+		l.hand = nil
+		l.handMu.Unlock()
 		return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows waits in memory: %w", l.cfg.SpoolBytes, len(b.Rows), err)
 	}
 	l.dropped(Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: b.totals()})

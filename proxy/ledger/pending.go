@@ -13,21 +13,24 @@ import (
 // putting in the spool, and the spooled batches. A batch the sink has taken while the
 // spool still holds it counts too: Pending never says less than is missing from the
 // sink. Read it before the sink's report, so that a batch moving between the two
-// counts at least once.
+// counts at least once. Each settlement counts once: a flush moves rows from memory
+// to its hand and from its hand to the spool, and Pending reads all three under the
+// hand's lock, the hand only when the spool does not hold it.
 func (l *Ledger) Pending(_ context.Context, q Query) ([]ReportRow, error) {
 	if err := q.validate(); err != nil {
 		return nil, err
 	}
 	g := grouper{q: &q, idx: map[string]int{}}
 	l.handMu.Lock()
+	defer l.handMu.Unlock()
 	l.mem.each(g.add)
-	if l.hand != nil {
-		for i := range l.hand.Rows {
-			g.add(&l.hand.Rows[i])
+	// A flush puts its hand in the spool without the hand's lock: the spool says, in
+	// the one look, whether it holds the hand yet.
+	if hand := l.hand; !l.spool.each(hand, g.add) && hand != nil {
+		for i := range hand.Rows {
+			g.add(&hand.Rows[i])
 		}
 	}
-	l.handMu.Unlock()
-	l.spool.each(g.add)
 	return g.rows, nil
 }
 
@@ -77,13 +80,16 @@ func (r *rollups) each(fn func(*Row)) {
 	}
 }
 
-// each calls fn with every row of every batch waiting.
-func (s *spool) each(fn func(*Row)) {
+// each calls fn with every row of every batch waiting, and reports whether b is one
+// of them.
+func (s *spool) each(b *Batch, fn func(*Row)) (holds bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.pending {
+		holds = holds || p.b == b
 		for i := range p.b.Rows {
 			fn(&p.b.Rows[i])
 		}
 	}
+	return holds
 }
