@@ -33,7 +33,8 @@ type ProbeResult struct {
 	Breaker      string     `json:"breaker"`
 	CoolingUntil *time.Time `json:"cooling_until,omitempty"`
 	Cooldown     *Cooldown  `json:"cooldown,omitempty"`
-	// Cleared is true when the probe ended a billing cooldown.
+	// Cleared is true when the probe ended a billing cooldown and the credential is
+	// back in candidacy; a 429 turns it into a rate cooldown instead (Cooldown).
 	Cleared bool `json:"cleared,omitempty"`
 }
 
@@ -104,7 +105,7 @@ func Probe(ctx context.Context, t ProbeTarget) (ProbeResult, error) {
 }
 
 // record records a probe's answer in the upstream's health; it reports whether the
-// answer ended a billing cooldown.
+// answer cleared a billing cooldown.
 func (t ProbeTarget) record(resp *http.Response, answer []byte, now time.Time) bool {
 	up, name := t.Up, t.Config.Name
 	b, cd := t.Health.Breaker(name), t.Health.Cooldown(up.CredKey)
@@ -119,12 +120,14 @@ func (t ProbeTarget) record(resp *http.Response, answer []byte, now time.Time) b
 	}
 	switch {
 	case code == http.StatusTooManyRequests:
-		cleared := cd.Clear(now)
+		// The account answers, under rate pressure: a billing cooldown ends (for the
+		// fleet too), and the credential stays out on a rate cooldown: not cleared.
+		cd.Clear(now)
 		iv := health.CooldownFor(resp.Header, now)
 		cd.Rate(now, iv, name)
 		t.Log.Warn("Upstream credential cooling down after a probe's 429", "upstream", name,
 			"requested", iv.Requested, "applied", iv.Applied, "source", iv.Source, "clamped", iv.Clamped)
-		return cleared
+		return false
 	case code >= 500:
 		b.Record(now, health.Failure)
 		return false
