@@ -94,6 +94,12 @@ var attrEntries = []attrEntry{
 // It runs one proxy on the document the operator rendered and returns its URL.
 func attributeFleet(budgets func(ns, ns2 string) []*twv1alpha1.TokenBudget) (url, ns, ns2 string) {
 	GinkgoHelper()
+	return attributeFleetOn(fakellm.New(), budgets)
+}
+
+// attributeFleetOn is attributeFleet on the fake backend given.
+func attributeFleetOn(backend *fakellm.Server, budgets func(ns, ns2 string) []*twv1alpha1.TokenBudget) (url, ns, ns2 string) {
+	GinkgoHelper()
 	ns, ns2 = newNamespace("attrs"), newNamespace("attrs-tenant")
 	for n, env := range map[string]string{ns: "production", ns2: "staging"} {
 		var o corev1.Namespace
@@ -101,7 +107,6 @@ func attributeFleet(budgets func(ns, ns2 string) []*twv1alpha1.TokenBudget) (url
 		o.Labels = map[string]string{render.EnvironmentLabel: env}
 		Expect(k8sClient.Update(ctx, &o)).To(Succeed())
 	}
-	backend := fakellm.New()
 	be := httptest.NewServer(backend)
 	DeferCleanup(be.Close)
 	tp := fleetProxy(ns, 1)

@@ -55,7 +55,7 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 		st.Summary = render.Summary(tp, b, v.accepted, inForce)
 		st.ConfigGeneration = contentGeneration(v.accepted, b.Generation, b.Status.ObservedGeneration, b.Status.ConfigGeneration,
 			b.Status.Conditions, generation)
-		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+placement)
+		r.applyVerdict(tp, b, &st.Conditions, v, inConfig(st.ConfigGeneration)+"; "+budgetPlacement(b, placement, redis))
 		setEnforced(&st.Conditions, "budget", v, st.ConfigGeneration, rs, b.Generation)
 		r.queueBudgetStatus(fleet, b, st)
 	}

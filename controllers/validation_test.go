@@ -109,7 +109,30 @@ var _ = Describe("Validation by the API server", func() {
 			"spec.windows[0]: Invalid value: set exactly one of rolling and calendar"),
 		Entry("a window neither rolling nor calendar",
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Rolling = nil }),
-			"spec.windows[0]: Invalid value: set exactly one of rolling and calendar"),
+			"spec.windows: Invalid value: windows[] must each set rolling or calendar: only an InFlight budget's window is its limit alone"),
+		Entry("an InFlight budget with a period",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.CountBy = twv1alpha1.AmountInFlight, twv1alpha1.CountBySession
+			}),
+			"spec.windows: Invalid value: amount InFlight needs windows of one entry, its limit alone (no rolling, no calendar)"),
+		Entry("an InFlight budget of two windows",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount = twv1alpha1.AmountInFlight
+				s.Windows = windows(twv1alpha1.BudgetWindow{Limit: resource.MustParse("2")}, twv1alpha1.BudgetWindow{Limit: resource.MustParse("3")})
+			}),
+			"amount InFlight needs windows of one entry"),
+		Entry("an InFlight budget that warns",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount, s.Action = twv1alpha1.AmountInFlight, twv1alpha1.ActionWarn
+				s.Windows = windows(twv1alpha1.BudgetWindow{Limit: resource.MustParse("2")})
+			}),
+			"spec.action: Invalid value: amount InFlight blocks: action Warn is not supported for it"),
+		Entry("a fraction of a request in flight",
+			ruled(func(s *twv1alpha1.TokenBudgetSpec) {
+				s.Amount = twv1alpha1.AmountInFlight
+				s.Windows = windows(twv1alpha1.BudgetWindow{Limit: resource.MustParse("1.5")})
+			}),
+			"windows[].limit must be a whole number of tokens or requests"),
 		Entry("a limit of 0",
 			ruled(func(s *twv1alpha1.TokenBudgetSpec) { s.Windows[0].Limit = resource.MustParse("0") }),
 			"spec.windows[0]: Invalid value: limit must be above 0"),

@@ -79,7 +79,7 @@ type AttributeSelector struct {
 }
 
 // Amount is what a budget counts.
-// +kubebuilder:validation:Enum=Tokens;InputTokens;OutputTokens;Requests;Cost
+// +kubebuilder:validation:Enum=Tokens;InputTokens;OutputTokens;Requests;Cost;InFlight
 type Amount string
 
 // Amounts.
@@ -94,6 +94,9 @@ const (
 	AmountRequests Amount = "Requests"
 	// AmountCost counts US dollars, priced from the fleet's spec.models.
 	AmountCost Amount = "Cost"
+	// AmountInFlight counts the requests in flight now, from admission until each
+	// ends: one window, its limit alone, never divided among replicas.
+	AmountInFlight Amount = "InFlight"
 )
 
 // Action is what happens when a request does not fit a budget.
@@ -137,8 +140,9 @@ const (
 type Weekday string
 
 // BudgetWindow is one limit of a budget over one window: rolling (a bucket refilled
-// continuously) or calendar (a counter that starts at zero at an anchor).
-// +kubebuilder:validation:XValidation:rule="has(self.rolling) != has(self.calendar)",message="set exactly one of rolling and calendar"
+// continuously) or calendar (a counter that starts at zero at an anchor); an InFlight
+// budget's one window is its limit alone.
+// +kubebuilder:validation:XValidation:rule="!(has(self.rolling) && has(self.calendar))",message="set exactly one of rolling and calendar (an InFlight budget's window sets neither)"
 // +kubebuilder:validation:XValidation:rule="quantity(string(self.limit)).isGreaterThan(quantity('0'))",message="limit must be above 0"
 type BudgetWindow struct {
 	// Limit is the allowance per window, in the budget's amount: tokens, requests
@@ -222,6 +226,9 @@ type CalendarWindow struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.windows) || (has(self.amount) && self.amount == 'Cost') || self.windows.all(w, quantity(string(w.limit)).isInteger())",message="windows[].limit must be a whole number of tokens or requests: only a Cost budget (US dollars) counts fractions"
 // +kubebuilder:validation:XValidation:rule="!has(self.appliesWhen) || !has(self.models) || !self.appliesWhen.exists(a, a.attribute == 'Model')",message="models already selects the models: write them in models or in appliesWhen, not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.fallbackModel) || (self.dimension == 'PerModel' && !has(self.countBy))",message="fallbackModel applies only to a PerModel budget without countBy: a budget of a tenant refuses whatever the model"
+// +kubebuilder:validation:XValidation:rule="!has(self.windows) || (has(self.amount) && self.amount == 'InFlight') || self.windows.all(w, has(w.rolling) || has(w.calendar))",message="windows[] must each set rolling or calendar: only an InFlight budget's window is its limit alone",fieldPath=".windows"
+// +kubebuilder:validation:XValidation:rule="!has(self.amount) || self.amount != 'InFlight' || (has(self.windows) && size(self.windows) == 1 && !has(self.windows[0].rolling) && !has(self.windows[0].calendar))",message="amount InFlight needs windows of one entry, its limit alone (no rolling, no calendar): what is in flight is counted now, not over a period",fieldPath=".windows"
+// +kubebuilder:validation:XValidation:rule="!has(self.amount) || self.amount != 'InFlight' || !has(self.action) || self.action == 'Block'",message="amount InFlight blocks: action Warn is not supported for it",fieldPath=".action"
 type TokenBudgetSpec struct {
 	// ProxyRef is the TokenProxy (fleet) this budget applies to.
 	// +required
@@ -285,8 +292,11 @@ type TokenBudgetSpec struct {
 	Models []string `json:"models,omitempty"`
 
 	// Amount is what the budget counts: Tokens (input plus output), InputTokens,
-	// OutputTokens, Requests or Cost (US dollars, priced from the fleet's
-	// spec.models; needs a fleet with Redis storage). Default Tokens.
+	// OutputTokens, Requests, Cost (US dollars, priced from the fleet's spec.models;
+	// needs a fleet with Redis storage) or InFlight (requests in flight now, from
+	// admission until each ends: windows is one entry, its limit alone; the fleet's
+	// total under Redis storage, each replica's own, never divided, under memory
+	// storage). Default Tokens.
 	// +optional
 	Amount Amount `json:"amount,omitempty"`
 

@@ -128,7 +128,7 @@ var ruleDimensions = map[twv1alpha1.Dimension]config.RuleDimension{
 var configAmounts = map[twv1alpha1.Amount]config.Amount{
 	twv1alpha1.AmountTokens: config.AmountTokens, twv1alpha1.AmountInputTokens: config.AmountInputTokens,
 	twv1alpha1.AmountOutputTokens: config.AmountOutputTokens, twv1alpha1.AmountRequests: config.AmountRequests,
-	twv1alpha1.AmountCost: config.AmountCost,
+	twv1alpha1.AmountCost: config.AmountCost, twv1alpha1.AmountInFlight: config.AmountInFlight,
 }
 
 // SubjectsOf are the budget's named subjects: its subjects, or a PerModel budget's
@@ -214,7 +214,7 @@ var countByNouns = map[twv1alpha1.CountBy]string{
 
 var amountWords = map[twv1alpha1.Amount]string{
 	twv1alpha1.AmountTokens: "tokens", twv1alpha1.AmountInputTokens: "input tokens", twv1alpha1.AmountOutputTokens: "output tokens",
-	twv1alpha1.AmountRequests: "requests", twv1alpha1.AmountCost: "cost",
+	twv1alpha1.AmountRequests: "requests", twv1alpha1.AmountCost: "cost", twv1alpha1.AmountInFlight: "requests in flight",
 }
 
 // slots are the counters a budget sets: one per subject (or each subject), amount and
@@ -282,17 +282,23 @@ func slots(tp *twv1alpha1.TokenProxy, b *twv1alpha1.TokenBudget) []slot {
 }
 
 func windowKey(w config.Window) string {
-	if w.Rolling != nil {
+	switch {
+	case w.Rolling != nil:
 		return "rolling/" + string(w.Rolling.Period)
+	case w.Calendar != nil:
+		return "calendar/" + string(w.Calendar.Every)
 	}
-	return "calendar/" + string(w.Calendar.Every)
+	return "now"
 }
 
 func windowWord(w config.Window) string {
-	if w.Rolling != nil {
+	switch {
+	case w.Rolling != nil:
 		return string(w.Rolling.Period)
+	case w.Calendar != nil:
+		return "calendar " + string(w.Calendar.Every)
 	}
-	return "calendar " + string(w.Calendar.Every)
+	return "moment"
 }
 
 // Summary is a budget in words, for kubectl get; perReplica only when it is in force,
@@ -356,6 +362,8 @@ func WindowText(amount twv1alpha1.Amount, w config.Window, limit float64) string
 		n = "$" + dollars(limit)
 	case twv1alpha1.AmountRequests:
 		n = Compact(limit) + " req"
+	case twv1alpha1.AmountInFlight:
+		return Compact(limit) + " in flight"
 	default:
 		n = Compact(limit)
 	}

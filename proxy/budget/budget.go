@@ -58,10 +58,12 @@ const (
 	// Calendar is a rule's calendar window: a counter that starts whole at each
 	// anchor. Only a shared store holds one.
 	Calendar
+	// InFlight is a rule's in-flight limit: slots, not a bucket (slots.go).
+	InFlight
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"requests", "minute", "day", "rolling", "calendar"}
+var kindNames = [NumKinds]string{"requests", "minute", "day", "rolling", "calendar", "in_flight"}
 
 // String names the kind; for token kinds it is the period name ("minute", "day").
 func (k Kind) String() string {

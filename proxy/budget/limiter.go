@@ -274,6 +274,10 @@ type Limiter struct {
 	// applied, so that a stopping proxy waits for them.
 	async   bool
 	pending sync.WaitGroup
+	// slots keep the rules' in-flight counters as the fleet's totals (slots.go);
+	// memSlots are this replica's, without them or while they cannot decide.
+	slots    Slots
+	memSlots memorySlots
 }
 
 // NewLimiter returns a limiter on store. async settles what waits for the store off
@@ -317,7 +321,14 @@ type charges struct {
 	// one's charge is: an index of toks, or -(i+1) for reqs[i].
 	asks  []ValueAsk
 	askAt []int32
+	// slots are the in-flight windows the request takes a slot of, and slotCtrs
+	// their counters.
+	slots    []SlotAsk
+	slotCtrs []*counter
 }
+
+// slotAt is an ask's place for slots[i]: beyond any index of toks.
+const slotAt = 1 << 30
 
 var chargesPool = sync.Pool{New: func() any { return new(charges) }}
 
@@ -357,9 +368,14 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 	if ctr.countBy.Supplied() {
 		c.ask(p, &ch, id)
 	}
-	if ctr.amount == AmountRequests {
+	switch ctr.amount {
+	case AmountInFlight:
+		c.slots = append(c.slots, SlotAsk{Key: ch.Key, Limit: int64(ctr.sharedCapacity)})
+		c.slotCtrs = append(c.slotCtrs, ctr)
+		return
+	case AmountRequests:
 		c.reqs = append(c.reqs, ch)
-	} else {
+	default:
 		c.toks = append(c.toks, ch)
 	}
 }
@@ -378,8 +394,11 @@ func (c *charges) ask(p *Policy, ch *Charge, id *Identity) {
 		a.Epoch, a.TTL = 0, time.Until(time.UnixMilli(ch.EndMillis))+time.Minute
 	}
 	at := int32(len(c.toks))
-	if ch.ctr.amount == AmountRequests {
+	switch ch.ctr.amount {
+	case AmountRequests:
 		at = -int32(len(c.reqs)) - 1
+	case AmountInFlight:
+		at = slotAt + int32(len(c.slots))
 	}
 	c.asks, c.askAt = append(c.asks, a), append(c.askAt, at)
 	if ch.Key.Dim != APIKey {
@@ -400,22 +419,25 @@ func (l *Limiter) boundValues(ctx context.Context, c *charges) error {
 		if !a.Over {
 			continue
 		}
-		ch := c.chargeAt(c.askAt[i])
-		ch.Key.By = Overflow
-		if ch.Key.Dim != APIKey {
-			ch.Key.By = a.Key + "/" + Overflow
+		k, ctr := c.keyAt(c.askAt[i])
+		k.By = Overflow
+		if k.Dim != APIKey {
+			k.By = a.Key + "/" + Overflow
 		}
-		l.stats(ch.ctr).Overflowed()
+		l.stats(ctr).Overflowed()
 	}
 	return nil
 }
 
-// chargeAt is the charge an ask's place names.
-func (c *charges) chargeAt(at int32) *Charge {
-	if at < 0 {
-		return &c.reqs[-at-1]
+// keyAt is the key and counter of the charge or slot an ask's place names.
+func (c *charges) keyAt(at int32) (*Key, *counter) {
+	switch {
+	case at < 0:
+		return &c.reqs[-at-1].Key, c.reqs[-at-1].ctr
+	case at >= slotAt:
+		return &c.slots[at-slotAt].Key, c.slotCtrs[at-slotAt]
 	}
-	return &c.toks[at]
+	return &c.toks[at].Key, c.toks[at].ctr
 }
 
 // collect resolves the buckets of every counter the identity draws on (beyond request
@@ -425,6 +447,7 @@ func (c *charges) chargeAt(at int32) *Charge {
 // takes the platform's first.
 func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
 	c.reqs, c.toks, c.asks, c.askAt = c.reqs[:0], c.toks[:0], c.asks[:0], c.askAt[:0]
+	c.slots, c.slotCtrs = c.slots[:0], c.slotCtrs[:0]
 	var keyList []*counter
 	if id.Key != nil {
 		keyList = id.Key.counters
@@ -475,7 +498,7 @@ func (l *Limiter) collectLevel(p *Policy, lv *level, keyList []*counter, id *Ide
 func (l *Limiter) addAll(p *Policy, list []*counter, id *Identity, ident string, c *charges, ask *Ask, tokens bool) {
 	for _, ctr := range list {
 		switch {
-		case !tokens && ctr.amount != AmountRequests,
+		case !tokens && ctr.amount != AmountRequests && ctr.amount != AmountInFlight,
 			ctr.subjects != nil && !ctr.subjects.has(ident),
 			ctr.excluded != nil && ctr.excluded.has(ident),
 			ctr.models != nil && !ctr.models.has(id.Model),
@@ -507,7 +530,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	c := chargesPool.Get().(*charges)
 	defer chargesPool.Put(c)
 	l.collect(p, &id, c, &ask, ask.Input+ask.Output > 0)
-	if len(c.reqs) == 0 && len(c.toks) == 0 {
+	if len(c.reqs) == 0 && len(c.toks) == 0 && len(c.slots) == 0 {
 		return dec, nil
 	}
 	if len(c.asks) > 0 {
@@ -515,9 +538,29 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 			return dec, err
 		}
 	}
+	// In-flight slots first: a request they refuse reserves nothing, and every later
+	// refusal or failure gives them back.
+	var slots SlotHold
+	if len(c.slots) > 0 {
+		var refused int
+		var alone bool
+		if slots, refused, alone = l.takeSlots(ctx, c); refused >= 0 {
+			dec.Refusal = inFlightRefusal(&c.slots[refused], c.slotCtrs[refused].scoped)
+			l.stats(c.slotCtrs[refused]).Decision(RuleRefused)
+			return dec, nil
+		}
+		dec.FailedOpen = alone
+		if len(c.reqs) == 0 && len(c.toks) == 0 {
+			dec.Hold = &Hold{l: l, slots: slots}
+			return dec, nil
+		}
+	}
 	c.res = Reservation{Requests: c.reqs, Tokens: c.toks}
 	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
+		if slots != nil {
+			slots.End()
+		}
 		var unavailable *UnavailableError
 		var recovering *RecoveringError
 		switch {
@@ -535,7 +578,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		}
 		return dec, err
 	}
-	dec.FailedOpen = slices.Contains(res.RequestSkipped, true) || slices.Contains(res.TokenSkipped, true) ||
+	dec.FailedOpen = dec.FailedOpen || slices.Contains(res.RequestSkipped, true) || slices.Contains(res.TokenSkipped, true) ||
 		(res.Backend != nil && res.Backend != l.store)
 	now := l.clock.Now()
 	// A shared store decided on the fleet totals: report those.
@@ -557,6 +600,9 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		l.recordLevels(c.reqs, res.RequestLevels, res.RequestSkipped, view)
 	}
 	if !res.Admitted {
+		if slots != nil {
+			slots.End()
+		}
 		dec.Refusal = l.refusal(c, &res, now, view)
 		return dec, nil
 	}
@@ -603,6 +649,9 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		}
 	}
 	if n == 0 {
+		if slots != nil {
+			dec.Hold = &Hold{l: l, slots: slots}
+		}
 		return dec, nil
 	}
 	// The hold keeps its own copy of what it took, lent by a pool (no store keeps a
@@ -616,7 +665,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		}
 	}
 	*buf = taken
-	h := &Hold{l: l, store: res.Backend, shared: res.Shared, charges: taken, at: now.UnixNano(), overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf}
+	h := &Hold{l: l, store: res.Backend, shared: res.Shared, charges: taken, at: now.UnixNano(), overage: p.overage, cachedWeight: p.cachedWeight, price: p.price(id.Model), buf: buf, slots: slots}
 	if id.Key != nil {
 		h.key = id.Key.Name
 	}
@@ -809,6 +858,18 @@ type Hold struct {
 	shared bool
 	// overage is the rule in force when the hold was taken.
 	overage Overage
+	// slots are the in-flight slots the request holds, given back when it settles
+	// or is released, on the request's goroutine; nil: none.
+	slots SlotHold
+}
+
+// endSlots gives the hold's slots back: the request ended. It reports whether the
+// hold holds nothing else.
+func (h *Hold) endSlots() bool {
+	if h.slots != nil {
+		h.slots.End()
+	}
+	return len(h.charges) == 0
 }
 
 // used is what a request consumed in one counter's units.
@@ -863,6 +924,12 @@ func (h *Hold) Settle(u Used) bool { return h.SettleTo(u, nil) }
 func (h *Hold) SettleTo(u Used, to SettleReceiver) bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
+	}
+	if h.endSlots() {
+		if to != nil {
+			to.Settled(Settlement{})
+		}
+		return true
 	}
 	back, over := h.split(u)
 	if h.l.async && (len(over) > 0 || !h.sends()) {
@@ -946,6 +1013,9 @@ func (h *Hold) view(ch Charge) Charge {
 func (h *Hold) Release() bool {
 	if h == nil || !h.done.CompareAndSwap(false, true) {
 		return false
+	}
+	if h.endSlots() {
+		return true
 	}
 	if h.l.async && !h.sends() {
 		h.l.pending.Go(h.release)

@@ -92,10 +92,13 @@ const (
 	AmountRequests
 	// AmountCost is US dollars.
 	AmountCost
+	// AmountInFlight is the requests in flight now: a slot taken at admission and
+	// given back when the request ends (slots.go).
+	AmountInFlight
 	NumAmounts
 )
 
-var amountNames = [NumAmounts]string{"tokens", "input_tokens", "output_tokens", "requests", "cost"}
+var amountNames = [NumAmounts]string{"tokens", "input_tokens", "output_tokens", "requests", "cost", "in_flight"}
 
 // String is the amount as rules name it.
 func (a Amount) String() string {
@@ -107,7 +110,7 @@ func (a Amount) String() string {
 
 var configAmounts = map[config.Amount]Amount{
 	config.AmountTokens: AmountTokens, config.AmountInputTokens: AmountInput, config.AmountOutputTokens: AmountOutput,
-	config.AmountRequests: AmountRequests, config.AmountCost: AmountCost,
+	config.AmountRequests: AmountRequests, config.AmountCost: AmountCost, config.AmountInFlight: AmountInFlight,
 }
 
 var configDims = map[config.RuleDimension]Dimension{
@@ -245,6 +248,11 @@ func ruleCounters(r *config.Rule, div int64) []*counter {
 		}
 		c.scoped = c.dim == APIKey || c.countBy == AttrAPIKey
 		switch {
+		case c.amount == AmountInFlight:
+			// Never divided: a limit of 2 among 3 replicas would be 0. The period bounds
+			// its client-supplied values per minute.
+			c.kind, c.name, c.period = InFlight, "in_flight", time.Minute
+			c.capacity, c.sharedCapacity = w.Limit, w.Limit
 		case w.Rolling != nil:
 			c.kind, c.name, c.period = Rolling, string(w.Rolling.Period), w.Rolling.Period.Duration()
 			secs := c.period.Seconds()
@@ -390,7 +398,7 @@ func NewPolicy(c *config.Config) *Policy {
 		p.reads |= readsOf(r)
 		for _, ctr := range ruleCounters(r, div) {
 			p.rules[ruleWindow{ctr.rule, ctr.window}] = ctr
-			if ctr.amount != AmountRequests && ctr.tenant == "" {
+			if ctr.amount != AmountRequests && ctr.amount != AmountInFlight && ctr.tenant == "" {
 				p.skipTokens[ctr.dim] = true
 			}
 			switch {

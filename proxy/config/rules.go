@@ -151,9 +151,13 @@ const (
 	AmountRequests Amount = "requests"
 	// AmountCost counts US dollars, priced from the model's entry in models.
 	AmountCost Amount = "cost"
+	// AmountInFlight counts the requests in flight now: admitted and not yet ended
+	// (answered in full, cut, cancelled, failed). Its one window is a limit without a
+	// period; it is never divided among replicas.
+	AmountInFlight Amount = "in_flight"
 )
 
-var amounts = []Amount{AmountTokens, AmountInputTokens, AmountOutputTokens, AmountRequests, AmountCost}
+var amounts = []Amount{AmountTokens, AmountInputTokens, AmountOutputTokens, AmountRequests, AmountCost, AmountInFlight}
 
 var actions = []Action{ActionBlock, ActionWarn}
 
@@ -492,8 +496,14 @@ func (c *Config) validateRules(errs *fieldErrors) {
 		if r.Durable() && rl.Storage != StorageRedis {
 			errs.add(f, "a calendar window or a cost amount needs rate_limiting.storage: redis: it must never reset to full because a replica restarted, and in this version Redis is its only durable home")
 		}
-		if len(r.Windows) == 0 {
+		switch {
+		case len(r.Windows) == 0:
 			errs.add(f+".windows", "at least one window is required")
+		case r.Amount == AmountInFlight && len(r.Windows) != 1:
+			errs.add(f+".windows", "an in_flight rule has one window, its limit: what is in flight is counted now, not over a period")
+		}
+		if r.Amount == AmountInFlight && r.Action == ActionWarn {
+			errs.add(f+".action", "an in_flight rule blocks: a watched limit in flight is not supported")
 		}
 		for j := range r.Windows {
 			validateWindow(errs, fmt.Sprintf("%s.windows[%d]", f, j), r, amountKnown, &r.Windows[j])
@@ -537,6 +547,10 @@ func validateWindow(errs *fieldErrors, f string, r *Rule, amountKnown bool, w *W
 		errs.add(f+".limit", "must be at most 2^53, got %v", w.Limit)
 	}
 	switch {
+	case r.Amount == AmountInFlight:
+		if w.Rolling != nil || w.Calendar != nil {
+			errs.add(f, "an in_flight window is its limit alone: no rolling or calendar period (what is in flight is counted now)")
+		}
 	case (w.Rolling == nil) == (w.Calendar == nil):
 		errs.add(f, "set exactly one of rolling and calendar")
 	case w.Rolling != nil:

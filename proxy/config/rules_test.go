@@ -303,3 +303,44 @@ rate_limiting:
 		}
 	}
 }
+
+func TestInFlightRules(t *testing.T) {
+	ok := `
+upstreams: [{name: a, url: "http://127.0.0.1:1"}]
+rate_limiting:
+  budget_division: {replicas: 3}
+  rules:
+    - {name: two-per-session, dimension: api_key, count_by: session, amount: in_flight, windows: [{limit: 2}]}
+`
+	cfg, err := Parse([]byte(ok))
+	if err != nil {
+		t.Fatalf("an in_flight rule of one window, its limit alone, under memory storage: %v", err)
+	}
+	if r := cfg.RateLimiting.Rules[0]; r.Amount != AmountInFlight || r.Windows[0].Limit != 2 {
+		t.Fatalf("read as %+v", r)
+	}
+	bad := `
+upstreams: [{name: a, url: "http://127.0.0.1:1"}]
+rate_limiting:
+  rules:
+    - {name: r0, dimension: api_key, amount: in_flight, windows: [{limit: 2, rolling: {period: minute}}]}
+    - {name: r1, dimension: api_key, amount: in_flight, windows: [{limit: 2}, {limit: 3}]}
+    - {name: r2, dimension: api_key, amount: in_flight, action: warn, windows: [{limit: 1.5}]}
+    - {name: r3, dimension: api_key, amount: requests, windows: [{limit: 2}]}
+`
+	_, err = Parse([]byte(bad))
+	if err == nil {
+		t.Fatal("the document was accepted")
+	}
+	for _, want := range []string{
+		`rate_limiting.rules[0].windows[0]: an in_flight window is its limit alone: no rolling or calendar period`,
+		`rate_limiting.rules[1].windows: an in_flight rule has one window, its limit`,
+		`rate_limiting.rules[2].action: an in_flight rule blocks`,
+		`rate_limiting.rules[2].windows[0].limit: in_flight are counted in whole numbers, got 1.5`,
+		`rate_limiting.rules[3].windows[0]: set exactly one of rolling and calendar`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+}

@@ -173,6 +173,8 @@ func Budget(h http.Header, r *budget.Refusal, q *Request) (msg string, rb *Body,
 	}
 	rb = &Body{Details: details}
 	switch {
+	case r.Amount == budget.AmountInFlight && r.Rule != "":
+		msg = inFlightRefusal(r, rb)
 	case r.Rule != "":
 		msg = ruleRefusal(h, r, rb, q.Model, secs)
 	case r.Requests:
@@ -273,6 +275,19 @@ func ruleRefusal(h http.Header, r *budget.Refusal, rb *Body, model string, secs 
 		return fmt.Sprintf("%s is spent until the window resets: this request reserves %s %s; retry after %ds", what, asked, unit, secs)
 	}
 	return fmt.Sprintf("%s exceeded: this request reserves %s %s; retry after %ds", what, asked, unit, secs)
+}
+
+// inFlightRefusal describes a refusal by a rule's in-flight limit: its dimension
+// and, for the caller's own rule, its name and limit.
+func inFlightRefusal(r *budget.Refusal, rb *Body) string {
+	d := rb.Details
+	rb.LimitType = "in_flight"
+	d["dimension"], d["window"], d["amount"] = r.Dimension.String(), r.Window, r.Amount.String()
+	if r.Scoped {
+		d["rule"], d["max_in_flight"] = r.Rule, r.Bucket.Limit
+		return fmt.Sprintf("your budget %q allows %d requests in flight, and that many are; retry when one ends", r.Rule, r.Bucket.Limit)
+	}
+	return fmt.Sprintf("a budget of the %s dimension allows no more requests in flight now; retry when one ends", r.Dimension)
 }
 
 // dollarString formats US dollars to the micro-dollar.

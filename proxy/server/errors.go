@@ -39,5 +39,9 @@ func (ex *exchange) refuse(r *budget.Refusal, now time.Time) bool {
 	msg, b, secs := refusal.Budget(ex.w.Header(), r, &refusal.Request{Decision: &ex.dec, Family: ex.route.family,
 		Tokens: ex.est.Total(), Model: ex.est.Model, Patience: ex.rt.retryPatience, Now: now})
 	ex.rec.RetryAfterSecond = secs
+	if r.Amount == budget.AmountInFlight {
+		// As a key's max_in_flight refuses.
+		return ex.fail(http.StatusTooManyRequests, "in_flight_limit", msg, b)
+	}
 	return ex.fail(http.StatusTooManyRequests, "rate_limit_exceeded", msg, b)
 }

@@ -189,7 +189,11 @@ func New(o Options) *Server {
 		tracing:       newTracing(o.TracerProvider, o.Clock),
 	}
 	// With the Redis store, the limits for agents are the fleet's totals.
-	s.agents.SetFleet(redisagents.For(o.Store, o.Clock, o.Logger))
+	if fl := redisagents.For(o.Store, o.Clock, o.Logger); fl != nil {
+		// One fleet's leased slots: a key's max_in_flight and the rules' in-flight windows.
+		s.agents.SetFleet(fl)
+		s.limiter.SetSlots(fl.(budget.Slots))
+	}
 	if o.HealthBoard != nil {
 		s.health.Share(o.HealthBoard, o.Logger)
 	}

@@ -1,7 +1,7 @@
 // Copyright 2026 The tokenwarden Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package redisagents keeps the limits for agents (a key's requests in flight, its runs' steps and tokens) as the fleet's totals in the budget store's Redis.
+// Package redisagents keeps the limits for agents (a key's requests in flight, its runs' steps and tokens) and the in-flight windows of rules as the fleet's totals in the budget store's Redis, in leased slots.
 package redisagents
 
 import (
@@ -220,13 +220,17 @@ func (f *Fleet) holding(slots string) {
 
 // ended counts a slot of h given back.
 func (f *Fleet) ended(h *hold) {
-	if h.slot == "" {
-		return
+	if h.slot != "" {
+		f.release(h.slots)
 	}
+}
+
+// release counts one slot of slots given back.
+func (f *Fleet) release(slots string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.held[h.slots]--; f.held[h.slots] <= 0 {
-		delete(f.held, h.slots)
+	if f.held[slots]--; f.held[slots] <= 0 {
+		delete(f.held, slots)
 	}
 }
 

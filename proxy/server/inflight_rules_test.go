@@ -1,0 +1,272 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/agentlimit/redisagents"
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
+	"github.com/tokenwarden/tokenwarden/test/fakellm"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
+)
+
+// sessionInFlightRules allow each of a key's sessions two requests in flight, beside a
+// minute's tokens per key (a later budget that may refuse).
+const sessionInFlightRules = `
+  rules:
+  - name: two-per-session
+    dimension: api_key
+    count_by: session
+    amount: in_flight
+    windows: [{limit: 2}]
+  - name: alice-tokens
+    dimension: api_key
+    subjects: [alice]
+    windows: [{limit: 3000, rolling: {period: minute}}]
+`
+
+const sessionInFlightDoc = `
+upstreams: [{name: default, url: UPSTREAM, timeout_seconds: 5}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+- {name: bob, key_sha256: HASH(bob)}
+rate_limiting:
+  budget_division: {replicas: 3}
+  max_attribute_values: 3
+` + sessionInFlightRules
+
+const fleetSessionInFlightDoc = `
+upstreams: [{name: default, url: UPSTREAM, timeout_seconds: 5}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+- {name: bob, key_sha256: HASH(bob)}
+rate_limiting:
+  storage: redis
+  redis: {url: "%s", fallback_to_memory: true}
+  budget_division: {replicas: 3}
+  max_attribute_values: 3
+` + sessionInFlightRules
+
+// session is the header of session id.
+func session(id string) []string { return []string{attribute.SessionHeader, id} }
+
+// expectInFlightRefusal checks a refusal by the per-session in-flight rule.
+func expectInFlightRefusal(r reply, what string) {
+	GinkgoHelper()
+	Expect(r.code).To(Equal(http.StatusTooManyRequests), "%s: %s", what, r.body)
+	Expect(r.errorField("error", "code")).To(Equal("in_flight_limit"))
+	Expect(r.errorField("error", "type")).NotTo(BeNil())
+	Expect(r.errorField("error", "details", "rule")).To(Equal("two-per-session"))
+	Expect(r.errorField("error", "details", "max_in_flight")).To(Equal(2.0))
+	Expect(r.header.Get("Retry-After")).To(Equal("1"))
+}
+
+// sessionChat is a chat request of key in session id through the proxy at url.
+func sessionChat(h *harness, url, key, id string) reply {
+	GinkgoHelper()
+	return h.doAt(url, "POST", "/v1/chat/completions", key, fleetChat, session(id)...)
+}
+
+var _ = Describe("In-flight rules", func() {
+	It("hold each session of a key to its requests in flight, on each replica in memory mode, never divided", func() {
+		h, g := gated(sessionInFlightDoc)
+		out := make(chan sent, 4)
+		send(context.Background(), h, out, "a1", "sk-alice", session("s1")...)
+		send(context.Background(), h, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2))
+
+		// A limit of 2 among 3 replicas stays 2 on this one.
+		expectInFlightRefusal(sessionChat(h, h.front.URL, "sk-alice", "s1"), "a third request of session s1")
+		r := h.do("POST", "/v1/messages", "sk-alice", `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, session("s1")...)
+		Expect(r.code).To(Equal(http.StatusTooManyRequests), "in the Messages shape too: %s", r.body)
+		Expect(r.errorField("error", "type")).To(Equal("rate_limit_error"))
+		Expect(r.errorField("error", "details", "reason")).To(BeNil())
+
+		send(context.Background(), h, out, "a3", "sk-alice", session("s2")...)
+		send(context.Background(), h, out, "b1", "sk-bob", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(4), "another session, and another key's s1, are their own")
+
+		g.release()
+		for range 4 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+		for range 3 {
+			Expect(sessionChat(h, h.front.URL, "sk-alice", "s1").code).To(Equal(http.StatusOK), "the ended requests gave their slots back")
+		}
+	})
+
+	It("give a slot back when a later budget refuses the request", func() {
+		h, g := gated(sessionInFlightDoc)
+		out := make(chan sent, 1)
+		send(context.Background(), h, out, "a1", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(1))
+		big := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`
+		for range 3 {
+			r := h.do("POST", "/v1/chat/completions", "sk-alice", big, session("s1")...)
+			Expect(r.code).To(Equal(http.StatusTooManyRequests))
+			Expect(r.errorField("error", "code")).To(Equal("rate_limit_exceeded"), "the token budget refused: %s", r.body)
+		}
+		send(context.Background(), h, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2), "the refused requests held no slot")
+		g.release()
+		<-out
+		<-out
+	})
+
+	It("count the sessions beyond max_attribute_values in one overflow subject, under their key", func() {
+		h, g := gated(sessionInFlightDoc)
+		out := make(chan sent, 8)
+		for _, s := range []string{"s1", "s2", "s3"} {
+			send(context.Background(), h, out, s, "sk-alice", session(s)...)
+		}
+		Eventually(func() int { return len(g.order()) }).Should(Equal(3))
+		send(context.Background(), h, out, "n1", "sk-alice", session("new-1")...)
+		send(context.Background(), h, out, "n2", "sk-alice", session("new-2")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(5))
+		expectInFlightRefusal(sessionChat(h, h.front.URL, "sk-alice", "new-3"), "a third new session shares the overflow's two")
+		send(context.Background(), h, out, "b", "sk-bob", session("new-3")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(6), "another key's values are bounded apart")
+		g.release()
+		for range 6 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+	})
+})
+
+var _ = Describe("In-flight rules on a fleet with Redis", func() {
+	var redis *redisserver.Server
+	BeforeEach(func() { redis = redisserver.Start(GinkgoT()) })
+
+	sessionProxies := func(h *harness) ([]*redisProxy, func()) {
+		prefix := fmt.Sprintf("inflight%d", redisPrefixes.Add(1))
+		doc := fmt.Sprintf(fleetSessionInFlightDoc, redis.URL())
+		relayURL, cut := relay(redis.Addr())
+		ps := []*redisProxy{fleetProxy(h, relayURL, prefix, doc)}
+		for range 2 {
+			ps = append(ps, fleetProxy(h, redis.URL(), prefix, doc))
+		}
+		return ps, cut
+	}
+
+	It("hold a session's requests in flight as one total across three proxies", func() {
+		h, g := gated(sessionInFlightDoc)
+		ps, _ := sessionProxies(h)
+		out := make(chan sent, 4)
+		sendVia(context.Background(), ps[0].url, out, "a1", "sk-alice", session("s1")...)
+		sendVia(context.Background(), ps[1].url, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2))
+
+		expectInFlightRefusal(sessionChat(h, ps[2].url, "sk-alice", "s1"), "a third request of s1, on the third proxy")
+		sendVia(context.Background(), ps[2].url, out, "a3", "sk-alice", session("s2")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(3), "another session is its own")
+
+		g.release()
+		for range 3 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+		for _, p := range ps {
+			Expect(sessionChat(h, p.url, "sk-alice", "s1").code).To(Equal(http.StatusOK), "both requests ended: the limit is whole again")
+		}
+	})
+
+	It("free a dead proxy's slots when their lease ends", func() {
+		h, g := gated(sessionInFlightDoc)
+		ps, cut := sessionProxies(h)
+		out := make(chan sent, 2)
+		sendVia(context.Background(), ps[0].url, out, "a1", "sk-alice", session("s1")...)
+		sendVia(context.Background(), ps[0].url, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2))
+		// The first proxy loses its Redis for good while it holds both slots, as a
+		// proxy that was killed: it neither gives them back nor renews them.
+		cut()
+		expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), "the slots are held")
+		h.clock.Advance(redisagents.DefaultLease - time.Second)
+		expectInFlightRefusal(sessionChat(h, ps[2].url, "sk-alice", "s1"), "within the lease")
+		h.clock.Advance(time.Second)
+		g.release()
+		out2 := make(chan sent, 2)
+		sendVia(context.Background(), ps[1].url, out2, "b1", "sk-alice", session("s1")...)
+		sendVia(context.Background(), ps[2].url, out2, "b2", "sk-alice", session("s1")...)
+		for range 2 {
+			Expect((<-out2).code).To(Equal(http.StatusOK), "the dead proxy's two slots ended with their lease")
+		}
+		for range 2 {
+			<-out
+		}
+	})
+
+	It("give a slot back on every way a request ends", func() {
+		h := newHarness(sessionInFlightDoc)
+		ps, _ := sessionProxies(h)
+		h.llm.Set(fakellmUsage(5, 5))
+		next := func(what string) {
+			GinkgoHelper()
+			// The clock stands still: no lease ends, only the requests' ends free the slots.
+			for range 2 {
+				Eventually(func() int { return sessionChat(h, ps[1].url, "sk-alice", "s1").code }).Should(Equal(http.StatusOK), what)
+			}
+		}
+		both := func(hdr ...string) []sent {
+			out := make(chan sent, 2)
+			sendVia(context.Background(), ps[0].url, out, "x", "sk-alice", append(session("s1"), hdr...)...)
+			sendVia(context.Background(), ps[2].url, out, "y", "sk-alice", append(session("s1"), hdr...)...)
+			return []sent{<-out, <-out}
+		}
+
+		By("an answer in full")
+		for range 5 {
+			Expect(sessionChat(h, ps[0].url, "sk-alice", "s1").code).To(Equal(http.StatusOK), "back to back on one connection")
+		}
+		for _, s := range both() {
+			Expect(s.code).To(Equal(http.StatusOK))
+		}
+		next("after two answers")
+
+		By("a stream the backend cuts")
+		cut := `{"OutputTokens":8,"CutAfter":2}`
+		for _, p := range []*redisProxy{ps[0], ps[2]} {
+			Expect(postAll(p.url, "sk-alice", fleetStream, append(session("s1"), fakellm.HeaderBehaviour, cut)...)).To(Equal(http.StatusOK))
+		}
+		next("after two cut streams")
+
+		By("an upstream error")
+		for _, s := range both(fakellm.HeaderBehaviour, `{"Status":502}`) {
+			Expect(s.code).To(Equal(http.StatusBadGateway))
+		}
+		next("after two upstream errors")
+
+		By("a later budget's refusal")
+		big := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`
+		for _, p := range ps {
+			Expect(h.doAt(p.url, "POST", "/v1/chat/completions", "sk-alice", big, session("s1")...).code).To(Equal(http.StatusTooManyRequests))
+		}
+		next("after three refusals by the token budget")
+
+		By("a client that goes away, waiting for its answer and in a stream")
+		for _, c := range []struct{ body, b string }{
+			{fleetChat, `{"Latency":20000000000}`},
+			{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
+		} {
+			ctx, cancel := context.WithCancel(context.Background())
+			DeferCleanup(cancel)
+			out := make(chan sent, 2)
+			before := len(h.llm.Requests())
+			sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
+			sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
+			Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
+			expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), c.b)
+			cancel()
+			<-out
+			<-out
+			next("after two clients went away")
+		}
+	})
+})
