@@ -4,7 +4,6 @@
 package controllers
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -12,28 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgerstate"
 )
-
-// reportedLedger is a replica's ledger as its Lease tells it
-// (ReplicaLedgerAnnotation; proxy/ledger.State).
-type reportedLedger struct {
-	Spooling       bool       `json:"spooling,omitempty"`
-	Full           bool       `json:"full,omitempty"`
-	SpoolBatches   int        `json:"spool_batches"`
-	SpoolBytes     int64      `json:"spool_bytes"`
-	Oldest         *time.Time `json:"oldest,omitempty"`
-	FlushedThrough *time.Time `json:"flushed_through,omitempty"`
-	DroppedBatches int64      `json:"dropped_batches,omitempty"`
-}
 
 // parseLedger reads a Lease's ReplicaLedgerAnnotation; nil when absent or when it
 // does not parse.
-func parseLedger(v string) *reportedLedger {
-	if v == "" {
-		return nil
-	}
-	var l reportedLedger
-	if err := json.Unmarshal([]byte(v), &l); err != nil {
+func parseLedger(v string) *ledgerstate.State {
+	l, ok := ledgerstate.Parse(v)
+	if !ok {
 		return nil
 	}
 	return &l

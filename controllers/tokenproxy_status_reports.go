@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgerstate"
 )
 
 // The data plane's report: each proxy replica renews a Lease labelled with the
@@ -46,7 +47,7 @@ type replicaReport struct {
 	// health is the model registry's upstreams' health (tokenproxy_status_upstreams.go).
 	health []reportedHealth
 	// ledger is the replica's ledger (tokenproxy_status_ledger.go); nil without one.
-	ledger *reportedLedger
+	ledger *ledgerstate.State
 }
 
 // loadedWhat says what the replica has loaded, for a condition's message.

@@ -4,7 +4,6 @@
 package plugin
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
+	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgerstate"
 )
 
 // LedgerReach is what the fleet's live replicas report of their spend ledger: whether
@@ -44,18 +44,6 @@ type ReplicaLedger struct {
 	// DroppedBatches and ExpiredBatches were never recorded.
 	DroppedBatches int64 `json:"droppedBatches,omitempty"`
 	ExpiredBatches int64 `json:"expiredBatches,omitempty"`
-}
-
-// reportedLedger is the annotation's JSON (proxy/ledger.State).
-type reportedLedger struct {
-	Spooling       bool       `json:"spooling"`
-	Full           bool       `json:"full"`
-	SpoolBatches   int        `json:"spool_batches"`
-	SpoolBytes     int64      `json:"spool_bytes"`
-	Oldest         *time.Time `json:"oldest"`
-	FlushedThrough *time.Time `json:"flushed_through"`
-	DroppedBatches int64      `json:"dropped_batches"`
-	ExpiredBatches int64      `json:"expired_batches"`
 }
 
 // hasLedger reports whether a fleet records to a ledger: its spec asks for one, or the
@@ -90,8 +78,8 @@ func replicaLedgers(leases []coordinationv1.Lease, now time.Time) []ReplicaLedge
 		if !ok || !liveLease(le, now) {
 			continue
 		}
-		var l reportedLedger
-		if err := json.Unmarshal([]byte(v), &l); err != nil {
+		l, ok := ledgerstate.Parse(v)
+		if !ok {
 			continue
 		}
 		r := ReplicaLedger{Spooling: l.Spooling, Full: l.Full, SpoolBatches: l.SpoolBatches, SpoolBytes: l.SpoolBytes,

@@ -4,35 +4,17 @@
 package ledger
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgerstate"
 )
 
-// State is what a replica reports of its ledger to the control plane (its report
-// Lease's tokenwarden.io/ledger annotation): whether settlements wait in the spool,
-// and up to when everything is in the database.
-type State struct {
-	// Spooling: the last flush failed and batches wait in the spool.
-	Spooling bool `json:"spooling,omitempty"`
-	// Full: the spool is full; what does not fit is dropped and counted.
-	Full         bool  `json:"full,omitempty"`
-	SpoolBatches int   `json:"spool_batches"`
-	SpoolBytes   int64 `json:"spool_bytes"`
-	// Oldest is when the oldest spooled batch was made.
-	Oldest *time.Time `json:"oldest,omitempty"`
-	// FlushedThrough: every settlement added before it is in the database.
-	FlushedThrough *time.Time `json:"flushed_through,omitempty"`
-	// DroppedBatches and ExpiredBatches count what was not recorded.
-	DroppedBatches int64 `json:"dropped_batches,omitempty"`
-	ExpiredBatches int64 `json:"expired_batches,omitempty"`
-}
-
 // State is the ledger's state now.
-func (l *Ledger) State() State {
+func (l *Ledger) State() ledgerstate.State {
 	st := l.Stats()
-	s := State{Spooling: st.LastError != nil && st.SpoolBatches > 0, Full: st.Full, SpoolBatches: st.SpoolBatches,
+	s := ledgerstate.State{Spooling: st.LastError != nil && st.SpoolBatches > 0, Full: st.Full, SpoolBatches: st.SpoolBatches,
 		SpoolBytes: st.SpoolBytes, DroppedBatches: st.Dropped.Batches, ExpiredBatches: st.Expired.Batches}
 	if !st.Oldest.IsZero() {
 		t := st.Oldest.UTC()
@@ -43,12 +25,6 @@ func (l *Ledger) State() State {
 		s.FlushedThrough = &t
 	}
 	return s
-}
-
-// Encode is the state as the annotation holds it.
-func (s State) Encode() string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // collector exports a ledger's counters, read at each scrape.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokenwarden/tokenwarden/proxy/ledger"
+	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgerstate"
 	"github.com/tokenwarden/tokenwarden/proxy/ledger/ledgertest"
 )
 
@@ -43,7 +44,7 @@ var _ = Describe("the ledger's metrics and state", func() {
 			return 0
 		}
 
-		Expect(l.State()).To(Equal(ledger.State{}))
+		Expect(l.State()).To(Equal(ledgerstate.State{}))
 		o.Down.Store(true)
 		ledgertest.AddConcurrently(l, 1, 5)
 		Expect(l.Flush(ctx)).To(HaveOccurred())
@@ -72,7 +73,7 @@ var _ = Describe("the ledger's metrics and state", func() {
 		Expect(gauge("tokenwarden_ledger_spool_batches")).To(Equal(0.0))
 		Expect(gauge("tokenwarden_ledger_spool_oldest_age_seconds")).To(Equal(0.0))
 		Expect(gauge("tokenwarden_ledger_flushed_through_timestamp_seconds")).To(Equal(float64(now.Unix())))
-		var back ledger.State
+		var back ledgerstate.State
 		Expect(json.Unmarshal([]byte(l.State().Encode()), &back)).To(Succeed())
 		Expect(back.Spooling || back.Full).To(BeFalse())
 		Expect(back.FlushedThrough).To(HaveValue(BeTemporally("==", now)))

@@ -43,7 +43,7 @@ const (
 	UpstreamHealthAnnotation = "tokenwarden.io/upstream-health"
 	// LedgerAnnotation carries the state of the replica's ledger: a JSON object of
 	// {"spooling", "full", "spool_batches", "spool_bytes", "oldest", "flushed_through",
-	// "dropped_batches", "expired_batches"} (ledger.State).
+	// "dropped_batches", "expired_batches"} (ledgerstate.State).
 	LedgerAnnotation = "tokenwarden.io/ledger"
 )
 
