@@ -111,9 +111,7 @@ func (t ProbeTarget) record(resp *http.Response, answer []byte, now time.Time) b
 	b, cd := t.Health.Breaker(name), t.Health.Cooldown(up.CredKey)
 	code := resp.StatusCode
 	if bcode, msg, billing := health.Billing(code, answer); billing {
-		iv := health.BillingFor(resp.Header, now, up.BillingCooldown)
-		cd.Bill(health.Cooling{Since: now, Until: now.Add(iv.Applied), Requested: iv.Requested, Applied: iv.Applied,
-			Source: iv.Source, Upstream: name, Code: bcode, Message: msg})
+		iv := cd.BillAnswer(name, bcode, msg, resp.Header, now, up.BillingCooldown)
 		t.Log.Warn("Upstream credential on a billing cooldown after a probe: the provider account is out of credit", "upstream", name,
 			"status", code, "code", bcode, "message", msg, "requested", iv.Requested, "applied", iv.Applied, "source", iv.Source)
 		return false

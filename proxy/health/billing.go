@@ -122,18 +122,11 @@ func clean(s string) string {
 }
 
 // BillingFor is a billing cooldown's interval: the answer's timing (read as
-// CooldownFor reads a 429's) when it asks for longer than configured, else the
-// configured interval; capped at config.MaxBillingCooldown.
+// CooldownFor reads a 429's, uncapped) when it asks for longer than configured, else
+// the configured interval; capped at config.MaxBillingCooldown.
 func BillingFor(h http.Header, now time.Time, configured time.Duration) Interval {
-	iv := CooldownFor(h, now)
-	if iv.Source == SourceDefault {
-		iv.Requested = 0
-	}
-	if iv.Clamped {
-		// CooldownFor capped it at a rate cooldown's cap: read it again uncapped.
-		iv.Requested = requested(h, now)
-	}
-	iv.Clamped = false
+	var iv Interval
+	iv.Requested, iv.Source = asked(h, now)
 	iv.Applied = max(configured, iv.Requested)
 	if iv.Applied > config.MaxBillingCooldown {
 		iv.Applied, iv.Clamped = config.MaxBillingCooldown, iv.Requested > config.MaxBillingCooldown
@@ -144,16 +137,12 @@ func BillingFor(h http.Header, now time.Time, configured time.Duration) Interval
 	return iv
 }
 
-// requested is the timing an answer asks for, uncapped (0 when it gives none).
-func requested(h http.Header, now time.Time) time.Duration {
-	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
-		return d
-	}
-	if d, ok := millis(h.Get("Retry-After-Ms")); ok {
-		return d
-	}
-	if d, _, ok := resets(h, now); ok {
-		return d
-	}
-	return 0
+// BillAnswer puts the credential on a billing cooldown for upstream's answer that
+// the provider account is out of credit (code and message as Billing reads them, h
+// its headers), for BillingFor's interval, which it returns.
+func (c *Cooldown) BillAnswer(upstream, code, message string, h http.Header, now time.Time, configured time.Duration) Interval {
+	iv := BillingFor(h, now, configured)
+	c.Bill(Cooling{Since: now, Until: now.Add(iv.Applied), Requested: iv.Requested, Applied: iv.Applied,
+		Source: iv.Source, Upstream: upstream, Code: code, Message: message})
+	return iv
 }

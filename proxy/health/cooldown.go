@@ -41,14 +41,8 @@ type Interval struct {
 // OpenAI x-ratelimit-reset-* duration or Anthropic anthropic-ratelimit-*-reset
 // timestamp still ahead, else config.DefaultCooldown; capped at config.MaxCooldown.
 func CooldownFor(h http.Header, now time.Time) Interval {
-	iv := Interval{Source: SourceDefault}
-	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
-		iv.Requested, iv.Source = d, SourceRetryAfter
-	} else if d, ok := millis(h.Get("Retry-After-Ms")); ok {
-		iv.Requested, iv.Source = d, SourceRetryAfterMs
-	} else if d, src, ok := resets(h, now); ok {
-		iv.Requested, iv.Source = d, src
-	}
+	var iv Interval
+	iv.Requested, iv.Source = asked(h, now)
 	switch {
 	case iv.Requested <= 0:
 		// No timing, or a time already passed (a retry at once would be refused
@@ -60,6 +54,21 @@ func CooldownFor(h http.Header, now time.Time) Interval {
 		iv.Applied = iv.Requested
 	}
 	return iv
+}
+
+// asked is the timing an answer's headers ask for, uncapped, and where it is read:
+// 0 and SourceDefault when they give none.
+func asked(h http.Header, now time.Time) (time.Duration, Source) {
+	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
+		return d, SourceRetryAfter
+	}
+	if d, ok := millis(h.Get("Retry-After-Ms")); ok {
+		return d, SourceRetryAfterMs
+	}
+	if d, src, ok := resets(h, now); ok {
+		return d, src
+	}
+	return 0, SourceDefault
 }
 
 func retryAfter(v string, now time.Time) (time.Duration, bool) {

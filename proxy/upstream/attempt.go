@@ -123,9 +123,7 @@ func (a *Attempt) Answered(code int, h http.Header, body []byte, now time.Time, 
 	switch bcode, msg, billing := health.Billing(code, body); {
 	case billing:
 		up.Breaker.Record(now, health.Unrecorded)
-		iv := health.BillingFor(h, now, up.BillingCooldown)
-		up.Cooldown.Bill(health.Cooling{Since: now, Until: now.Add(iv.Applied), Requested: iv.Requested, Applied: iv.Applied,
-			Source: iv.Source, Upstream: up.Name, Code: bcode, Message: msg})
+		iv := up.Cooldown.BillAnswer(up.Name, bcode, msg, h, now, up.BillingCooldown)
 		log.Warn("Upstream credential on a billing cooldown: the provider account is out of credit", "upstream", up.Name, "model", a.Model.Name,
 			"status", code, "code", bcode, "message", msg, "requested", iv.Requested, "applied", iv.Applied, "source", iv.Source)
 		failed = true
