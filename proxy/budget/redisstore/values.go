@@ -34,16 +34,16 @@ end
 return out
 `)
 
-// ValuesKey is the Redis key of an ask's set of values in its epoch:
-// {prefix}:values:RULE:WINDOW:LEN:KEY@EPOCH, in the slot group of the API key.
-func (s *Store) ValuesKey(a *budget.ValueAsk, epoch int64) string {
-	prefix := s.prefix
-	if s.sharded {
-		prefix = s.groups[groupOf(budget.Key{Dim: budget.APIKey, ID: a.Key})].prefix
-	}
+// valuesKey is the Redis key of an ask's set of values in its epoch:
+// {prefix}:values:RULE:WINDOW:LEN:KEY@EPOCH, where prefix is the SubjectPrefix of its
+// API key (valuesSubject), so the set is in that key's slot group.
+func valuesKey(prefix string, a *budget.ValueAsk, epoch int64) string {
 	return prefix + "values:" + a.Rule + ":" + strconv.Itoa(int(a.Window)) + ":" + strconv.Itoa(len(a.Key)) + ":" + a.Key +
 		"@" + strconv.FormatInt(epoch, 10)
 }
+
+// valuesSubject is the subject whose slot group holds an ask's values: its API key.
+func valuesSubject(a *budget.ValueAsk) budget.Key { return budget.Key{Dim: budget.APIKey, ID: a.Key} }
 
 // BoundValues implements budget.ValueBounder in Redis, where the counters live, so
 // the bound is the fleet's: one script call per slot group. While Redis is marked
@@ -55,26 +55,23 @@ func (s *Store) BoundValues(ctx context.Context, asks []budget.ValueAsk) error {
 		return s.valuesFailed(ctx, fb, asks)
 	}
 	now, _ := s.CalendarNow()
-	// One call per slot group: on one server, one.
-	byGroup := map[int][]int{}
-	var order []int
+	// One call per slot group (by its prefix): on one server, one.
+	byGroup := map[string][]int{}
+	var order []string
 	for i := range asks {
-		g := 0
-		if s.sharded {
-			g = groupOf(budget.Key{Dim: budget.APIKey, ID: asks[i].Key})
+		p := s.SubjectPrefix(valuesSubject(&asks[i]))
+		if _, ok := byGroup[p]; !ok {
+			order = append(order, p)
 		}
-		if _, ok := byGroup[g]; !ok {
-			order = append(order, g)
-		}
-		byGroup[g] = append(byGroup[g], i)
+		byGroup[p] = append(byGroup[p], i)
 	}
-	for _, g := range order {
-		idx := byGroup[g]
+	for _, p := range order {
+		idx := byGroup[p]
 		keys := make([]string, len(idx))
 		args := make([]any, 0, 3*len(idx))
 		for j, i := range idx {
 			a := &asks[i]
-			keys[j] = s.ValuesKey(a, a.EpochOf(now))
+			keys[j] = valuesKey(p, a, a.EpochOf(now))
 			args = append(args, a.Value, a.Limit, max(a.TTL.Milliseconds(), 1))
 		}
 		out, err := s.runScript(ctx, valuesScript, keys, args...).Int64Slice()
