@@ -68,11 +68,7 @@ func (ex *exchange) attributes(id *budget.Identity) bool {
 // fingerprint is the hash of the request as forwarded, as the response cache keys it
 // under its API key's scope: the cache's own key when the cache keyed it so.
 func (ex *exchange) fingerprint() string {
-	var name, team string
-	if ex.key != nil {
-		name, team = ex.key.Name, ex.key.Team
-	}
-	scope, ok := cache.ScopeFor(cache.ScopeAPIKey, name, team)
+	scope, ok := ex.rt.fingerprintScopes[ex.key]
 	if !ok {
 		scope = "anonymous"
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/cache"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/schedule"
 	"github.com/tokenwarden/tokenwarden/proxy/upstream"
@@ -49,6 +50,10 @@ type runtime struct {
 	// tokenizes: a model of the registry names a tokenizer, so a charged body's
 	// estimate keeps its view for it.
 	tokenizes bool
+	// fingerprintScopes are each key's scope string under the response cache's api_key
+	// scope (cache.ScopeFor), under which its requests' fingerprint is taken: built
+	// once, when a rule reads the fingerprint.
+	fingerprintScopes map[*budget.KeyPolicy]string
 	// restartRequired are the fields this config changed that take effect only at the
 	// next restart (never nil).
 	restartRequired []string
@@ -81,12 +86,19 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		loadedAt:         s.clock.Now(),
 		generation:       cfg.Generation,
 	}
+	if rt.policy.Reads().Has(budget.AttrFingerprint) {
+		rt.fingerprintScopes = make(map[*budget.KeyPolicy]string, len(cfg.APIKeys))
+	}
 	for _, k := range cfg.APIKeys {
 		var h [sha256.Size]byte
 		if _, err := hex.Decode(h[:], []byte(k.KeySHA256)); err != nil {
 			return nil, fmt.Errorf("api_keys %s: key_sha256: %w", k.Name, err)
 		}
-		rt.keys[h] = rt.policy.Key(k.Name)
+		kp := rt.policy.Key(k.Name)
+		rt.keys[h] = kp
+		if scope, ok := cache.ScopeFor(cache.ScopeAPIKey, k.Name, k.Team); ok && rt.fingerprintScopes != nil {
+			rt.fingerprintScopes[kp] = scope
+		}
 		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
 		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1),
 			limits: agentlimit.Key{MaxInFlight: k.MaxInFlight, RunTokens: k.RunTokenBudget, RunSteps: k.RunMaxSteps}}
