@@ -99,7 +99,8 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 	st.ObservedGeneration = tp.Generation
 	st.Storage = storageOf(tp)
 	setTenancy(st, tp)
-	setLedgerFallback(st, tp, render.EffectiveLedger(tp, r.DefaultLedger) != nil)
+	hasLedger := render.EffectiveLedger(tp, r.DefaultLedger) != nil
+	setLedgerFallback(st, tp, hasLedger)
 	if cfg.refused != nil {
 		r.refuseConfig(tp, &st.Conditions, cfg.refused)
 	} else {
@@ -123,14 +124,14 @@ func (r *TokenProxyReconciler) fleetStatus(s *fleetScope, rs *reports) *twv1alph
 		setUpstreamHealth(st, tp, rs)
 		if storageOf(tp) == twv1alpha1.StorageRedis {
 			st.DurableEpochs = recordEpochs(st.DurableEpochs, rs, time.Now())
-			note := setLedgerAttestation(st, rs, render.EffectiveLedger(tp, r.DefaultLedger) != nil)
+			note := setLedgerAttestation(st, rs, hasLedger)
 			setFenced(st, rs, note, tp.Generation)
 			setStoreChecks(st, rs, tp.Generation)
 		} else {
 			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionDurableBudgetsFenced)
 			meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionStoreChecksFailed)
 		}
-		setLedgerSpooling(st, rs, render.EffectiveLedger(tp, r.DefaultLedger) != nil, tp.Generation)
+		setLedgerSpooling(st, rs, hasLedger, tp.Generation)
 	}
 	var ready, updated int32
 	st.Replicas, st.ReadyReplicas = 0, 0
