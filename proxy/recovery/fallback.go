@@ -121,14 +121,10 @@ func (f *Fallback) Register(reg prometheus.Registerer) {
 var fallbackDims = map[budget.Dimension]bool{budget.APIKey: true, budget.User: true, budget.Team: true, budget.Tenant: true}
 
 // Answers implements redisstore.DurableFallback: a cost counter by API key, user,
-// team or tenant, fanned out by nothing or by what the ledger records.
+// team or tenant that the ledger answers (fanned out by nothing or by what it records).
 func (f *Fallback) Answers(ch *budget.Charge) bool {
 	r, ok := ch.Counter(time.Time{})
-	if !ok || r.Amount != budget.AmountCost || !fallbackDims[r.Dim] || r.Unrecorded != "" {
-		return false
-	}
-	_, by := ledgerDims[r.CountBy]
-	return by || r.CountBy == budget.NumDimensions
+	return ok && r.Amount == budget.AmountCost && fallbackDims[r.Dim] && answerable(r)
 }
 
 // Reserve implements redisstore.DurableFallback.

@@ -231,14 +231,13 @@ func (m *Model) Room(in int64) int64 {
 // followed: a request is substituted once.
 func (reg *Registry) Substitute(m *Model, in, out int64, f refusal.Family, now time.Time) (sub *Model, up *Upstream, ok bool) {
 	sub = reg.Models[m.Substitute]
-	if sub == nil || len(sub.Candidates) == 0 || sub.OverLimit(in, out) != "" {
+	if sub == nil || len(sub.Candidates) == 0 {
 		return nil, nil, false
 	}
-	i, _, _ := sub.Pick(0, f, now, false)
-	if i < 0 {
+	if up, ok = sub.takes(in, out, f, now); !ok {
 		return nil, nil, false
 	}
-	return sub, sub.Candidates[i].Up, true
+	return sub, up, true
 }
 
 // Fallback is where a request a rule's budget refused may go instead: the rule's
@@ -252,16 +251,29 @@ func (reg *Registry) Fallback(rule, from string, in, out int64, f refusal.Family
 		return "", nil, nil, false
 	}
 	mr := reg.Models[to]
+	if mr != nil && len(mr.Candidates) > 0 {
+		if up, ok = mr.takes(in, out, f, now); !ok {
+			return "", nil, nil, false
+		}
+		return to, mr, up, up != nil
+	}
 	if mr != nil && mr.OverLimit(in, out) != "" {
 		return "", nil, nil, false
 	}
 	up = reg.Route(to)
-	if mr != nil && len(mr.Candidates) > 0 {
-		i, _, _ := mr.Pick(0, f, now, false)
-		if i < 0 {
-			return "", nil, nil, false
-		}
-		m, up = mr, mr.Candidates[i].Up
+	return to, nil, up, up != nil
+}
+
+// takes is the upstream of m's first candidate that may take a request now, before
+// any attempt, when m fits it (at least in input tokens, out output tokens asked
+// for); ok is false when it does not fit or no candidate may take it.
+func (m *Model) takes(in, out int64, f refusal.Family, now time.Time) (up *Upstream, ok bool) {
+	if m.OverLimit(in, out) != "" {
+		return nil, false
 	}
-	return to, m, up, up != nil
+	i, _, _ := m.Pick(0, f, now, false)
+	if i < 0 {
+		return nil, false
+	}
+	return m.Candidates[i].Up, true
 }
