@@ -23,10 +23,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
 	"github.com/tokenwarden/tokenwarden/proxy/ledger"
-	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/recovery"
-	"github.com/tokenwarden/tokenwarden/proxy/server"
-	"github.com/tokenwarden/tokenwarden/proxy/settlement"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
@@ -61,11 +58,8 @@ const (
 
 // fbReplica is one proxy of a fleet with the ledger fallback.
 type fbReplica struct {
-	srv      *server.Server
-	store    *redisstore.Store
-	l        *ledger.Ledger
+	proxy
 	fallback *recovery.Fallback
-	front    *httptest.Server
 }
 
 // fbFleet is a fallback spec's world: Redis, one PostgreSQL database, replicas.
@@ -97,31 +91,11 @@ func newFallbackFleet(n int, budgetUSD float64, maxConcurrent int) *fbFleet {
 }
 
 func (f *fbFleet) start(i int, doc []byte, maxConcurrent int) *fbReplica {
-	m := metrics.New(prometheus.NewRegistry())
-	store, err := redisstore.New(redisstore.Options{URL: f.rs.URL(), Recorder: m, Logger: f.log})
-	Expect(err).NotTo(HaveOccurred())
-	sink, err := ledger.Open(f.ctx, f.url)
-	Expect(err).NotTo(HaveOccurred())
 	// No flush but the spec's: what a replica holds unflushed is the spec's to say.
-	l, err := ledger.New(ledger.Config{Sink: sink, Pod: fmt.Sprintf("proxy-%d", i), FlushInterval: -1, Logger: f.log})
-	Expect(err).NotTo(HaveOccurred())
-	srv := server.New(server.Options{Store: store, Memory: budget.NewMemory(budget.SystemClock{}, 1000), Metrics: m, Logger: f.log,
-		AsyncSettle: true, Observers: []settlement.Observer{&ledger.Observer{Ledger: l, Fleet: "llm/fleet"}}})
-	_, err = srv.Apply(doc, "test")
-	Expect(err).NotTo(HaveOccurred())
-	fb := &recovery.Fallback{Report: sink.Report, Pending: l.Pending, Fleet: "llm/fleet", Replicas: 3, MaxConcurrent: maxConcurrent, Log: f.log}
-	fb.Register(prometheus.NewRegistry())
-	store.SetDurableFallback(fb)
-	r := &fbReplica{srv: srv, store: store, l: l, fallback: fb, front: httptest.NewServer(srv)}
-	DeferCleanup(func() {
-		r.front.Close()
-		wctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
-		defer cancel()
-		_ = srv.WaitSettled(wctx)
-		_ = l.Close(wctx)
-		_ = store.Close()
-		_ = sink.Close()
-	})
+	r := &fbReplica{proxy: startProxy(f.ctx, i, f.rs.URL(), f.url, redisstore.CheckOptions{}, -1, doc, f.log)}
+	r.fallback = &recovery.Fallback{Report: r.sink.Report, Pending: r.l.Pending, Fleet: "llm/fleet", Replicas: 3, MaxConcurrent: maxConcurrent, Log: f.log}
+	r.fallback.Register(prometheus.NewRegistry())
+	r.store.SetDurableFallback(r.fallback)
 	return r
 }
 

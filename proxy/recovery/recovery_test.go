@@ -79,16 +79,50 @@ const grace = 200 * time.Millisecond
 
 func sha(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 
-// replica is one proxy of the fleet: a server on the shared Redis, its ledger (on a
-// sink the spec can take down) and its attester.
+// proxy is what every replica of a spec runs: a server on the spec's Redis whose
+// settlements go to its own ledger, on a sink the spec can take down.
+type proxy struct {
+	srv   *server.Server
+	store *redisstore.Store
+	l     *ledger.Ledger
+	sink  *ledgertest.Outage
+	front *httptest.Server
+}
+
+// startProxy starts replica i on Redis at redisURL (with checks) and the ledger
+// database at dbURL, flushed every flush (-1: only when the spec flushes), serving doc
+// at its front; it stops, its settlements waited for, when the spec ends.
+func startProxy(ctx context.Context, i int, redisURL, dbURL string, checks redisstore.CheckOptions, flush time.Duration, doc []byte, log *slog.Logger) proxy {
+	m := metrics.New(prometheus.NewRegistry())
+	store, err := redisstore.New(redisstore.Options{URL: redisURL, Recorder: m, Logger: log, Checks: checks})
+	Expect(err).NotTo(HaveOccurred())
+	sink, err := ledger.Open(ctx, dbURL)
+	Expect(err).NotTo(HaveOccurred())
+	out := &ledgertest.Outage{Sink: sink}
+	l, err := ledger.New(ledger.Config{Sink: out, Pod: fmt.Sprintf("proxy-%d", i), FlushInterval: flush, Logger: log})
+	Expect(err).NotTo(HaveOccurred())
+	srv := server.New(server.Options{Store: store, Memory: budget.NewMemory(budget.SystemClock{}, 1000), Metrics: m, Logger: log,
+		AsyncSettle: true, Observers: []settlement.Observer{&ledger.Observer{Ledger: l, Fleet: "llm/fleet"}}})
+	_, err = srv.Apply(doc, "test")
+	Expect(err).NotTo(HaveOccurred())
+	p := proxy{srv: srv, store: store, l: l, sink: out, front: httptest.NewServer(srv)}
+	DeferCleanup(func() {
+		p.front.Close()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = srv.WaitSettled(wctx)
+		_ = l.Close(wctx)
+		_ = store.Close()
+		_ = sink.Close()
+	})
+	return p
+}
+
+// replica is one proxy of the fleet and its attester.
 type replica struct {
-	srv      *server.Server
-	store    *redisstore.Store
-	l        *ledger.Ledger
-	sink     *ledgertest.Outage
+	proxy
 	attester *recovery.Attester
 	reg      *prometheus.Registry
-	front    *httptest.Server
 }
 
 // fleet is the spec's world.
@@ -121,33 +155,12 @@ func (f *fleet) doc(redisExtra string) []byte {
 }
 
 func (f *fleet) start(i int) *replica {
-	m := metrics.New(prometheus.NewRegistry())
-	store, err := redisstore.New(redisstore.Options{URL: f.rs.URL(), Recorder: m, Logger: f.log, Checks: f.checks})
-	Expect(err).NotTo(HaveOccurred())
-	sink, err := ledger.Open(f.ctx, f.url)
-	Expect(err).NotTo(HaveOccurred())
-	out := &ledgertest.Outage{Sink: sink}
-	l, err := ledger.New(ledger.Config{Sink: out, Pod: fmt.Sprintf("proxy-%d", i), FlushInterval: 50 * time.Millisecond, Logger: f.log})
-	Expect(err).NotTo(HaveOccurred())
-	srv := server.New(server.Options{Store: store, Memory: budget.NewMemory(budget.SystemClock{}, 1000), Metrics: m, Logger: f.log,
-		AsyncSettle: true, Observers: []settlement.Observer{&ledger.Observer{Ledger: l, Fleet: "llm/fleet"}}})
-	_, err = srv.Apply(f.doc(""), "test")
-	Expect(err).NotTo(HaveOccurred())
-	r := &replica{srv: srv, store: store, l: l, sink: out, reg: prometheus.NewRegistry(), front: httptest.NewServer(srv)}
-	r.attester = &recovery.Attester{Source: srv, Store: store, Report: out.Report, Fleet: "llm/fleet", Log: f.log, Retry: 100 * time.Millisecond}
+	r := &replica{proxy: startProxy(f.ctx, i, f.rs.URL(), f.url, f.checks, 50*time.Millisecond, f.doc(""), f.log), reg: prometheus.NewRegistry()}
+	r.attester = &recovery.Attester{Source: r.srv, Store: r.store, Report: r.sink.Report, Fleet: "llm/fleet", Log: f.log, Retry: 100 * time.Millisecond}
 	r.attester.Register(r.reg)
 	ctx, cancel := context.WithCancel(f.ctx)
 	go r.attester.Run(ctx)
-	DeferCleanup(func() {
-		cancel()
-		r.front.Close()
-		wctx, wcancel := context.WithTimeout(f.ctx, 10*time.Second)
-		defer wcancel()
-		_ = srv.WaitSettled(wctx)
-		_ = l.Close(wctx)
-		_ = store.Close()
-		_ = sink.Close()
-	})
+	DeferCleanup(cancel)
 	return r
 }
 
