@@ -5,17 +5,13 @@ package server_test
 
 import (
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
-	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
@@ -25,20 +21,8 @@ import (
 // goroutine, as the binary does, and writes its access log to out.
 func loggedRedisProxy(h *harness, redisURL string, out *logLines, doc string) string {
 	GinkgoHelper()
-	m := metrics.New(prometheus.NewRegistry())
-	mem := budget.NewMemory(h.clock, 1000)
-	store, err := redisstore.New(redisstore.Options{URL: redisURL, Prefix: fmt.Sprintf("debt%d", redisPrefixes.Add(1)),
-		Recorder: m, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(store.Close)
-	srv := server.New(server.Options{Store: store, Memory: mem, Metrics: m, Clock: h.clock, AsyncSettle: true, AccessLog: out,
-		Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
-	_, err = srv.Apply([]byte(h.render(doc)), "test")
-	Expect(err).NotTo(HaveOccurred())
-	front := httptest.NewServer(srv)
-	DeferCleanup(front.Close)
-	return front.URL
+	return startRedisProxy(h, redisstore.Options{URL: redisURL, Prefix: fmt.Sprintf("debt%d", redisPrefixes.Add(1)),
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second}, false, doc, server.Options{AccessLog: out}).url
 }
 
 var _ = Describe("The access log's settlement", func() {

@@ -7,21 +7,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/budget/redisstore"
-	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/server"
 
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit/redisagents"
@@ -93,20 +88,8 @@ func threeProxies(h *harness, redis *redisserver.Server) (ps []*redisProxy, cut 
 // fleetProxy is newRedisProxy with timeouts a loaded machine meets: a call that times
 // out leaves the limits for agents to the replica, which these specs must not see.
 func fleetProxy(h *harness, redisURL, prefix, doc string) *redisProxy {
-	p := &redisProxy{m: metrics.New(prometheus.NewRegistry()), mem: budget.NewMemory(h.clock, 1000)}
-	log := slog.New(slog.NewTextHandler(GinkgoWriter, nil))
-	var err error
-	p.store, err = redisstore.New(redisstore.Options{URL: redisURL, Prefix: prefix, Recorder: p.m, Fallback: p.mem, Logger: log,
-		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(p.store.Close)
-	p.srv = server.New(server.Options{Store: p.store, Memory: p.mem, Metrics: p.m, Clock: h.clock, AsyncSettle: true, Logger: log})
-	_, err = p.srv.Apply([]byte(h.render(doc)), "test")
-	Expect(err).NotTo(HaveOccurred())
-	front := httptest.NewServer(p.srv)
-	DeferCleanup(front.Close)
-	p.url = front.URL
-	return p
+	return startRedisProxy(h, redisstore.Options{URL: redisURL, Prefix: prefix,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}, true, doc, server.Options{})
 }
 
 // relay forwards TCP connections to addr and returns its redis:// URL and a cut that

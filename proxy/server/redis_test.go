@@ -42,12 +42,19 @@ func newRedisProxyWith(h *harness, redisURL, prefix string, fallback bool, doc s
 	return newRedisProxyOpts(h, redisURL, prefix, fallback, doc, checks, server.Options{})
 }
 
-// newRedisProxyOpts is newRedisProxyWith whose server also has extra's LedgerAttests.
+// newRedisProxyOpts is newRedisProxyWith whose server also has extra's options.
 func newRedisProxyOpts(h *harness, redisURL, prefix string, fallback bool, doc string, checks redisstore.CheckOptions, extra server.Options) *redisProxy {
-	p := &redisProxy{m: metrics.New(prometheus.NewRegistry()), mem: budget.NewMemory(h.clock, 1000)}
-	opts := redisstore.Options{URL: redisURL, Prefix: prefix, Recorder: p.m, Checks: checks,
+	return startRedisProxy(h, redisstore.Options{URL: redisURL, Prefix: prefix, Checks: checks,
 		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
-		Backoff: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))}
+		Backoff: 200 * time.Millisecond}, fallback, doc, extra)
+}
+
+// startRedisProxy is a proxy on the Redis and with the timeouts of opts, settling off
+// the request's goroutine as the binary does, its memory the store's fallback when
+// fallback is set, and its server with extra's options besides; it serves doc.
+func startRedisProxy(h *harness, opts redisstore.Options, fallback bool, doc string, extra server.Options) *redisProxy {
+	p := &redisProxy{m: metrics.New(prometheus.NewRegistry()), mem: budget.NewMemory(h.clock, 1000)}
+	opts.Recorder, opts.Logger = p.m, slog.New(slog.NewTextHandler(GinkgoWriter, nil))
 	if fallback {
 		opts.Fallback = p.mem
 	}
@@ -55,8 +62,10 @@ func newRedisProxyOpts(h *harness, redisURL, prefix string, fallback bool, doc s
 	p.store, err = redisstore.New(opts)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(p.store.Close)
-	p.srv = server.New(server.Options{Store: p.store, Memory: p.mem, Metrics: p.m, Clock: h.clock, AsyncSettle: true,
-		LedgerAttests: extra.LedgerAttests, Logger: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
+	so := extra
+	so.Store, so.Memory, so.Metrics, so.Clock, so.AsyncSettle = p.store, p.mem, p.m, h.clock, true
+	so.Logger = opts.Logger
+	p.srv = server.New(so)
 	_, err = p.srv.Apply([]byte(h.render(doc)), "test")
 	Expect(err).NotTo(HaveOccurred())
 	front := httptest.NewServer(p.srv)
