@@ -93,3 +93,36 @@ func BenchmarkTenantBudgets(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInFlightRule is one request's admission and settlement under benchRules,
+// and beside them one in-flight rule counted by session (a slot taken and given back
+// in this replica's memory), so that the difference is the rule's cost.
+func BenchmarkInFlightRule(b *testing.B) {
+	inFlight := "  - {name: two-per-session, dimension: api_key, count_by: session, amount: in_flight, windows: [{limit: 2}]}\n"
+	for _, bc := range []struct{ name, rules string }{{"rules=4", benchRules}, {"rules=4+in_flight", benchRules + inFlight}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c, err := config.Parse([]byte(`
+upstreams: [{name: default, url: "http://127.0.0.1:1"}]
+api_keys:
+- {name: alice, team: research, key_sha256: "0000000000000000000000000000000000000000000000000000000000000001"}
+rate_limiting:
+  budget_division: {replicas: 1}
+` + bc.rules))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := budget.NewPolicy(c)
+			l := budget.NewLimiter(budget.NewMemory(budget.SystemClock{}, 1000), metrics.New(prometheus.NewRegistry()), budget.SystemClock{}, false)
+			id := budget.Identity{Key: p.Key("alice"), Session: "s1"}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				dec, err := l.Admit(ctx, p, id, budget.Ask{Input: 500, Output: 1000})
+				if err != nil || dec.Refusal != nil || dec.Hold == nil {
+					b.Fatalf("not admitted: %v %+v", err, dec.Refusal)
+				}
+				dec.Hold.Settle(budget.Used{Input: 500, Output: 200})
+			}
+		})
+	}
+}

@@ -270,3 +270,42 @@ var _ = Describe("In-flight rules on a fleet with Redis", func() {
 		}
 	})
 })
+
+// agentCapsDoc writes a step cap per task and a token budget per session as the rules
+// they are: requests and tokens counted by the attribute.
+const agentCapsDoc = `
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+rate_limiting:
+  budget_division: {replicas: 1}
+  rules:
+  - {name: steps-per-task, dimension: api_key, count_by: task, amount: requests, windows: [{limit: 3, rolling: {period: day}}]}
+  - {name: tokens-per-session, dimension: api_key, count_by: session, windows: [{limit: 200, rolling: {period: day}}]}
+`
+
+var _ = Describe("Step caps and token budgets per session, agent or task", func() {
+	It("are requests and tokens rules counted by the attribute", func() {
+		h := newHarness(agentCapsDoc)
+		h.llm.Set(fakellmUsage(50, 50)) // each request uses 100 tokens
+		task := func(id string) reply {
+			return h.do("POST", "/v1/chat/completions", "sk-alice", fleetChat, attribute.TaskHeader, id, attribute.SessionHeader, id)
+		}
+		for i := range 2 {
+			Expect(task("t1").code).To(Equal(http.StatusOK), "step %d", i+1)
+		}
+		r := task("t1")
+		Expect(r.code).To(Equal(http.StatusTooManyRequests), "session t1 spent its 200 tokens: %s", r.body)
+		Expect(r.errorField("error", "details", "rule")).To(Equal("tokens-per-session"))
+
+		h.llm.Set(fakellmUsage(1, 1))
+		for i := range 3 {
+			Expect(task("t2").code).To(Equal(http.StatusOK), "step %d", i+1)
+		}
+		r = task("t2")
+		Expect(r.code).To(Equal(http.StatusTooManyRequests), "a fourth step of task t2: %s", r.body)
+		Expect(r.errorField("error", "details", "rule")).To(Equal("steps-per-task"))
+		Expect(r.errorField("error", "type")).NotTo(BeNil())
+		Expect(task("t3").code).To(Equal(http.StatusOK), "another task is its own")
+	})
+})
