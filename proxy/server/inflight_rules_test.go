@@ -177,6 +177,21 @@ var _ = Describe("In-flight rules on a fleet with Redis", func() {
 		}
 	})
 
+	It("count the sessions beyond max_attribute_values in one overflow subject of the fleet", func() {
+		h, g := gated(sessionInFlightDoc)
+		ps, _ := sessionProxies(h)
+		out := make(chan sent, 6)
+		for i, s := range []string{"s1", "s2", "s3", "new-1", "new-2"} {
+			sendVia(context.Background(), ps[i%3].url, out, s, "sk-alice", session(s)...)
+			Eventually(func() int { return len(g.order()) }).Should(Equal(i + 1))
+		}
+		expectInFlightRefusal(sessionChat(h, ps[2].url, "sk-alice", "new-3"), "a third new session, on any proxy, shares the overflow's two")
+		g.release()
+		for range 5 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+	})
+
 	It("free a dead proxy's slots when their lease ends", func() {
 		h, g := gated(sessionInFlightDoc)
 		ps, cut := sessionProxies(h)
