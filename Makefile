@@ -40,7 +40,7 @@ vet: ## Run go vet.
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (go vet, staticcheck and friends; see .golangci.yml).
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of the API types.
