@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -24,12 +25,26 @@ type explainOptions struct {
 	replicas replicaFlags
 	model    string
 	route    string
+	// upstream and attrs are the request's serving upstream and its attribute
+	// headers, by query parameter.
+	upstream string
+	attrs    [len(attrFlags)]string
+}
+
+// attrFlags are the flags of the request's client-supplied attributes, each with its
+// query parameter.
+var attrFlags = [...]struct{ flag, param, usage string }{
+	{"session", "session", "The request's session (its x-tokenwarden-session-id header); without it, a request that sends none."},
+	{"agent", "agent", "The request's agent (x-tokenwarden-agent-id)."},
+	{"task", "task", "The request's task (x-tokenwarden-task-id)."},
+	{"run", "run", "The request's run (x-tokenwarden-run-id)."},
+	{"request-fingerprint", "request_fingerprint", "The hash of the request as forwarded (hex), as the response cache keys it."},
 }
 
 func newExplainCommand(o *Options) *cobra.Command {
 	x := &explainOptions{Options: o, out: newOutputFlags()}
 	cmd := &cobra.Command{
-		Use:   "explain KEY [--model M] [--route R]",
+		Use:   "explain KEY [--model M] [--route R] [--upstream U] [--session S] [--agent A] [--task T] [--run R]",
 		Short: "Every budget and rule that applies to a key, in the order they are reserved",
 		Long: `explain asks each replica of the fleet (GET /admin/explain on its admin port) which budgets and
 rules apply to the key's requests for the model on the route, as the proxy's own resolver reserves
@@ -37,6 +52,13 @@ them: request counts first, then every other amount, dimension by dimension. It 
 what (a key's own override of per_api_key, a rule that names the key, its user or its team in place of
 the rule for every other subject), the fleet's total and one replica's share of each (what each
 replica enforces in memory mode), how much of each is used now, and which is tightest.
+
+For each budget that selects on or counts by a request attribute (session, agent, task, run,
+request fingerprint, provider, endpoint, environment, ...) it shows the request's value of each and
+the counter it lands in: the flags name the request's attributes, and an attribute not named is one
+the request does not send. A client-supplied value beyond its key's max_attribute_values distinct
+values this window lands in the overflow subject, and explain says so. A rule whose appliesWhen the
+request does not match is named with the value that keeps it out.
 
 Under memory storage each replica holds its own buckets: USED is the most used replica's, and -o wide
 shows each replica's. Under Redis storage every replica reads the same buckets.
@@ -53,6 +75,10 @@ platform's budgets without their use unless it may read the fleet's namespace.`,
 	x.replicas.addFlags(cmd)
 	cmd.Flags().StringVar(&x.model, "model", "", "The model the requests ask for (the body's \"model\"); without it, budgets of a model do not apply.")
 	cmd.Flags().StringVar(&x.route, "route", explain.DefaultRoute, "The request path; a path that is not a charged route draws only on request counts.")
+	cmd.Flags().StringVar(&x.upstream, "upstream", "", "The upstream that serves the request (its provider); without it, the one the model's request goes to first.")
+	for i, f := range attrFlags {
+		cmd.Flags().StringVar(&x.attrs[i], f.flag, "", f.usage)
+	}
 	return cmd
 }
 
@@ -83,6 +109,14 @@ func (x *explainOptions) run(ctx context.Context, key string) error {
 	q := url.Values{"api_key": {key}, "route": {x.route}}
 	if x.model != "" {
 		q.Set("model", x.model)
+	}
+	if x.upstream != "" {
+		q.Set("upstream", x.upstream)
+	}
+	for i, f := range attrFlags {
+		if x.attrs[i] != "" {
+			q.Set(f.param, x.attrs[i])
+		}
 	}
 	for _, r := range a.replica {
 		var ans explain.Answer
@@ -182,6 +216,7 @@ func (x *explainOptions) printTable(w io.Writer, e *Explained) error {
 	} else if err := printTable(w, header, rows); err != nil {
 		return err
 	}
+	printAttributes(w, e)
 	for _, r := range e.Replaced {
 		fmt.Fprintf(w, "%s is replaced by %s.\n", r.What, r.By)
 	}
@@ -311,4 +346,67 @@ func usedBy(e *Explained, i int) string {
 		parts = append(parts, e.Replicas[j]+"="+percent(u))
 	}
 	return strings.Join(parts, ",")
+}
+
+// printAttributes says the request's attributes, what each budget that selects on or
+// counts by one used and the counter it lands in, the values in the overflow subject,
+// and the rules whose appliesWhen leaves the request out.
+func printAttributes(w io.Writer, e *Explained) {
+	uses := len(e.NotSelected) > 0 || slices.ContainsFunc(e.Budgets, func(b budget.Explained) bool { return len(b.Attributes) > 0 })
+	if !uses {
+		return
+	}
+	if len(e.Attributes) > 0 {
+		names := slices.Sorted(maps.Keys(e.Attributes))
+		parts := make([]string, 0, len(names))
+		for _, n := range names {
+			parts = append(parts, n+" "+e.Attributes[n])
+		}
+		fmt.Fprintf(w, "Request attributes: %s.\n", strings.Join(parts, ", "))
+	}
+	for i := range e.Budgets {
+		b := &e.Budgets[i]
+		if len(b.Attributes) == 0 {
+			continue
+		}
+		var sel, by []string
+		for _, a := range b.Attributes {
+			if a.Use == "count_by" {
+				by = append(by, attrValue(a))
+			} else {
+				sel = append(sel, attrValue(a))
+			}
+		}
+		var uses []string
+		if len(sel) > 0 {
+			uses = append(uses, "selects "+strings.Join(sel, " and "))
+		}
+		if len(by) > 0 {
+			uses = append(uses, "counts by "+strings.Join(by, " and "))
+		}
+		fmt.Fprintf(w, "#%d %s %s %s: counter %s.\n", b.Order, budgetName(b), b.Window, strings.Join(uses, ", "), subject(b))
+		if b.Overflow {
+			fmt.Fprintf(w, "#%d %s %s: the key has sent max_attribute_values (%d) other %s values this window: this one is counted in the overflow subject %s, which every further new value shares.\n",
+				b.Order, budgetName(b), b.Window, e.MaxAttributeValues, b.CountBy, budget.Overflow)
+		}
+	}
+	if e.ValuesError != "" {
+		fmt.Fprintf(w, "Whether a value is beyond max_attribute_values is not shown: %s.\n", e.ValuesError)
+	}
+	for _, n := range e.NotSelected {
+		fmt.Fprintf(w, "%s %s does not apply: %s is not one of %s.\n", n.Rule, n.Window, attrValue(n.Attribute), strings.Join(n.Values, ", "))
+	}
+}
+
+// attrValue is an attribute and the request's value of it.
+func attrValue(a budget.AttributeValue) string {
+	switch {
+	case a.Absent && slices.Contains([]string{"session", "agent", "task", "run"}, a.Attribute):
+		return a.Attribute + " (none sent)"
+	case a.Absent:
+		return a.Attribute + " (none)"
+	case a.Upstream != "" && a.Upstream != a.Value:
+		return a.Attribute + " " + a.Value + " (upstream " + a.Upstream + ")"
+	}
+	return a.Attribute + " " + a.Value
 }

@@ -30,6 +30,7 @@ import (
 
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/plugin"
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/testproc"
 )
@@ -112,6 +113,23 @@ func chat(t *testing.T, p proxyProc, key, id string, maxTokens int) int {
 	return resp.StatusCode
 }
 
+// chatAs sends one chat completion as key with the attribute headers given (name,
+// value pairs), and returns the status.
+func chatAs(t *testing.T, p proxyProc, key string, hdr ...string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, p.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"demo","max_tokens":10,"messages":[{"role":"user","content":"Next step."}]}`))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
 func sum(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) }
 
 // serviceAccount creates a ServiceAccount in ns, binds it to the ClusterRole the
@@ -173,6 +191,67 @@ func stable(s string) string {
 		s = v.re.ReplaceAllString(s, v.with)
 	}
 	return s
+}
+
+// attributeConfig is one replica's config with rules that select on the agent and
+// count by the session and by the serving upstream, and a bound of two sessions.
+const attributeConfig = `
+upstreams: [{name: local, url: %q}]
+auth: {mode: required}
+api_keys:
+- {name: alice, user: alice, team: research, key_sha256: %q}
+rate_limiting:
+  storage: memory
+  max_attribute_values: 2
+  rules:
+  - {name: llm/planner-sessions, dimension: api_key, count_by: session, applies_when: {agent: [planner]}, amount: requests, windows: [{limit: 100, rolling: {period: minute}}]}
+  - {name: llm/per-upstream, dimension: global, count_by: provider, windows: [{limit: 100000, rolling: {period: minute}}]}
+  - {name: llm/coder, dimension: api_key, applies_when: {agent: [coder]}, amount: requests, windows: [{limit: 10, rolling: {period: minute}}]}
+`
+
+// explain names, for each rule that selects on or counts by an attribute, the
+// request's values and the counter they land in; a session beyond the key's bound in
+// the overflow subject; and the rule the agent keeps out.
+func TestExplainAttributes(t *testing.T) {
+	llm := httptest.NewServer(fakellm.New())
+	t.Cleanup(llm.Close)
+	p := startProxy(t, fmt.Sprintf(attributeConfig, llm.URL, sum("sk-alice")))
+	addrs := "--admin-addr=" + p.admin
+	reader := serviceAccount(t, "default", "tw-attr-reader", true)
+	for _, s := range []string{"s-1", "s-2"} {
+		if got := chatAs(t, p, "sk-alice", attribute.AgentHeader, "planner", attribute.SessionHeader, s); got != http.StatusOK {
+			t.Fatalf("alice's request in session %s: %d", s, got)
+		}
+	}
+
+	known := mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-2", addrs)
+	for _, s := range []string{
+		"Request attributes: agent planner, endpoint chat_completions, provider openai, session s-2, upstream local.",
+		"#1 llm/planner-sessions minute selects agent planner, counts by session s-2: counter api_key alice by session s-2.",
+		"#2 llm/per-upstream minute counts by provider local: counter global by provider local.",
+		"llm/coder minute does not apply: agent planner is not one of coder.",
+	} {
+		if !strings.Contains(known, s) {
+			t.Errorf("explain does not say %q:\n%s", s, known)
+		}
+	}
+	if strings.Contains(known, "overflow") {
+		t.Errorf("a session the key has sent is its own:\n%s", known)
+	}
+
+	over := mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-3", addrs)
+	golden(t, "explain-attributes.txt", stable(over))
+	want := "the key has sent max_attribute_values (2) other session values this window: this one is counted in the overflow subject (beyond max_attribute_values)"
+	if !strings.Contains(over, want) || !strings.Contains(over, "by session (beyond max_attribute_values)") {
+		t.Errorf("explain of a third session does not say it lands in the overflow subject:\n%s", over)
+	}
+	var asJSON struct {
+		Items []plugin.Explained `json:"items"`
+	}
+	must(t, json.Unmarshal([]byte(mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-3", addrs, "-o", "json")), &asJSON))
+	if b := asJSON.Items[0].Budgets[0]; !b.Overflow || b.By != "(beyond max_attribute_values)" || b.Attributes[1].Value != "s-3" {
+		t.Errorf("the JSON of the overflowed session: %+v", b)
+	}
 }
 
 // Two real proxies serve traffic and refusals; why merges their audits newest first,

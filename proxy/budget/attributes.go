@@ -256,3 +256,23 @@ func (m *Memory) ValuesHeld(rule string, window uint8, key string) int {
 	}
 	return 0
 }
+
+// PeekValues implements ValuePeeker: an ask is Over when its set, in the present
+// epoch, holds Limit values and not this one.
+func (m *Memory) PeekValues(_ context.Context, asks []ValueAsk) error {
+	now := m.clock.Now()
+	vs := &m.values
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	for i := range asks {
+		a := &asks[i]
+		s := vs.m[valueSetKey{rule: a.Rule, window: a.Window, key: a.Key}]
+		if s == nil || s.epoch != a.EpochOf(now) {
+			a.Over = a.Limit <= 0
+			continue
+		}
+		_, seen := s.seen[a.Value]
+		a.Over = !seen && int64(len(s.seen)) >= a.Limit
+	}
+	return nil
+}

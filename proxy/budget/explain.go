@@ -45,6 +45,41 @@ type Explanation struct {
 	// Unresolved names the dimensions with budgets this identity does not resolve:
 	// client (a client address is the caller's, not the key's), model (no model).
 	Unresolved []string `json:"unresolved,omitempty"`
+	// NotSelected are the rule windows whose applies_when this request's attributes
+	// do not match: they do not apply to it.
+	NotSelected []NotSelected `json:"not_selected,omitempty"`
+	// MaxAttributeValues is the bound on a key's distinct client-supplied values per
+	// rule window, when a budget counts by one; ValuesError says why the store could
+	// not tell whether a value is beyond it.
+	MaxAttributeValues int64  `json:"max_attribute_values,omitempty"`
+	ValuesError        string `json:"values_error,omitempty"`
+}
+
+// AttributeValue is one request attribute a budget selects on or counts by, and the
+// explained request's value of it.
+type AttributeValue struct {
+	// Attribute is its word in rules (session, provider, ...); Use is "applies_when"
+	// or "count_by".
+	Attribute string `json:"attribute"`
+	Use       string `json:"use"`
+	// Value is the request's value; Absent: a client-supplied attribute the request
+	// does not send (its key's one value without an id), or one it has none of.
+	Value  string `json:"value,omitempty"`
+	Absent bool   `json:"absent,omitempty"`
+	// Upstream is the serving upstream's name, for provider: a selector matches its
+	// family (Value) or its name, and count_by counts by the name.
+	Upstream string `json:"upstream,omitempty"`
+}
+
+// NotSelected is a rule window an applies_when selector leaves out.
+type NotSelected struct {
+	Rule   string `json:"rule"`
+	Tenant string `json:"tenant,omitempty"`
+	Window string `json:"window"`
+	// Attribute is the first selector the request does not match: its value is not
+	// one of Values.
+	Attribute AttributeValue `json:"attribute"`
+	Values    []string       `json:"values"`
 }
 
 // Explained is one bucket a request draws on.
@@ -90,6 +125,12 @@ type Explained struct {
 	ResetsAt *time.Time `json:"resets_at,omitempty"`
 	// Replaces are the Replaced entries this budget stands in for.
 	Replaces []string `json:"replaces,omitempty"`
+	// Attributes are the attributes it selects on (applies_when) and counts by
+	// (count_by), with the request's values: By is the counter they land in.
+	Attributes []AttributeValue `json:"attributes,omitempty"`
+	// Overflow: the request's count_by value is beyond its key's max_attribute_values
+	// distinct values this window, so it lands in the overflow subject (By).
+	Overflow bool `json:"overflow,omitempty"`
 }
 
 // Replaced is a budget an identity's own budget replaces.
@@ -130,12 +171,16 @@ func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged b
 		return e
 	}
 	quiet := &Limiter{store: l.store, rec: NopRecorder{}, clock: l.clock}
-	var c charges
+	c := charges{explain: true}
 	quiet.collect(p, &id, &c, &Ask{}, charged)
+	over := quiet.peekValues(ctx, p, &e, &c)
 	all := slices.Concat(c.reqs, c.toks)
-	for _, ch := range all {
-		e.Budgets = append(e.Budgets, explained(len(e.Budgets)+1, ch, id.Key))
+	for i, ch := range all {
+		x := explained(len(e.Budgets)+1, ch, id.Key)
+		x.Attributes, x.Overflow = attributesOf(ch.ctr, &id), over[i]
+		e.Budgets = append(e.Budgets, x)
 	}
+	e.NotSelected = notSelected(c.unselected, &id)
 	e.Replaced = replaced(p, &id, e.Budgets)
 	levels := p.levelsOf(id.Key)
 	if id.Client == "" && slices.ContainsFunc(levels, func(lv *level) bool { return len(lv.counters[Client]) > 0 }) {
@@ -340,4 +385,101 @@ func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge) 
 			least, e.Tightest = 0, b.Order
 		}
 	}
+}
+
+// ValuePeeker is a ValueBounder that tells, admitting nothing, which asks a
+// BoundValues now would find beyond their limit.
+type ValuePeeker interface {
+	// PeekValues sets each ask's Over as BoundValues would, and adds no value.
+	PeekValues(ctx context.Context, asks []ValueAsk) error
+}
+
+// peekValues tells which of the reservation's client-supplied count_by values are
+// beyond their bound, and moves those charges to the overflow subject as admission
+// would. It returns, per charge of reqs then toks, whether it overflowed.
+func (l *Limiter) peekValues(ctx context.Context, p *Policy, e *Explanation, c *charges) []bool {
+	over := make([]bool, len(c.reqs)+len(c.toks))
+	if len(c.asks) == 0 {
+		return over
+	}
+	e.MaxAttributeValues = p.maxValues
+	if vp, ok := l.store.(ValuePeeker); !ok {
+		e.ValuesError = "the store does not tell its values"
+		return over
+	} else if err := vp.PeekValues(ctx, c.asks); err != nil {
+		e.ValuesError = err.Error()
+		return over
+	}
+	for i := range c.asks {
+		a := &c.asks[i]
+		if !a.Over {
+			continue
+		}
+		at := c.askAt[i]
+		k, _ := c.keyAt(at)
+		k.By = Overflow
+		if k.Dim != APIKey {
+			k.By = a.Key + "/" + Overflow
+		}
+		switch {
+		case at < 0:
+			over[-at-1] = true
+		case at < slotAt:
+			over[len(c.reqs)+int(at)] = true
+		}
+	}
+	return over
+}
+
+// attributesOf are the attributes a counter selects on and counts by, with the
+// identity's values.
+func attributesOf(ctr *counter, id *Identity) []AttributeValue {
+	var out []AttributeValue
+	if ctr.models != nil && ctr.rule != "" {
+		out = append(out, attributeValue(AttrModel, "applies_when", id))
+	}
+	for i := range ctr.when {
+		out = append(out, attributeValue(ctr.when[i].attr, "applies_when", id))
+	}
+	if ctr.countBy != NumAttrs {
+		out = append(out, attributeValue(ctr.countBy, "count_by", id))
+	}
+	return out
+}
+
+// attributeValue is the identity's value of a: for a provider selector the serving
+// upstream's family, with its name beside it.
+func attributeValue(a Attr, use string, id *Identity) AttributeValue {
+	v := AttributeValue{Attribute: a.String(), Use: use, Value: id.attr(a)}
+	if a == AttrProvider {
+		v.Upstream = id.Upstream
+		if use == "applies_when" && id.Provider != "" {
+			v.Value = id.Provider
+		}
+	}
+	v.Absent = v.Value == ""
+	return v
+}
+
+// notSelected describes the counters an applies_when selector left out, each rule
+// window once, by the first selector the identity does not match.
+func notSelected(ctrs []*counter, id *Identity) []NotSelected {
+	var out []NotSelected
+	seen := map[*counter]bool{}
+	for _, ctr := range ctrs {
+		if seen[ctr] {
+			continue
+		}
+		seen[ctr] = true
+		for i := range ctr.when {
+			s := &ctr.when[i]
+			if s.matches(id) {
+				continue
+			}
+			out = append(out, NotSelected{Rule: ctr.rule, Tenant: ctr.tenant, Window: ctr.name,
+				Attribute: attributeValue(s.attr, "applies_when", id), Values: s.values.sorted()})
+			break
+		}
+	}
+	return out
 }

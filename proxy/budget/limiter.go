@@ -325,6 +325,10 @@ type charges struct {
 	// their counters.
 	slots    []SlotAsk
 	slotCtrs []*counter
+	// explain collects into unselected the counters an applies_when selector left
+	// out (Limiter.Explain); admission never sets it.
+	explain    bool
+	unselected []*counter
 }
 
 // slotAt is an ask's place for slots[i]: beyond any index of toks.
@@ -501,8 +505,12 @@ func (l *Limiter) addAll(p *Policy, list []*counter, id *Identity, ident string,
 		case !tokens && ctr.amount != AmountRequests && ctr.amount != AmountInFlight,
 			ctr.subjects != nil && !ctr.subjects.has(ident),
 			ctr.excluded != nil && ctr.excluded.has(ident),
-			ctr.models != nil && !ctr.models.has(id.Model),
-			ctr.when != nil && !ctr.selects(id):
+			ctr.models != nil && !ctr.models.has(id.Model):
+			continue
+		case ctr.when != nil && !ctr.selects(id):
+			if c.explain {
+				c.unselected = append(c.unselected, ctr)
+			}
 			continue
 		}
 		var by string

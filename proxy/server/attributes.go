@@ -13,6 +13,7 @@ import (
 	"github.com/tokenwarden/tokenwarden/proxy/cache"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
+	"github.com/tokenwarden/tokenwarden/proxy/upstream"
 )
 
 // codeBadAttribute is the refusal of a request whose attribute header is out of bounds.
@@ -35,13 +36,7 @@ var headerAttrs = [...]struct {
 // reads them. A header out of bounds is refused with 400, never counted as a value.
 func (ex *exchange) attributes(id *budget.Identity) bool {
 	if up := ex.upstream; up != nil {
-		id.Upstream, id.Provider = up.Name, string(up.Provider)
-		if id.Provider == "" {
-			id.Provider = string(config.ProviderOpenAI)
-			if ex.route.family == refusal.Anthropic {
-				id.Provider = string(config.ProviderAnthropic)
-			}
-		}
+		id.Upstream, id.Provider = providerOf(up, ex.route.family)
 	}
 	id.Endpoint = ex.route.endpoint
 	reads := ex.rt.policy.Reads()
@@ -63,6 +58,19 @@ func (ex *exchange) attributes(id *budget.Identity) bool {
 		id.Fingerprint = ex.fingerprint()
 	}
 	return true
+}
+
+// providerOf is an upstream's name and provider family: its own, or the API family
+// of the route when it names none.
+func providerOf(up *upstream.Upstream, f refusal.Family) (name, provider string) {
+	provider = string(up.Provider)
+	if provider == "" {
+		provider = string(config.ProviderOpenAI)
+		if f == refusal.Anthropic {
+			provider = string(config.ProviderAnthropic)
+		}
+	}
+	return up.Name, provider
 }
 
 // fingerprint is the hash of the request as forwarded, as the response cache keys it

@@ -34,6 +34,21 @@ end
 return out
 `)
 
+// peekValuesScript answers as valuesScript would, and adds no value: a value the
+// set holds, or any while it holds fewer than its limit, is admitted (1).
+var peekValuesScript = redis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  local v, limit = ARGV[3*i-2], tonumber(ARGV[3*i-1])
+  if redis.call('SISMEMBER', k, v) == 1 or redis.call('SCARD', k) < limit then
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+`)
+
 // valuesKey is the Redis key of an ask's set of values in its epoch:
 // {prefix}:values:RULE:WINDOW:LEN:KEY@EPOCH, where prefix is the SubjectPrefix of its
 // API key (valuesSubject), so the set is in that key's slot group.
@@ -50,9 +65,21 @@ func valuesSubject(a *budget.ValueAsk) budget.Key { return budget.Key{Dim: budge
 // down, or when the call fails, the fallback's memory decides; without a fallback
 // every value is over (counted in the overflow subject, never unbounded).
 func (s *Store) BoundValues(ctx context.Context, asks []budget.ValueAsk) error {
+	return s.values(ctx, valuesScript, asks, false)
+}
+
+// PeekValues implements budget.ValuePeeker: what BoundValues would answer now, with
+// no value added, read where BoundValues decides.
+func (s *Store) PeekValues(ctx context.Context, asks []budget.ValueAsk) error {
+	return s.values(ctx, peekValuesScript, asks, true)
+}
+
+// values runs script over the asks, one call per slot group; peek says no value is
+// added, on Redis or on the fallback.
+func (s *Store) values(ctx context.Context, script *redis.Script, asks []budget.ValueAsk, peek bool) error {
 	fb := s.fallback.Load()
 	if s.down() {
-		return s.valuesFailed(ctx, fb, asks)
+		return s.valuesFailed(ctx, fb, asks, peek)
 	}
 	now, _ := s.CalendarNow()
 	// One call per slot group (by its prefix): on one server, one.
@@ -74,9 +101,9 @@ func (s *Store) BoundValues(ctx context.Context, asks []budget.ValueAsk) error {
 			keys[j] = valuesKey(p, a, a.EpochOf(now))
 			args = append(args, a.Value, a.Limit, max(a.TTL.Milliseconds(), 1))
 		}
-		out, err := s.runScript(ctx, valuesScript, keys, args...).Int64Slice()
+		out, err := s.runScript(ctx, script, keys, args...).Int64Slice()
 		if err != nil || len(out) != len(idx) {
-			return s.valuesFailed(ctx, fb, asks)
+			return s.valuesFailed(ctx, fb, asks, peek)
 		}
 		for j, i := range idx {
 			asks[i].Over = out[j] == 0
@@ -87,8 +114,11 @@ func (s *Store) BoundValues(ctx context.Context, asks []budget.ValueAsk) error {
 
 // valuesFailed decides the asks when Redis could not: on the fallback's memory, or
 // every one over.
-func (s *Store) valuesFailed(ctx context.Context, fb *budget.Memory, asks []budget.ValueAsk) error {
-	if fb != nil {
+func (s *Store) valuesFailed(ctx context.Context, fb *budget.Memory, asks []budget.ValueAsk, peek bool) error {
+	switch {
+	case fb != nil && peek:
+		return fb.PeekValues(ctx, asks)
+	case fb != nil:
 		return fb.BoundValues(ctx, asks)
 	}
 	for i := range asks {

@@ -467,6 +467,23 @@ func DescribeStore(name string, f Factory) bool {
 			Expect(bound("each-session", "alice", "s-4", 2, 3)).To(BeFalse(), "the next window starts with no values")
 		})
 
+		It("tells, adding nothing, which values a bound would count in the overflow subject", func() {
+			vp, ok := store.(budget.ValuePeeker)
+			Expect(ok).To(BeTrue(), "explain reads the bound where its counters live")
+			peek := func(value string) bool {
+				asks := []budget.ValueAsk{{Rule: "peeked", Key: "alice", Value: value, Limit: 2, Start: 1, TTL: time.Minute}}
+				Expect(vp.PeekValues(ctx, asks)).To(Succeed())
+				return asks[0].Over
+			}
+			Expect(peek("s-1")).To(BeFalse(), "an empty set admits a value")
+			Expect(bound("peeked", "alice", "s-1", 1, 2)).To(BeFalse())
+			Expect(peek("s-2")).To(BeFalse())
+			Expect(peek("s-3")).To(BeFalse(), "peeking s-2 added nothing")
+			Expect(bound("peeked", "alice", "s-2", 1, 2)).To(BeFalse())
+			Expect(peek("s-3")).To(BeTrue(), "the set holds its limit")
+			Expect(peek("s-1")).To(BeFalse(), "a value it holds is its own")
+		})
+
 		It("never holds more values than the bound under concurrent asks", func() {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
