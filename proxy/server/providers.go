@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit"
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 	"github.com/tokenwarden/tokenwarden/proxy/refusal"
@@ -195,6 +196,9 @@ func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 		if !first {
 			s.metrics.Providers.Failovers.WithLabelValues(try.Model.Name).Inc()
 		}
+		if !first && !s.recount(ex, r, c.Up) {
+			return
+		}
 		ex.upstream = c.Up
 		out := r
 		if !first || c.ProviderModel != "" || try.Rename != "" {
@@ -207,6 +211,37 @@ func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 		}
 		now = s.clock.Now()
 	}
+}
+
+// recount moves a failed-over request's charge to the upstream that takes it, when a
+// rule selects on or counts by the provider and the upstream is another: the first
+// upstream's hold is released and the request admitted again as the new upstream's,
+// before any byte of it is sent there. It reports false when it answered: the
+// serving provider's budget refuses the request, or the store cannot decide.
+func (s *Server) recount(ex *exchange, r *http.Request, up *upstream.Upstream) bool {
+	if !ex.rt.policy.Reads().Has(budget.AttrProvider) || ex.upstream == nil || ex.upstream.Name == up.Name {
+		return true
+	}
+	ex.upstream = up
+	id, ok := ex.identity()
+	if !ok || id.Exempt || (id.Key != nil && id.Key.Bypass) {
+		return ok
+	}
+	ex.hold.Release()
+	ex.hold, ex.dec = nil, budget.Decision{}
+	dec, err := s.limiter.Admit(r.Context(), ex.rt.policy, id, ex.ask())
+	if err == nil {
+		ex.admitted(&id, &dec)
+	}
+	if err != nil {
+		return ex.storeFailed(err, s.ledgerAttests)
+	}
+	ex.dec, ex.hold = dec, dec.Hold
+	if dec.Refusal != nil {
+		s.countBudgetRefusal(dec.Refusal, id.Model)
+		return ex.refuse(dec.Refusal, s.clock.Now())
+	}
+	return true
 }
 
 // attemptRequest is the request for another attempt: its body replayed, with the

@@ -407,3 +407,31 @@ rate_limiting:
 		Expect(err).To(MatchError(ContainSubstring("rate_limiting.rules[2].fallback_model: only a rule of dimension model without count_by may fall back")))
 	})
 })
+
+var _ = Describe("A rule by provider when a request fails over", func() {
+	It("charges the upstream that serves the request, not the one that failed before its answer began", func() {
+		r := newRegistry(`  rules:
+  - {name: per-upstream, dimension: global, count_by: provider, windows: [{limit: 100000, rolling: {period: minute}}]}
+  - {name: only-secondary, dimension: global, amount: requests, applies_when: {provider: [secondary]}, windows: [{limit: 1, rolling: {period: minute}}]}
+`)
+		r.primary.Set(fakellm.Behaviour{Status: 503})
+		r.secondary.Set(fakellmUsage(40, 10))
+		Expect(r.chat("sk-alice", 100).code).To(Equal(200))
+		Expect(r.primary.Requests()).To(HaveLen(1))
+		Expect(r.secondary.Requests()).To(HaveLen(1), "the secondary served it")
+
+		_, a := explained(r.harness, "api_key=alice&model=gpt-4o&upstream=primary")
+		Expect(*budgetOf(a, "per-upstream").Remaining).To(Equal(100000.0), "the failed upstream's charge is released")
+		_, a = explained(r.harness, "api_key=alice&model=gpt-4o&upstream=secondary")
+		Expect(budgetOf(a, "per-upstream").By).To(Equal("secondary"))
+		Expect(*budgetOf(a, "per-upstream").Remaining).To(Equal(100000.0-50), "the serving upstream's counter holds the 50 tokens used")
+		Expect(*budgetOf(a, "only-secondary").Remaining).To(BeNumerically("<", 1), "the serving upstream's rule counts the request")
+		Expect(r.keyLevel()).To(Equal(100000.0-50), "the key's budget is charged once")
+
+		rep := r.chat("sk-alice", 100)
+		Expect(rep.code).To(Equal(429), "the secondary's rule refuses the next request that would go to it")
+		Expect(counter(r.m.RuleRequests.WithLabelValues("only-secondary", "minute", "refused"))).To(Equal(1.0), string(rep.body))
+		Expect(r.secondary.Requests()).To(HaveLen(1), "nothing more reached the secondary")
+		Expect(r.keyLevel()).To(Equal(100000.0-50), "the refused request holds nothing")
+	})
+})

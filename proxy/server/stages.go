@@ -164,16 +164,11 @@ func (s *Server) routeModel(ex *exchange) bool {
 // when one refuses it) and answers a refusal or a store that cannot decide.
 func (s *Server) admit(ex *exchange) bool {
 	rt := ex.rt
-	client := rt.clientAddr(ex.r)
-	id := budget.Identity{Key: ex.key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
-	id.Client = rt.clientIdentity(client)
-	if !ex.attributes(&id) {
+	id, ok := ex.identity()
+	if !ok {
 		return false
 	}
-	var ask budget.Ask
-	if ex.route.charged {
-		ask = budget.Ask{Input: ex.est.Input, Output: ex.est.Output}
-	}
+	ask := ex.ask()
 	actx := ex.r.Context()
 	var asp trace.Span
 	if s.tracing != nil {
@@ -198,6 +193,24 @@ func (s *Server) admit(ex *exchange) bool {
 		return ex.refuse(dec.Refusal, s.clock.Now())
 	}
 	return true
+}
+
+// identity is who the request is to its budgets, with its attributes on the serving
+// upstream; false when it was refused for an attribute out of bounds.
+func (ex *exchange) identity() (budget.Identity, bool) {
+	rt := ex.rt
+	client := rt.clientAddr(ex.r)
+	id := budget.Identity{Key: ex.key, Model: ex.est.Model, Exempt: client.IsValid() && contains(rt.whitelist, client)}
+	id.Client = rt.clientIdentity(client)
+	return id, ex.attributes(&id)
+}
+
+// ask is what the request asks of its budgets: its estimate on a charged route.
+func (ex *exchange) ask() budget.Ask {
+	if !ex.route.charged {
+		return budget.Ask{}
+	}
+	return budget.Ask{Input: ex.est.Input, Output: ex.est.Output}
 }
 
 // countBudgetRefusal counts a budget's refusal for the usage report.
