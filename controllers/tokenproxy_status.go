@@ -62,7 +62,7 @@ func (r *TokenProxyReconciler) queueBudgetStatus(fleet types.NamespacedName, b *
 		log.Log.Error(err, "Unable to diff a TokenBudget's status", "budget", k.name)
 		return
 	}
-	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, patch: data})
+	r.statuses.enqueue(k, &pendingStatus{fleet: fleet, patch: data, first: firstStatus(b.Generation, b.Status.ObservedGeneration)})
 }
 
 // queueKeyStatus queues st as the ApiKey's status, computed from the inputs of digest
@@ -79,7 +79,8 @@ func (r *TokenProxyReconciler) queueKeyStatus(fleet types.NamespacedName, k *twv
 		return
 	}
 	shareConditionStrings(st.Conditions)
-	r.statuses.enqueue(sk, &pendingStatus{fleet: fleet, status: st, resourceVersion: k.ResourceVersion, inputs: in})
+	r.statuses.enqueue(sk, &pendingStatus{fleet: fleet, status: st, resourceVersion: k.ResourceVersion, inputs: in,
+		first: firstStatus(k.Generation, k.Status.ObservedGeneration)})
 }
 
 // storageOf is the fleet's storage type, defaulted.

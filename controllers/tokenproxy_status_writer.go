@@ -61,6 +61,37 @@ type pendingStatus struct {
 	inputs inputsDigest
 	// cancelled says the object was found current while this status was written.
 	cancelled bool
+	// first says the object's status does not yet say its generation: a new object,
+	// or one whose spec changed (firstStatus). It is written before the fleet's
+	// other statuses.
+	first bool
+}
+
+// firstStatus says whether an object of generation gen whose status observed
+// observed waits for its first status of that generation: what its owner waits for
+// after a create or an edit, and so written before the statuses that only follow
+// the fleet (a scale's per-replica allowances, the replicas' reports).
+func firstStatus(gen, observed int64) bool { return observed != gen }
+
+// fleetStatuses are one fleet's queued statuses: first those of objects waiting for
+// their first status (pendingStatus.first), then the others.
+type fleetStatuses struct {
+	first, rest map[statusKey]*pendingStatus
+}
+
+func (f *fleetStatuses) len() int { return len(f.first) + len(f.rest) }
+
+// get is the status queued for k, nil for none.
+func (f *fleetStatuses) get(k statusKey) *pendingStatus {
+	if p := f.first[k]; p != nil {
+		return p
+	}
+	return f.rest[k]
+}
+
+func (f *fleetStatuses) delete(k statusKey) {
+	delete(f.first, k)
+	delete(f.rest, k)
 }
 
 // statusBatch is how many statuses of one fleet a worker writes before it turns to
@@ -71,13 +102,16 @@ const statusBatch = 20
 // apart from the reconcile: a fleet's config and workload never wait behind a
 // backlog of status writes (a burst of thousands of new keys), which its own workers
 // write at a bounded rate, so that they never starve the API server's other clients
-// either. The fleets take turns, statusBatch statuses at a time, so that one fleet's
-// burst does not hold up another's few statuses; the writes of a batch run at once,
-// workers at most in all, so that one fleet's burst is written by every writer and
-// not one at a time (one write at a time made about 10 a second on a loaded machine). The latest status computed for an
-// object wins over one still queued. A write that conflicts (the object changed since
-// it was read) or fails queues its fleet's reconcile, which computes the status
-// again; a failure is reported by that reconcile as the Status step's.
+// either. Within a fleet, an object waiting for its first status of its generation
+// (a key just created) goes before the statuses that only follow the fleet (a
+// scale's thousands of per-replica allowances). The fleets take turns, statusBatch
+// statuses at a time, so that one fleet's burst does not hold up another's few
+// statuses; the writes of a batch run at once, workers at most in all, so that one
+// fleet's burst is written by every writer and not one at a time (one write at a
+// time made about 10 a second on a loaded machine). The latest status computed for
+// an object wins over one still queued. A write that conflicts (the object changed
+// since it was read) or fails queues its fleet's reconcile, which computes the
+// status again; a failure is reported by that reconcile as the Status step's.
 type statusWriter struct {
 	client  client.Client
 	limiter flowcontrol.RateLimiter
@@ -91,7 +125,7 @@ type statusWriter struct {
 	fleets chan event.TypedGenericEvent[types.NamespacedName]
 
 	mu      sync.Mutex
-	pending map[types.NamespacedName]map[statusKey]*pendingStatus
+	pending map[types.NamespacedName]*fleetStatuses
 	writing map[statusKey]*pendingStatus
 	failed  map[types.NamespacedName]error
 }
@@ -111,7 +145,7 @@ func newStatusWriter(c client.Client, perSecond float32, workers int) *statusWri
 		slots:   make(chan struct{}, workers),
 		queue:   workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[types.NamespacedName]{Name: "tokenwarden-statuses"}),
 		fleets:  make(chan event.TypedGenericEvent[types.NamespacedName], 1024),
-		pending: map[types.NamespacedName]map[statusKey]*pendingStatus{},
+		pending: map[types.NamespacedName]*fleetStatuses{},
 		writing: map[statusKey]*pendingStatus{},
 		failed:  map[types.NamespacedName]error{},
 	}
@@ -129,12 +163,17 @@ func (w *statusWriter) source() source.Source {
 // enqueue queues p as the status of the object k names, in place of any queued.
 func (w *statusWriter) enqueue(k statusKey, p *pendingStatus) {
 	w.mu.Lock()
-	m := w.pending[p.fleet]
-	if m == nil {
-		m = map[statusKey]*pendingStatus{}
-		w.pending[p.fleet] = m
+	f := w.pending[p.fleet]
+	if f == nil {
+		f = &fleetStatuses{first: map[statusKey]*pendingStatus{}, rest: map[statusKey]*pendingStatus{}}
+		w.pending[p.fleet] = f
 	}
-	m[k] = p
+	f.delete(k)
+	if p.first {
+		f.first[k] = p
+	} else {
+		f.rest[k] = p
+	}
 	w.mu.Unlock()
 	w.queue.Add(p.fleet)
 }
@@ -144,8 +183,8 @@ func (w *statusWriter) enqueue(k statusKey, p *pendingStatus) {
 func (w *statusWriter) cancel(fleet types.NamespacedName, k statusKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if m := w.pending[fleet]; m != nil {
-		delete(m, k)
+	if f := w.pending[fleet]; f != nil {
+		f.delete(k)
 	}
 	if p := w.writing[k]; p != nil {
 		p.cancelled = true
@@ -156,7 +195,10 @@ func (w *statusWriter) cancel(fleet types.NamespacedName, k statusKey) {
 func (w *statusWriter) queued(fleet types.NamespacedName, k statusKey, in inputsDigest) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.pending[fleet][k]
+	var p *pendingStatus
+	if f := w.pending[fleet]; f != nil {
+		p = f.get(k)
+	}
 	if p == nil {
 		p = w.writing[k]
 	}
@@ -219,7 +261,7 @@ func (w *statusWriter) next(ctx context.Context) bool {
 	}
 	wg.Wait()
 	w.mu.Lock()
-	more := len(w.pending[fleet]) > 0
+	more := w.pending[fleet] != nil && w.pending[fleet].len() > 0
 	w.mu.Unlock()
 	if more {
 		w.queue.Add(fleet)
@@ -227,21 +269,27 @@ func (w *statusWriter) next(ctx context.Context) bool {
 	return true
 }
 
-// take moves one of the fleet's queued statuses to those being written: none of an
-// object whose status is being written (its next write waits for that one's end).
+// take moves one of the fleet's queued statuses to those being written, a first
+// status before any other: none of an object whose status is being written (its next
+// write waits for that one's end).
 func (w *statusWriter) take(fleet types.NamespacedName) (statusKey, *pendingStatus) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	m := w.pending[fleet]
-	for k, p := range m {
-		if w.writing[k] != nil {
-			continue
-		}
-		delete(m, k)
-		w.writing[k] = p
-		return k, p
+	f := w.pending[fleet]
+	if f == nil {
+		return statusKey{}, nil
 	}
-	if len(m) == 0 {
+	for _, m := range []map[statusKey]*pendingStatus{f.first, f.rest} {
+		for k, p := range m {
+			if w.writing[k] != nil {
+				continue
+			}
+			delete(m, k)
+			w.writing[k] = p
+			return k, p
+		}
+	}
+	if f.len() == 0 {
 		delete(w.pending, fleet)
 	}
 	return statusKey{}, nil
@@ -256,7 +304,7 @@ func (w *statusWriter) finish(ctx context.Context, k statusKey, p *pendingStatus
 	if err != nil && !apierrors.IsConflict(err) {
 		w.failed[p.fleet] = err
 	}
-	again := err != nil || (p.cancelled && w.pending[p.fleet][k] == nil)
+	again := err != nil || (p.cancelled && (w.pending[p.fleet] == nil || w.pending[p.fleet].get(k) == nil))
 	w.mu.Unlock()
 	if again {
 		log.FromContext(ctx).V(1).Info("Status write to settle again", "object", k.name, "error", err)

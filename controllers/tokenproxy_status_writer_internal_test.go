@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,5 +99,101 @@ func TestStatusWriterOneFleet(t *testing.T) {
 		if k.Status.Fingerprint != "0a1b2c3d" {
 			t.Errorf("key %s has no status written", k.Name)
 		}
+	}
+}
+
+// TestStatusWriterFirstStatusFirst: a key waiting for its first status (just created)
+// is written before a backlog of its fleet's other statuses, against the real API
+// server. A key added after a scale waited behind every budget's new per-replica
+// allowance, hundreds or thousands of writes, with no status at all meanwhile.
+func TestStatusWriterFirstStatusFirst(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set")
+	}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = twv1alpha1.AddToScheme(scheme)
+	real, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	const backlog = 200
+	fleet := types.NamespacedName{Namespace: "default", Name: "fleet"}
+	newKey := func(name string) *twv1alpha1.ApiKey {
+		k := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, SecretRef: twv1alpha1.SecretKeyReference{Name: name}}}
+		if err := real.Create(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	// The backlog: keys whose status already says their generation, each given a
+	// later one (as the replicas' reports do).
+	var settled []*twv1alpha1.ApiKey
+	for i := range backlog {
+		k := newKey(fmt.Sprintf("settled-%03d", i))
+		k.Status = twv1alpha1.ApiKeyStatus{ObservedGeneration: k.Generation, Fingerprint: "00000000"}
+		if err := real.Status().Update(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		settled = append(settled, k)
+	}
+	created := newKey("created")
+
+	var mu sync.Mutex
+	var order []string
+	c := interceptor.NewClient(real, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			mu.Lock()
+			order = append(order, obj.GetName())
+			mu.Unlock()
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	w := newStatusWriter(c, 10000, 1)
+	for _, k := range settled {
+		st := &twv1alpha1.ApiKeyStatus{ObservedGeneration: k.Generation, Fingerprint: "0a1b2c3d"}
+		w.enqueue(statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(k)},
+			&pendingStatus{fleet: fleet, status: st, resourceVersion: k.ResourceVersion, inputs: 1,
+				first: firstStatus(k.Generation, k.Status.ObservedGeneration)})
+	}
+	st := &twv1alpha1.ApiKeyStatus{ObservedGeneration: created.Generation, Fingerprint: "0a1b2c3d"}
+	w.enqueue(statusKey{kind: keyStatus, name: client.ObjectKeyFromObject(created)},
+		&pendingStatus{fleet: fleet, status: st, resourceVersion: created.ResourceVersion, inputs: 1,
+			first: firstStatus(created.Generation, created.Status.ObservedGeneration)})
+	go func() { _ = w.Start(ctx) }()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mu.Lock()
+		n := len(order)
+		at := slices.Index(order, "created")
+		mu.Unlock()
+		if at >= 0 {
+			if at != 0 {
+				t.Errorf("the new key's first status was write %d of one writer, behind %d of its fleet's other statuses; want the first", at+1, at)
+			}
+			break
+		}
+		if n > backlog || time.Now().After(deadline) {
+			t.Fatalf("the new key's status not written after %d writes", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var k twv1alpha1.ApiKey
+	if err := real.Get(ctx, client.ObjectKeyFromObject(created), &k); err != nil {
+		t.Fatal(err)
+	}
+	if k.Status.Fingerprint != "0a1b2c3d" {
+		t.Errorf("the new key's status is %+v, want the one queued", k.Status)
 	}
 }
