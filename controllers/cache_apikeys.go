@@ -19,15 +19,24 @@ import (
 // them anew for every key; the cache transform replaces each with one shared copy
 // (unique.Make: a copy lives while some object holds it), about 250 bytes a key.
 
-// slimAPIKey is the cache transform of ApiKeys: no managed fields, repeated strings
-// shared.
+// slimAPIKey is the cache transform of ApiKeys: no managed fields and no copy of the
+// last object kubectl applied (an annotation as large as the key, which the operator
+// never reads), repeated strings shared.
 func slimAPIKey(o any) (any, error) {
 	k, ok := o.(*twv1alpha1.ApiKey)
 	if !ok {
 		return o, nil
 	}
 	k.ManagedFields = nil
+	if _, there := k.Annotations[lastAppliedAnnotation]; there {
+		delete(k.Annotations, lastAppliedAnnotation)
+		if len(k.Annotations) == 0 {
+			k.Annotations = nil
+		}
+	}
+	k.APIVersion, k.Kind = intern(k.APIVersion), intern(k.Kind)
 	k.Namespace = intern(k.Namespace)
+	k.Spec.SecretRef.Key = intern(k.Spec.SecretRef.Key)
 	k.Spec.ProxyRef.Name = intern(k.Spec.ProxyRef.Name)
 	k.Spec.ProxyRef.Namespace = intern(k.Spec.ProxyRef.Namespace)
 	k.Spec.Team = intern(k.Spec.Team)
@@ -48,6 +57,9 @@ func shareConditionStrings(conds []metav1.Condition) {
 }
 
 var _ toolscache.TransformFunc = slimAPIKey
+
+// lastAppliedAnnotation is where kubectl apply keeps the object it applied.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // intern returns the shared copy of s.
 func intern[S ~string](s S) S {
