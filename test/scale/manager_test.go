@@ -45,8 +45,9 @@ type manager struct {
 }
 
 // startManager runs binary against the API server of kubeconfig, under limit bytes
-// of memory (0: none), and waits until its metrics are served.
-func startManager(ctx context.Context, binary, kubeconfig, dir string, limit int64) (m *manager, err error) {
+// of memory (0: none), with the extra flags (BENCH_MANAGER_FLAGS: --zap-log-level=1
+// logs each status write to settle again), and waits until its metrics are served.
+func startManager(ctx context.Context, binary, kubeconfig, dir string, limit int64, flags []string) (m *manager, err error) {
 	ports := make([]int, 3)
 	for i := range ports {
 		if ports[i], err = testproc.FreePort(); err != nil {
@@ -62,6 +63,7 @@ func startManager(ctx context.Context, binary, kubeconfig, dir string, limit int
 		"--metrics-bind-address=" + strings.TrimPrefix(m.metrics, "http://"),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 		"--pprof-bind-address=" + strings.TrimPrefix(m.pprof, "http://")}
+	args = append(args, flags...)
 	env := append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if limit > 0 {
 		if m.cg, err = newMemcg(limit); err != nil {

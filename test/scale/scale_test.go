@@ -144,7 +144,12 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Stop()
-	m, err := startManager(ctx, managerBinary, st.Kubeconfig, t.TempDir(), limit)
+	// The manager's log stays in BENCH_PROFILE_DIR when it is set, beside the profiles.
+	logDir := os.Getenv("BENCH_PROFILE_DIR")
+	if logDir == "" {
+		logDir = t.TempDir()
+	}
+	m, err := startManager(ctx, managerBinary, st.Kubeconfig, logDir, limit, strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +217,7 @@ func TestScale(t *testing.T) {
 	addKeys := func(label string) {
 		var took []time.Duration
 		for range repeats {
-			d, stages, writes := addKey(ctx, t, st, proxies, next)
+			d, stages, writes := addKey(ctx, t, st, proxies, next, b.dumpGoroutines)
 			next++
 			took = append(took, d)
 			r.printf("(a) %s: key %s enforced by every replica %v after its create; %s", label, bulk.ShortKeyName(next-1), d.Round(time.Millisecond), stages)
@@ -356,6 +361,22 @@ func (b *bench) profile(name string) {
 		b.t.Fatal(err)
 	}
 	fmt.Println("BENCH profile written:", path)
+}
+
+// dumpGoroutines writes the manager's goroutines into BENCH_PROFILE_DIR, when it is
+// set: what its workers wait on when a status does not come.
+func (b *bench) dumpGoroutines() {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	body, err := b.m.get(b.ctx, b.m.pprof+"/debug/pprof/goroutine?debug=2")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "goroutines.txt"), body, 0o600)
+	}
+	if err != nil {
+		b.t.Log(err)
+	}
 }
 
 // scaleTo sets the fleet's replicas as `kubectl scale` does: a patch of the one
@@ -637,7 +658,7 @@ func (s *stages) String() string {
 // key's create until it is Enforced=True and every proxy reports a config generation
 // that holds it, the stages of that path, and the status writes counted from before
 // the create until quiet after.
-func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack.Proxy, i int) (time.Duration, *stages, *writes) {
+func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack.Proxy, i int, dump func()) (time.Duration, *stages, *writes) {
 	t.Helper()
 	c := st.Client
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: bulk.ShortKeyName(i), Namespace: ns,
@@ -663,6 +684,7 @@ func addKey(ctx context.Context, t *testing.T, st *stack.Stack, proxies []*stack
 		}
 		last = why
 		if time.Now().After(deadline) {
+			dump()
 			t.Fatalf("key %s not enforced after 2 minutes: %s", key.Name, last)
 		}
 		time.Sleep(10 * time.Millisecond)
