@@ -181,10 +181,11 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetSc
 	tp := s.tp
 	now := time.Now()
 	var rs *reports
+	stale := false
 	if s.cfg.written {
 		var err error
 		if rs, err = r.readReports(ctx, s, now); s.steps.record(stepStatus, err) {
-			r.queueObjectStatuses(s, rs)
+			stale = r.queueObjectStatuses(s, rs)
 		} else {
 			rs = nil
 		}
@@ -205,8 +206,16 @@ func (r *TokenProxyReconciler) reconcileStatuses(ctx context.Context, s *fleetSc
 	if epochsChanged {
 		return time.Millisecond, nil
 	}
-	return rs.requeue(now), nil
+	d := rs.requeue(now)
+	if stale && (d == 0 || d > staleRetry) {
+		d = staleRetry
+	}
+	return d, nil
 }
+
+// staleRetry is how soon a fleet is reconciled again for a key whose status write
+// its cache does not hold yet.
+const staleRetry = 500 * time.Millisecond
 
 // markProxyNotFound queues Accepted=False/ProxyNotFound as the status of the objects
 // that reference a fleet that does not exist.

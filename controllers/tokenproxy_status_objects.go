@@ -22,8 +22,10 @@ import (
 
 // queueObjectStatuses queues the status of every TokenBudget and ApiKey the fleet read
 // whose status changes, once its config (of generation s.cfg.generation) is written,
-// and records events for what an operator must act on.
-func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
+// and records events for what an operator must act on. It says whether it left a
+// key whose status was just written, as the cache does not hold yet (stale): the
+// fleet is to be reconciled again shortly for it.
+func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) (stale bool) {
 	tp, g, generation := s.tp, s.gathered, s.cfg.generation
 	fleet := client.ObjectKeyFromObject(tp)
 	redis := tp.Spec.Storage.Type == twv1alpha1.StorageRedis
@@ -90,6 +92,12 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 			// Its status is computed from these inputs and queued already.
 			continue
 		}
+		if r.statuses.stale(ok, k.ResourceVersion) {
+			// The cache does not hold the key's last status write yet: a status
+			// computed from this version would conflict.
+			stale = true
+			continue
+		}
 		st := k.Status.DeepCopy()
 		st.ObservedGeneration = k.Generation
 		st.Fingerprint = fingerprint
@@ -115,6 +123,7 @@ func (r *TokenProxyReconciler) queueObjectStatuses(s *fleetScope, rs *reports) {
 			}
 		}
 	}
+	return stale
 }
 
 // contentGeneration is the config generation that first held an accepted object's

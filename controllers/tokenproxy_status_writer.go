@@ -89,6 +89,14 @@ func (f *fleetStatuses) get(k statusKey) *pendingStatus {
 	return f.rest[k]
 }
 
+// getIfAny is get on f, which may be nil.
+func (f *fleetStatuses) getIfAny(k statusKey) *pendingStatus {
+	if f == nil {
+		return nil
+	}
+	return f.get(k)
+}
+
 func (f *fleetStatuses) delete(k statusKey) {
 	delete(f.first, k)
 	delete(f.rest, k)
@@ -128,6 +136,11 @@ type statusWriter struct {
 	pending map[types.NamespacedName]*fleetStatuses
 	writing map[statusKey]*pendingStatus
 	failed  map[types.NamespacedName]error
+	// wroteOver is, for each ApiKey whose status was written and that no reconcile
+	// has read since at a later version, the resourceVersion the write replaced:
+	// while the cache holds that version, a status computed from it would conflict
+	// (stale).
+	wroteOver map[types.NamespacedName]string
 }
 
 // newStatusWriter writes with c, perSecond writes a second at most, workers at once.
@@ -148,6 +161,8 @@ func newStatusWriter(c client.Client, perSecond float32, workers int) *statusWri
 		pending: map[types.NamespacedName]*fleetStatuses{},
 		writing: map[statusKey]*pendingStatus{},
 		failed:  map[types.NamespacedName]error{},
+
+		wroteOver: map[types.NamespacedName]string{},
 	}
 }
 
@@ -304,12 +319,39 @@ func (w *statusWriter) finish(ctx context.Context, k statusKey, p *pendingStatus
 	if err != nil && !apierrors.IsConflict(err) {
 		w.failed[p.fleet] = err
 	}
-	again := err != nil || (p.cancelled && (w.pending[p.fleet] == nil || w.pending[p.fleet].get(k) == nil))
+	f := w.pending[p.fleet]
+	again := err != nil || (p.cancelled && (f == nil || f.get(k) == nil))
+	if err == nil && k.kind == keyStatus {
+		w.wroteOver[k.name] = p.resourceVersion
+		// A status queued meanwhile from the version this write replaced would
+		// conflict: the fleet's reconcile computes it again from the key as written.
+		if q := f.getIfAny(k); q != nil && q.resourceVersion == p.resourceVersion {
+			f.delete(k)
+			again = true
+		}
+	}
 	w.mu.Unlock()
 	if again {
 		log.FromContext(ctx).V(1).Info("Status write to settle again", "object", k.name, "error", err)
 		w.requeue(ctx, p.fleet)
 	}
+}
+
+// stale says whether resourceVersion is the version of the ApiKey k that its last
+// status write replaced: the cache has not caught up with that write, and a status
+// computed from it would conflict. A later version forgets the write.
+func (w *statusWriter) stale(k types.NamespacedName, resourceVersion string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was, there := w.wroteOver[k]
+	if !there {
+		return false
+	}
+	if was == resourceVersion {
+		return true
+	}
+	delete(w.wroteOver, k)
+	return false
 }
 
 // write writes p, the status of the object k names; an object that is gone has no
