@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"sync"
 
@@ -38,10 +39,27 @@ import (
 // config.MaxInline ends before (rare at this mean: about one chunk in 600).
 const chunkTargetBytes = 128 << 10
 
-// keyFragment is one key's JSON line, as Render writes it, and the key it encodes.
+// keyFragment is one key's JSON line, as Render writes it, and what tells the key it
+// encodes: its name, the hash of its key (compared exactly: a rotated key is always
+// encoded again) and a digest of the whole key (keyDigest), not a copy of it, which
+// held about 200 bytes a key, 10 MB at 50,000 keys.
 type keyFragment struct {
-	key  config.APIKey
-	json []byte
+	name, keySHA256 string
+	digest          uint64
+	json            []byte
+}
+
+// fragmentSeed seeds the digests of keys, compared only within this process.
+var fragmentSeed = maphash.MakeSeed()
+
+// keyDigest is a 64-bit digest of every field of k. Two keys that differ share it
+// with a chance of 2^-64 (the fragment then keeps its line until the key's next
+// change); their key hashes are compared apart.
+func keyDigest(k *config.APIKey) uint64 { return maphash.Comparable(fragmentSeed, *k) }
+
+// encodes says whether f is the line of k.
+func (f *keyFragment) encodes(k *config.APIKey) bool {
+	return f.name == k.Name && f.keySHA256 == k.KeySHA256 && f.digest == keyDigest(k)
 }
 
 // keyChunk is a chunk of keys as laid out: its keys, whether it opens the document,
@@ -151,12 +169,13 @@ func (l *DocLayout) Lay(cfg *config.Config, prefix string) (*LaidDoc, error) {
 	for i := range cfg.APIKeys {
 		k := &cfg.APIKeys[i]
 		f := l.frags[k.Name]
-		if f == nil || f.key != *k {
+		if f == nil || !f.encodes(k) {
 			buf.Reset()
 			if err := enc.Encode(k); err != nil {
 				return nil, err
 			}
-			f = &keyFragment{key: *k, json: bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))}
+			f = &keyFragment{name: k.Name, keySHA256: k.KeySHA256, digest: keyDigest(k),
+				json: bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))}
 		}
 		frags[k.Name] = f
 		order[i] = f
@@ -219,7 +238,7 @@ func (l *DocLayout) Lay(cfg *config.Config, prefix string) (*LaidDoc, error) {
 // key added or deleted elsewhere moves no chunk's end.
 func chunkEndsAfter(f *keyFragment) bool {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(f.key.Name))
+	_, _ = h.Write([]byte(f.name))
 	every := max(chunkTargetBytes/uint32(len(f.json)+len(keySeparator)), 1)
 	return h.Sum32()%every == 0
 }

@@ -5,7 +5,9 @@ package render
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -186,4 +188,46 @@ func BenchmarkOneKeyAdded(b *testing.B) {
 			_ = d.Chunks(int64(i))
 		}
 	})
+}
+
+// TestLayoutHeldBytes: the layout a fleet keeps between reconciles holds each key's
+// line and little more, beside the strings it shares with the config (the cache's):
+// with a copy of each rendered key it held about 200 bytes a key more, 10 MB at
+// 50,000 keys.
+func TestLayoutHeldBytes(t *testing.T) {
+	const keys = 20000
+	cfg := layoutConfig(keys)
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	var l DocLayout
+	d, err := l.Lay(cfg, "fleet-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = nil
+	after := heap()
+	runtime.KeepAlive(cfg)
+	runtime.KeepAlive(&l)
+	runtime.KeepAlive(d)
+	line := len(mustLine(t, &cfg.APIKeys[0]))
+	perKey := float64(after-before) / keys
+	t.Logf("the layout holds %.0f bytes a key (its line %d bytes)", perKey, line)
+	if most := float64(line) + 160; perKey > most {
+		t.Errorf("the layout holds %.0f bytes a key, want at most %.0f (the line and 160 bytes)", perKey, most)
+	}
+}
+
+// mustLine is the JSON line of k.
+func mustLine(t *testing.T, k *config.APIKey) []byte {
+	t.Helper()
+	b, err := json.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
