@@ -80,8 +80,11 @@ type fallbackCounter struct {
 	err   error
 	// ledger and pending are L and P at the read; spent is S.
 	ledger, pending, spent float64
-	charge                 budget.Charge
-	rule                   budget.DurableRule
+	// replicas divides the remainder: the most the fleet has been since the counter
+	// was first asked for (SetReplicas).
+	replicas int64
+	charge   budget.Charge
+	rule     budget.DurableRule
 }
 
 var _ redisstore.DurableFallback = (*Fallback)(nil)
@@ -176,14 +179,23 @@ func (f *Fallback) Reserve(ctx context.Context, charges []budget.Charge) (rediss
 
 // share is the replica's share of what the ledger says remains of ch's budget.
 func (f *Fallback) share(ch *budget.Charge, c *fallbackCounter) float64 {
-	return (ch.SharedCapacity - c.ledger) / float64(f.replicas.Load())
+	return (ch.SharedCapacity - c.ledger) / float64(c.replicas)
 }
 
 // SetReplicas changes the replicas the remainder is divided by (a reload of
-// budget_division.replicas, as the fleet scales).
+// budget_division.replicas, as the fleet scales). A counter already read this outage
+// divides by the most the fleet has been since: its share shrinks as the fleet grows
+// and never grows as it shrinks, for what a replica that left spent since the read
+// is in no sum this replica holds.
 func (f *Fallback) SetReplicas(n int64) {
 	f.init()
-	f.replicas.Store(max(n, 1))
+	n = max(n, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replicas.Store(n)
+	for _, c := range f.counters {
+		c.replicas = max(c.replicas, n)
+	}
 }
 
 // retryAfter is how long a refused counter waits: its calendar window's end, or a
@@ -203,7 +215,7 @@ func (f *Fallback) counter(ctx context.Context, ch *budget.Charge) (*fallbackCou
 	f.mu.Lock()
 	c, ok := f.counters[ch.Key]
 	if !ok {
-		c = &fallbackCounter{ready: make(chan struct{}), charge: *ch}
+		c = &fallbackCounter{ready: make(chan struct{}), charge: *ch, replicas: f.replicas.Load()}
 		c.charge.Amount = 0
 		f.counters[ch.Key] = c
 	}
