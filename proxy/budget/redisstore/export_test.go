@@ -18,3 +18,7 @@ func (s *Store) Waiting() int { return s.waiting() }
 
 // BeforeRelease runs f before each release of slot groups is sent.
 func (s *Store) BeforeRelease(f func()) { s.beforeRelease = f }
+
+// BeforeReplay runs f before each call that charges Redis with the ledger
+// fallback's spend.
+func (s *Store) BeforeReplay(f func()) { s.beforeReplay = f }

@@ -4,6 +4,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,24 +182,108 @@ func (s *Store) replayFallback() {
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
-		charges := (*fp).Drain()
-		if len(charges) == 0 {
-			return
+		if charges := (*fp).Drain(); len(charges) > 0 {
+			s.replay(charges, "replayed:"+randomPart())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		held, err := s.StoredEpoch(ctx)
-		if err != nil || held == "" || held != s.want() {
-			s.log.Warn("Redis answers again without the epoch the fallback's spend was counted under; the spend is not charged to it (the ledger holds it)",
-				"counters", len(charges), "error", err)
-			return
-		}
-		if _, _, levels := s.Charge(ctx, charges, budget.Debt); levels == nil {
-			s.log.Warn("Redis answers again, but the spend admitted on the durable fallback could not be charged to it", "counters", len(charges))
-			return
-		}
-		s.log.Info("Redis answers again: the spend admitted on the durable fallback is charged to its counters", "counters", len(charges))
 	}()
+}
+
+// Replay timings: the first retry's wait, doubled up to the last; how long a
+// replay's mark outlives it.
+const (
+	replayRetryFirst = time.Second
+	replayRetryMax   = 30 * time.Second
+	replayMarkTTL    = 24 * time.Hour
+)
+
+// replay charges Redis with charges, once: each slot group's part in one call with
+// the group's mark name, retried until every part landed, the store closes, or Redis
+// holds another epoch. A call whose answer was lost may have charged: sent again,
+// it finds its mark and charges nothing.
+func (s *Store) replay(charges []budget.Charge, mark string) {
+	parts := [][]int{nil}
+	if s.sharded {
+		parts = splitCharges(charges)
+	}
+	wait := replayRetryFirst
+	for attempt := 1; ; attempt++ {
+		var err error
+		parts, err = s.replayOnce(charges, parts, mark)
+		switch {
+		case errors.Is(err, errOtherEpoch):
+			s.log.Warn("Redis answers again without the epoch the fallback's spend was counted under; the spend is not charged to it (the ledger holds it)",
+				"counters", len(charges))
+			return
+		case err == nil:
+			s.log.Info("Redis answers again: the spend admitted on the durable fallback is charged to its counters", "counters", len(charges), "attempts", attempt)
+			return
+		}
+		if attempt == 1 {
+			s.log.Warn("Redis answers again, but the spend admitted on the durable fallback could not be charged to it yet; retrying until it is",
+				"counters", len(charges), "error", err)
+		}
+		select {
+		case <-s.done:
+			s.log.Warn("The store closed before the spend admitted on the durable fallback was charged to Redis (the ledger holds it)", "counters", len(charges))
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, replayRetryMax)
+	}
+}
+
+// errOtherEpoch is a Redis that holds another epoch than the replica runs under.
+var errOtherEpoch = errors.New("redis holds another epoch")
+
+// replayOnce sends the parts of charges (indexes into it; nil: all of it) that have
+// not landed, and returns those that still have not.
+func (s *Store) replayOnce(charges []budget.Charge, parts [][]int, mark string) ([][]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	held, err := s.StoredEpoch(ctx)
+	if err != nil {
+		return parts, err
+	}
+	if held == "" || held != s.want() {
+		return nil, errOtherEpoch
+	}
+	var left [][]int
+	var firstErr error
+	for _, ix := range parts {
+		part := charges
+		if ix != nil {
+			part = make([]budget.Charge, len(ix))
+			for j, i := range ix {
+				part[j] = charges[i]
+			}
+		}
+		if err := s.replayPart(ctx, part, mark); err != nil {
+			left = append(left, ix)
+			firstErr = cmp.Or(firstErr, err)
+		}
+	}
+	return left, firstErr
+}
+
+// replayPart charges one slot group's part, behind the group's mark.
+func (s *Store) replayPart(ctx context.Context, part []budget.Charge, mark string) error {
+	g := s.groups[0]
+	if s.sharded {
+		g = s.groups[groupOf(part[0].Key)]
+	}
+	p := newSpec(len(part))
+	for _, ch := range part {
+		p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, ch.Amount)
+	}
+	keys := append(p.keys, g.prefix+mark)
+	if s.beforeReplay != nil {
+		s.beforeReplay()
+	}
+	err := s.runScript(ctx, replayScript, keys, p.buf, budget.Debt.String(), replayMarkTTL.Milliseconds()).Err()
+	if err != nil {
+		return fmt.Errorf("charge the fallback's spend: %w", err)
+	}
+	return nil
 }
 
 // fallbackHold is the backend of a reservation decided while Redis was

@@ -97,6 +97,9 @@ type Store struct {
 	// beforeRelease, when set, runs before a release is sent (tests: a master dies
 	// between a reservation and its release).
 	beforeRelease func()
+	// beforeReplay, when set, runs before each call that charges the ledger
+	// fallback's spend (tests: a Redis that refuses the first, or loses its answer).
+	beforeReplay func()
 	// leaseFraction is Options.LeaseFraction; leases the slices held, by bucket key;
 	// leaseTakes counts the slices taken.
 	leaseFraction float64

@@ -394,7 +394,19 @@ return out
 // Returns what each bucket gave, then what of it went below zero (the debt it took
 // on), then each bucket's level after the charge, in the hold's units, packed as 3n
 // little-endian doubles.
-var chargeScript = redis.NewScript(bucketLib + `
+var chargeScript = redis.NewScript(bucketLib + chargeBody)
+
+// The replay script is the charge script behind a mark: the last key, which a replay
+// of the ledger fallback's spend sets (for ARGV[3] milliseconds) in the call that
+// charges. A replay sent again after a lost answer finds it, charges nothing and
+// returns "replayed". KEYS: the buckets', then the mark's.
+var replayScript = redis.NewScript(bucketLib + `
+if fetched[#KEYS] then return 'replayed' end
+call('SET', KEYS[#KEYS], '1', 'PX', ARGV[3])
+` + chargeBody)
+
+// chargeBody is the charge script's own code, after bucketLib.
+const chargeBody = `
 local spec = ARGV[1]
 local debt = ARGV[2] == 'debt'
 local n = #spec / 27
@@ -437,7 +449,7 @@ for i = 1, n do
 end
 flush()
 return pack('<' .. string.rep('d', 3 * n), unpack(out, 1, 3 * n))
-`)
+`
 
 // The epoch script gives a slot group an epoch when it has none, and returns the one
 // it holds: "<created ms on the Redis clock>-<random>".
