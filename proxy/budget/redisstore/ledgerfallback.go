@@ -275,11 +275,11 @@ func (s *Store) replayPart(ctx context.Context, part []budget.Charge, mark strin
 	for _, ch := range part {
 		p.add(s, ch.Key, ch.SharedCapacity, ch.SharedRate, ch.Amount)
 	}
-	keys := append(p.keys, g.prefix+mark)
+	p.keys = append(p.keys, g.prefix+mark)
 	if s.beforeReplay != nil {
 		s.beforeReplay()
 	}
-	err := s.runScript(ctx, replayScript, keys, p.buf, budget.Debt.String(), replayMarkTTL.Milliseconds()).Err()
+	err := s.runScript(ctx, replayScript, p.keys, p.buf, budget.Debt.String(), replayMarkTTL.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("charge the fallback's spend: %w", err)
 	}
