@@ -81,6 +81,8 @@ type TokenProxyReconciler struct {
 	configs configMemos
 	// layouts is each fleet's chunked document, key by key (tokenproxy_config_layout.go).
 	layouts render.DocLayouts
+	// scales serializes the writes of each fleet's Deployment's replicas (tokenproxy_scale.go).
+	scales scaleLocks
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -138,6 +140,9 @@ func (r *TokenProxyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Ma
 	if err != nil {
 		return err
 	}
+	if err := r.setupScaler(mgr); err != nil {
+		return err
+	}
 	if err := r.setupUsage(mgr); err != nil {
 		return err
 	}
@@ -163,6 +168,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.keyOrders.forget(req.NamespacedName)
 			r.configs.forget(req.NamespacedName)
 			r.layouts.Forget(req.NamespacedName)
+			r.scales.forget(req.NamespacedName)
 			_ = r.statuses.failure(req.NamespacedName) // its objects' statuses are queued again below
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -19,13 +20,76 @@ import (
 // refusedReads is the suite's reconciler's client: the manager's, except that it
 // reads the Deployments of the namespaces a spec names from the API server as a user
 // without rights, which refuses them, as it would refuse an operator whose
-// ClusterRole lost a verb.
+// ClusterRole lost a verb; and that it holds the ConfigMap writes of the namespaces
+// a spec names until it releases them, as a slow admission webhook or a slow render
+// would hold the reconcile.
 type refusedReads struct {
 	client.Client
 	refuser client.Client
 
 	mu         sync.Mutex
 	namespaces map[string]bool
+	held       map[string]*heldCreates
+}
+
+// heldCreates holds one namespace's ConfigMap writes: started is closed by the first
+// write held, release lets them all through.
+type heldCreates struct {
+	started, release chan struct{}
+	once             sync.Once
+}
+
+// holdConfigMaps holds ns's ConfigMap creates and updates until the returned release
+// is called; the channel is closed once a write is held.
+func (r *refusedReads) holdConfigMaps(ns string) (started <-chan struct{}, release func()) {
+	h := &heldCreates{started: make(chan struct{}), release: make(chan struct{})}
+	r.mu.Lock()
+	r.held[ns] = h
+	r.mu.Unlock()
+	var once sync.Once
+	return h.started, func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.held, ns)
+			r.mu.Unlock()
+			close(h.release)
+		})
+	}
+}
+
+// Create waits, for a ConfigMap of a namespace whose writes are held, until they
+// are released.
+func (r *refusedReads) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := r.waitHeld(ctx, obj); err != nil {
+		return err
+	}
+	return r.Client.Create(ctx, obj, opts...)
+}
+
+// Update waits as Create does.
+func (r *refusedReads) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := r.waitHeld(ctx, obj); err != nil {
+		return err
+	}
+	return r.Client.Update(ctx, obj, opts...)
+}
+
+// waitHeld returns once obj's write may go on: at once unless obj is a ConfigMap of a
+// namespace whose writes are held.
+func (r *refusedReads) waitHeld(ctx context.Context, obj client.Object) error {
+	r.mu.Lock()
+	h := r.held[obj.GetNamespace()]
+	r.mu.Unlock()
+	if _, ok := obj.(*corev1.ConfigMap); !ok || h == nil {
+		return nil
+	}
+	h.once.Do(func() { close(h.started) })
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // readsOf is the client the suite's reconciler reads through.
@@ -38,7 +102,7 @@ func newRefusedReads(c client.Client) *refusedReads {
 	as.Impersonate = rest.ImpersonationConfig{UserName: "operator-without-rights"}
 	refuser, err := client.New(as, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	return &refusedReads{Client: c, refuser: refuser, namespaces: map[string]bool{}}
+	return &refusedReads{Client: c, refuser: refuser, namespaces: map[string]bool{}, held: map[string]*heldCreates{}}
 }
 
 // refuse makes the reads of ns's Deployments fail (on) or work again (off).

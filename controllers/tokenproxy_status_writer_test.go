@@ -42,7 +42,7 @@ var _ = Describe("A scale during a burst of key status writes", func() {
 		return n
 	}
 
-	It("reaches the Deployment and the rendered division within seconds, and every key's status follows", func() {
+	It("reaches the Deployment within seconds, before a render under way, then the rendered division, and every key's status follows", func() {
 		ns := newNamespace("burst")
 		start := time.Now()
 		Expect(bulk.CreateShortKeys(ctx, k8sClient, ns, "fleet", 0, keys, 32)).To(Succeed())
@@ -82,7 +82,29 @@ var _ = Describe("A scale during a burst of key status writes", func() {
 			time.Since(created), pending)
 		Expect(pending).To(BeNumerically(">", 0), "the first fleet's backlog was written before the other fleet's key: the check proves nothing")
 
-		Eventually(func(g Gomega) int { return readyKeys(g, ns) }, 5*time.Minute, time.Second).Should(Equal(keys))
+		By("a scale while a render of the fleet's config is under way and held")
+		started, release := readsOf.holdConfigMaps(ns)
+		DeferCleanup(release)
+		Expect(bulk.CreateShortKeys(ctx, k8sClient, ns, "fleet", keys, 1, 1)).To(Succeed())
+		Eventually(started, time.Minute).Should(BeClosed(), "the new key's render writes the config")
+		scaled = time.Now()
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet"}, &tp)).To(Succeed())
+		patch = client.MergeFrom(tp.DeepCopy())
+		tp.Spec.Replicas = ptr.To[int32](5)
+		Expect(k8sClient.Patch(ctx, &tp, patch)).To(Succeed())
+		Eventually(func(g Gomega) int32 { return deploymentReplicas(g, ns) }, bound, 100*time.Millisecond).Should(Equal(int32(5)),
+			"the scale waited behind the render")
+		GinkgoWriter.Printf("scale reached the Deployment in %s while the render was held\n", time.Since(scaled))
+		release()
+		Consistently(func(g Gomega) int32 { return deploymentReplicas(g, ns) }, 2*time.Second, 100*time.Millisecond).Should(Equal(int32(5)),
+			"the released reconcile applied the size it read before the scale")
+		Eventually(func(g Gomega) {
+			g.Expect(rendered(g, ns).APIKeys).To(HaveLen(keys + 1))
+			g.Expect(rendered(g, ns).RateLimiting.BudgetDivision.Replicas).To(Equal(int64(5)))
+		}, time.Minute, 100*time.Millisecond).Should(Succeed(), "the division follows once the config is written")
+		Expect(deploymentReplicas(Default, ns)).To(Equal(int32(5)))
+
+		Eventually(func(g Gomega) int { return readyKeys(g, ns) }, 5*time.Minute, time.Second).Should(Equal(keys + 1))
 		GinkgoWriter.Printf("every key Ready %s after the scale\n", time.Since(scaled))
 	})
 })

@@ -182,11 +182,12 @@ const fieldManager = "tokenwarden"
 // The pod template carries the hash of the credentials the pods read, so a rotation
 // rolls them; while a credential is missing the hash in force is kept.
 func (r *TokenProxyReconciler) applyDeployment(ctx context.Context, tp *twv1alpha1.TokenProxy, creds credentials) (*appsv1.Deployment, error) {
+	defer r.scales.lock(client.ObjectKeyFromObject(tp))()
 	want := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: proxyName(tp), Namespace: tp.Namespace, Labels: labels(tp)},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(ptr.Deref(tp.Spec.Replicas, 1)),
+			Replicas: ptr.To(r.latestReplicas(ctx, tp)),
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(tp)},
 		},
 	}
