@@ -44,6 +44,10 @@ var _ = Describe("A fleet's checks of its Redis", func() {
 		Expect(k8sClient.Create(ctx, credentialSecret(ns, "redis-checker", map[string]string{"password": "pw"}))).To(Succeed())
 		var template corev1.PodTemplateSpec
 		Eventually(func(g Gomega) {
+			// The status first: it is written after the Deployment it speaks of.
+			st := proxyStatus(g, ns)
+			g.Expect(verdictOf(st.Conditions, twv1alpha1.ConditionAccepted).Status).To(BeEquivalentTo("True"))
+			g.Expect(verdictOf(st.Conditions, twv1alpha1.ConditionDegraded).Status).To(BeEquivalentTo("False"))
 			c := rendered(g, ns).RateLimiting.Redis.Checks
 			g.Expect(c.Mode).To(Equal("enforce"))
 			g.Expect(c.IntervalSeconds).To(Equal(int64(30)))
@@ -58,7 +62,6 @@ var _ = Describe("A fleet's checks of its Redis", func() {
 			g.Expect(env[checkPasswordEnv].SecretKeyRef.Name).To(Equal("redis-checker"))
 			g.Expect(env[checkPasswordEnv].SecretKeyRef.Key).To(Equal("password"))
 			g.Expect(d.Spec.Template.Annotations).To(HaveKey(credentialsAnnotation), "the credentials the pods run with")
-			g.Expect(verdictOf(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionAccepted).Status).To(BeEquivalentTo("True"))
 			template = *d.Spec.Template.DeepCopy()
 		}, enforceTimeout).Should(Succeed())
 
