@@ -83,6 +83,8 @@ type TokenProxyReconciler struct {
 	layouts render.DocLayouts
 	// scales serializes the writes of each fleet's Deployment's replicas (tokenproxy_scale.go).
 	scales scaleLocks
+	// ownStatuses is each fleet's last TokenProxy status write (tokenproxy_status_own.go).
+	ownStatuses ownStatuses
 }
 
 // SetupWithManager registers the reconciler, its indexes and its watches.
@@ -169,6 +171,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.configs.forget(req.NamespacedName)
 			r.layouts.Forget(req.NamespacedName)
 			r.scales.forget(req.NamespacedName)
+			r.ownStatuses.forget(req.NamespacedName)
 			_ = r.statuses.failure(req.NamespacedName) // its objects' statuses are queued again below
 			if err := r.deleteAuthDelegator(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
@@ -177,6 +180,7 @@ func (r *TokenProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		return ctrl.Result{}, err
 	}
+	r.ownStatuses.overlay(&tp)
 	if !tp.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}

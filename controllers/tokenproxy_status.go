@@ -31,7 +31,7 @@ func setCondition(conds *[]metav1.Condition, typ string, ok bool, reason, msg st
 // writeProxyStatus writes st as the TokenProxy's status when it differs semantically
 // from the status tp holds. It replaces the whole status (a conflict is retried by
 // the next reconcile), so zero values such as readyReplicas: 0 are stored too. tp is
-// not changed: a copy is written.
+// not changed: a copy is written, and remembered until the cache holds it.
 func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alpha1.TokenProxy, st *twv1alpha1.TokenProxyStatus) error {
 	if equality.Semantic.DeepEqual(&tp.Status, st) {
 		return nil
@@ -41,6 +41,7 @@ func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alp
 	if err := r.Status().Update(ctx, o); err != nil {
 		return fmt.Errorf("patch status of %s: %w", o.Name, err)
 	}
+	r.ownStatuses.wrote(client.ObjectKeyFromObject(tp), tp.ResourceVersion, o.ResourceVersion, st)
 	return nil
 }
 

@@ -226,17 +226,17 @@ func (m *manager) cpu() time.Duration {
 	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
-// describe is the manager's memory: its peak resident memory and, under a limit,
-// its cgroup's peak and OOM kills.
+// describe is the manager's memory: under a limit, its cgroup's peak charge (what
+// the limit counts) and OOM kills; and its peak resident memory, which also counts
+// the binary's pages shared with the page cache, charged to the cgroup that read
+// them first, so it may exceed the limit without a kill.
 func (m *manager) describe() string {
-	s := "peak resident memory " + mib(float64(m.status("VmHWM")))
-	if m.cg != nil {
-		s += fmt.Sprintf(" under a limit of %s (its cgroup's peak charge, page cache included: %s; OOM kills: %d)",
-			mib(float64(m.limit)), mib(float64(m.cg.peak())), m.cg.oomKills())
-	} else {
-		s += ", with no memory limit"
+	hwm := mib(float64(m.status("VmHWM")))
+	if m.cg == nil {
+		return "peak resident memory " + hwm + ", with no memory limit"
 	}
-	return s
+	return fmt.Sprintf("its cgroup's peak charge %s under a limit of %s (page cache included; OOM kills: %d); peak resident memory %s (shared pages of the binary included)",
+		mib(float64(m.cg.peak())), mib(float64(m.limit)), m.cg.oomKills(), hwm)
 }
 
 // memcg is a memory cgroup of its own, under this process's: cgroup v1's memory
