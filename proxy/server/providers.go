@@ -196,8 +196,16 @@ func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 		if !first {
 			s.metrics.Providers.Failovers.WithLabelValues(try.Model.Name).Inc()
 		}
-		if !first && !s.recount(ex, r, c.Up) {
-			return
+		if !first {
+			switch s.recount(ex, r, c.Up) {
+			case recountAnswered:
+				return
+			case recountMoved:
+				// To a budget's fallback model, admitted on its upstream: its
+				// attempts start over (a request moves once).
+				s.tryUpstreams(ex, r, now)
+				return
+			}
 		}
 		ex.upstream = c.Up
 		out := r
@@ -213,35 +221,63 @@ func (s *Server) tryUpstreams(ex *exchange, r *http.Request, now time.Time) {
 	}
 }
 
+// recounted is what recount did with a failed-over request.
+type recounted int
+
+const (
+	// recountKept: the request goes on to the upstream asked for.
+	recountKept recounted = iota
+	// recountMoved: the serving upstream's budget refused it and the refusing rule's
+	// fallback model took it (ex.try and ex.upstream are the fallback's).
+	recountMoved
+	// recountAnswered: it was answered, refused or failed by the store.
+	recountAnswered
+)
+
 // recount moves a failed-over request's charge to the upstream that takes it, when a
 // rule selects on or counts by the provider and the upstream is another: the first
 // upstream's hold is released and the request admitted again as the new upstream's,
-// before any byte of it is sent there. It reports false when it answered: the
-// serving provider's budget refuses the request, or the store cannot decide.
-func (s *Server) recount(ex *exchange, r *http.Request, up *upstream.Upstream) bool {
+// before any byte of it is sent there. A refusal there is handled as at the first
+// admission: the refusing rule's fallback model serves the request when it can, or
+// the refusal is the client's answer.
+func (s *Server) recount(ex *exchange, r *http.Request, up *upstream.Upstream) recounted {
 	if !ex.rt.policy.Reads().Has(budget.AttrProvider) || ex.upstream == nil || ex.upstream.Name == up.Name {
-		return true
+		return recountKept
 	}
 	ex.upstream = up
 	id, ok := ex.identity()
-	if !ok || id.Exempt || (id.Key != nil && id.Key.Bypass) {
-		return ok
+	if !ok {
+		return recountAnswered
+	}
+	if id.Exempt || (id.Key != nil && id.Key.Bypass) {
+		return recountKept
 	}
 	ex.hold.Release()
 	ex.hold, ex.dec = nil, budget.Decision{}
-	dec, err := s.limiter.Admit(r.Context(), ex.rt.policy, id, ex.ask())
+	ask := ex.ask()
+	dec, err := s.limiter.Admit(r.Context(), ex.rt.policy, id, ask)
+	moved := false
+	if err == nil && dec.Refusal != nil && len(ex.rt.Fallbacks) > 0 {
+		dec = s.fallback(r.Context(), ex, id, ask, dec)
+		moved = dec.Refusal == nil
+	}
 	if err == nil {
 		ex.admitted(&id, &dec)
 	}
 	if err != nil {
-		return ex.storeFailed(err, s.ledgerAttests)
+		ex.storeFailed(err, s.ledgerAttests)
+		return recountAnswered
 	}
 	ex.dec, ex.hold = dec, dec.Hold
-	if dec.Refusal != nil {
+	switch {
+	case dec.Refusal != nil:
 		s.countBudgetRefusal(dec.Refusal, id.Model)
-		return ex.refuse(dec.Refusal, s.clock.Now())
+		ex.refuse(dec.Refusal, s.clock.Now())
+		return recountAnswered
+	case moved:
+		return recountMoved
 	}
-	return true
+	return recountKept
 }
 
 // attemptRequest is the request for another attempt: its body replayed, with the

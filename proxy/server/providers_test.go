@@ -435,3 +435,47 @@ var _ = Describe("A rule by provider when a request fails over", func() {
 		Expect(r.keyLevel()).To(Equal(100000.0-50), "the refused request holds nothing")
 	})
 })
+
+var _ = Describe("A budget's fallback model when a request fails over", func() {
+	It("serves a request the serving upstream's budget refuses at its admission again with the fallback model, as a first admission would", func() {
+		r := &registry{primary: fakellm.New(), secondary: fakellm.New()}
+		p, s := httptest.NewServer(r.primary), httptest.NewServer(r.secondary)
+		DeferCleanup(p.Close)
+		DeferCleanup(s.Close)
+		r.harness = newHarness(strings.NewReplacer("PRIMARY", p.URL, "SECONDARY", s.URL).Replace(`
+upstreams:
+- {name: primary, url: PRIMARY}
+- {name: secondary, url: SECONDARY}
+- {name: small, url: UPSTREAM}
+models:
+- {name: gpt-4o, upstreams: [{upstream: primary}, {upstream: secondary}]}
+- {name: gpt-4o-mini, upstreams: [{upstream: small}]}
+api_keys:
+- {name: alice, key_sha256: HASH(alice)}
+rate_limiting:
+  budget_division: {replicas: 1}
+  limits:
+    per_api_key: {tokens_per_minute: 100000}
+  rules:
+  - name: big-on-secondary
+    dimension: model
+    subjects: [gpt-4o]
+    applies_when: {provider: [secondary]}
+    windows: [{limit: 100, rolling: {period: minute}}]
+    fallback_model: gpt-4o-mini
+`))
+		r.primary.Set(fakellm.Behaviour{Status: 503})
+		r.llm.Set(fakellmUsage(30, 12))
+		rep := r.chat("sk-alice", 200)
+		Expect(rep.code).To(Equal(200), "the secondary's budget refused gpt-4o after the failover: %s", rep.body)
+		Expect(rep.header.Get(server.FallbackHeader)).To(Equal("fallback(gpt-4o -> gpt-4o-mini, budget)"))
+		Expect(rep.header.Get(server.UpstreamHeader)).To(Equal("small"))
+		Expect(r.primary.Requests()).To(HaveLen(1))
+		Expect(r.secondary.Requests()).To(BeEmpty(), "nothing was sent to the upstream whose budget refused it")
+		Expect(r.llm.Requests()).To(HaveLen(1))
+		Expect(string(r.llm.Requests()[0].Body)).To(ContainSubstring(`"model":"gpt-4o-mini"`))
+		Expect(counter(r.m.RuleRequests.WithLabelValues("big-on-secondary", "minute", "refused"))).To(Equal(1.0))
+		Expect(counter(r.m.Providers.Fallbacks.WithLabelValues("gpt-4o", "gpt-4o-mini"))).To(Equal(1.0))
+		Expect(r.keyLevel()).To(Equal(100000.0-42), "the key is charged once, the usage of the fallback's answer")
+	})
+})
