@@ -52,5 +52,21 @@ var _ = Describe("An InFlight TokenBudget from TokenBudget to proxy", func() {
 			g.Expect(ready.Message).To(ContainSubstring("memory storage: each replica's own limit in flight, whole, not divided"))
 			g.Expect(b.Status.Summary.Windows).To(Equal("1 in flight"))
 		}).Should(Succeed())
+
+		By("the fleet moving to Redis storage")
+		var tp twv1alpha1.TokenProxy
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet"}, &tp)).To(Succeed())
+		patch := client.MergeFrom(tp.DeepCopy())
+		tp.Spec.Storage = twv1alpha1.StorageSpec{Type: twv1alpha1.StorageRedis, Redis: &twv1alpha1.RedisSpec{URL: "redis://redis:6379"}}
+		Expect(k8sClient.Patch(ctx, &tp, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			var b twv1alpha1.TokenBudget
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "one-per-session"}, &b)).To(Succeed())
+			ready := meta.FindStatusCondition(b.Status.Conditions, twv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Message).To(ContainSubstring("Redis storage: the replicas share the fleet's total in flight, in leased slots (a replica that dies frees its slots within 30s)"))
+			g.Expect(ready.Message).NotTo(ContainSubstring("each replica's own"))
+			g.Expect(b.Status.Summary.Windows).To(Equal("1 in flight"))
+		}).Should(Succeed())
 	})
 })
