@@ -60,6 +60,10 @@ the request does not send. A client-supplied value beyond its key's max_attribut
 values this window lands in the overflow subject, and explain says so. A rule whose appliesWhen the
 request does not match is named with the value that keeps it out.
 
+For an InFlight budget it shows the requests in flight now in the counter the request would take a
+slot of, of its limit: the fleet's under Redis storage; under memory storage each replica's own (it
+holds the limit alone, not divided), the busiest replica's with each one's beside it.
+
 Under memory storage each replica holds its own buckets: USED is the most used replica's, and -o wide
 shows each replica's. Under Redis storage every replica reads the same buckets.
 
@@ -90,6 +94,9 @@ type Explained struct {
 	// one's used percent (memory storage: each replica's own buckets).
 	Replicas []string     `json:"replicas"`
 	Used     [][]*float64 `json:"used_by_replica,omitempty"`
+	// InFlight holds, per budget, each replica's requests in flight in an in-flight
+	// window counted by each replica (nil for others).
+	InFlight [][]*int64 `json:"in_flight_by_replica,omitempty"`
 	// Generations are the replicas' config generations when they differ.
 	Generations []int64 `json:"generations,omitempty"`
 }
@@ -135,6 +142,7 @@ func (x *explainOptions) run(ctx context.Context, key string) error {
 	for _, err := range failed {
 		fmt.Fprintf(x.Streams.ErrOut, "warning: %v\n", err)
 	}
+	out.busiest()
 	out.tightest()
 	if !x.out.table() {
 		return x.out.printRows(x.Streams.Out, []*Explained{out})
@@ -157,11 +165,41 @@ func merge(e *Explained, name string, a explain.Answer) *Explained {
 	e.Replicas = append(e.Replicas, name)
 	for i := range a.Budgets {
 		if len(e.Used) <= i {
-			e.Used = append(e.Used, nil)
+			e.Used, e.InFlight = append(e.Used, nil), append(e.InFlight, nil)
 		}
 		e.Used[i] = append(e.Used[i], a.Budgets[i].UsedPercent)
+		e.InFlight[i] = append(e.InFlight[i], a.Budgets[i].InFlight)
 	}
 	return e
+}
+
+// busiest makes each in-flight window counted by each replica show the busiest
+// replica's count: each holds the limit on its own, and the busiest refuses first.
+// InFlight keeps only the in-flight windows' counts.
+func (e *Explained) busiest() {
+	some := false
+	for i := range e.InFlight {
+		if slices.ContainsFunc(e.InFlight[i], func(n *int64) bool { return n != nil }) {
+			some = true
+		} else {
+			e.InFlight[i] = nil
+		}
+	}
+	if !some {
+		e.InFlight = nil
+	}
+	for i := range e.Budgets {
+		b := &e.Budgets[i]
+		if b.InFlightOf != "replica" || i >= len(e.InFlight) {
+			continue
+		}
+		for _, n := range e.InFlight[i] {
+			if n != nil && (b.InFlight == nil || *n > *b.InFlight) {
+				v := *n
+				b.InFlight = &v
+			}
+		}
+	}
 }
 
 // tightest makes each budget's UsedPercent the most used replica's, and Tightest the
@@ -217,6 +255,7 @@ func (x *explainOptions) printTable(w io.Writer, e *Explained) error {
 		return err
 	}
 	printAttributes(w, e)
+	printInFlight(w, e)
 	for _, r := range e.Replaced {
 		fmt.Fprintf(w, "%s is replaced by %s.\n", r.What, r.By)
 	}
@@ -409,4 +448,42 @@ func attrValue(a budget.AttributeValue) string {
 		return a.Attribute + " " + a.Value + " (upstream " + a.Upstream + ")"
 	}
 	return a.Attribute + " " + a.Value
+}
+
+// printInFlight says, for each in-flight window, the requests in flight now in the
+// counter the request would take a slot of, of its limit, and whose they are: the
+// fleet's under Redis storage, each replica's own under memory storage (or while the
+// fleet's cannot be read).
+func printInFlight(w io.Writer, e *Explained) {
+	for i := range e.Budgets {
+		b := &e.Budgets[i]
+		if b.InFlight == nil {
+			continue
+		}
+		head := fmt.Sprintf("#%d %s in flight: %d of %s", b.Order, budgetName(b), *b.InFlight, number(b.Limit))
+		switch {
+		case b.InFlightOf == "fleet":
+			fmt.Fprintf(w, "%s, the fleet's: Redis storage, every replica's requests hold leased slots of one limit.\n", head)
+		case len(e.Replicas) > 1:
+			fmt.Fprintf(w, "%s on the busiest replica (%s): each replica holds the limit on its own, not divided.\n", head, inFlightBy(e, i))
+		default:
+			fmt.Fprintf(w, "%s on this replica: each replica holds the limit on its own, not divided.\n", head)
+		}
+	}
+	if e.InFlightError != "" {
+		fmt.Fprintf(w, "The fleet's requests in flight were not read (%s): the counts are the replica's own, which decide while the fleet's cannot.\n", e.InFlightError)
+	}
+}
+
+// inFlightBy is each replica's requests in flight in budget i.
+func inFlightBy(e *Explained, i int) string {
+	parts := make([]string, 0, len(e.Replicas))
+	for j, n := range e.InFlight[i] {
+		v := "-"
+		if n != nil {
+			v = fmt.Sprint(*n)
+		}
+		parts = append(parts, e.Replicas[j]+" "+v)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -194,7 +194,8 @@ func stable(s string) string {
 }
 
 // attributeConfig is one replica's config with rules that select on the agent and
-// count by the session and by the serving upstream, and a bound of two sessions.
+// count by the session (one of them two requests in flight per session) and by the
+// serving upstream, and a bound of two sessions.
 const attributeConfig = `
 upstreams: [{name: local, url: %q}]
 auth: {mode: required}
@@ -205,15 +206,28 @@ rate_limiting:
   max_attribute_values: 2
   rules:
   - {name: llm/planner-sessions, dimension: api_key, count_by: session, applies_when: {agent: [planner]}, amount: requests, windows: [{limit: 100, rolling: {period: minute}}]}
+  - {name: llm/planner-in-flight, dimension: api_key, count_by: session, applies_when: {agent: [planner]}, amount: in_flight, windows: [{limit: 2}]}
   - {name: llm/per-upstream, dimension: global, count_by: provider, windows: [{limit: 100000, rolling: {period: minute}}]}
   - {name: llm/coder, dimension: api_key, applies_when: {agent: [coder]}, amount: requests, windows: [{limit: 10, rolling: {period: minute}}]}
 `
 
+// holdHeader makes the test backend hold a request until the test lets it go.
+const holdHeader = "X-Test-Hold"
+
 // explain names, for each rule that selects on or counts by an attribute, the
 // request's values and the counter they land in; a session beyond the key's bound in
-// the overflow subject; and the rule the agent keeps out.
+// the overflow subject; the rule the agent keeps out; and an in-flight rule's
+// requests in flight now, of its limit, and whose they are.
 func TestExplainAttributes(t *testing.T) {
-	llm := httptest.NewServer(fakellm.New())
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	backend := fakellm.New()
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(holdHeader) != "" {
+			held <- struct{}{}
+			<-hold
+		}
+		backend.ServeHTTP(w, r)
+	}))
 	t.Cleanup(llm.Close)
 	p := startProxy(t, fmt.Sprintf(attributeConfig, llm.URL, sum("sk-alice")))
 	addrs := "--admin-addr=" + p.admin
@@ -223,12 +237,43 @@ func TestExplainAttributes(t *testing.T) {
 			t.Fatalf("alice's request in session %s: %d", s, got)
 		}
 	}
+	// One request of session s-2 stays in flight while explain is asked.
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"demo","max_tokens":10,"messages":[{"role":"user","content":"Next step."}]}`))
+		req.Header.Set("Authorization", "Bearer sk-alice")
+		req.Header.Set(attribute.AgentHeader, "planner")
+		req.Header.Set(attribute.SessionHeader, "s-2")
+		req.Header.Set(holdHeader, "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-held
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+			if got := <-done; got != http.StatusOK {
+				t.Errorf("the request held in flight: %d", got)
+			}
+		}
+	}
+	t.Cleanup(release)
 
 	known := mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-2", addrs)
 	for _, s := range []string{
 		"Request attributes: agent planner, endpoint chat_completions, provider openai, session s-2, upstream local.",
-		"#1 llm/planner-sessions minute selects agent planner, counts by session s-2: counter api_key alice by session s-2.",
-		"#2 llm/per-upstream minute counts by provider local: counter global by provider local.",
+		"#1 llm/planner-in-flight in_flight selects agent planner, counts by session s-2: counter api_key alice by session s-2.",
+		"#1 llm/planner-in-flight in flight: 1 of 2 on this replica: each replica holds the limit on its own, not divided.",
+		"#2 llm/planner-sessions minute selects agent planner, counts by session s-2: counter api_key alice by session s-2.",
+		"#3 llm/per-upstream minute counts by provider local: counter global by provider local.",
 		"llm/coder minute does not apply: agent planner is not one of coder.",
 	} {
 		if !strings.Contains(known, s) {
@@ -249,8 +294,27 @@ func TestExplainAttributes(t *testing.T) {
 		Items []plugin.Explained `json:"items"`
 	}
 	must(t, json.Unmarshal([]byte(mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-3", addrs, "-o", "json")), &asJSON))
-	if b := asJSON.Items[0].Budgets[0]; !b.Overflow || b.By != "(beyond max_attribute_values)" || b.Attributes[1].Value != "s-3" {
+	if b := asJSON.Items[0].Budgets[1]; !b.Overflow || b.By != "(beyond max_attribute_values)" || b.Attributes[1].Value != "s-3" {
 		t.Errorf("the JSON of the overflowed session: %+v", b)
+	}
+
+	// The JSON of the session in flight; and its slot back once it ends.
+	asJSON.Items = nil
+	must(t, json.Unmarshal([]byte(mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-2", addrs, "-o", "json")), &asJSON))
+	if b := asJSON.Items[0].Budgets[0]; b.Window != "in_flight" || b.Limit != 2 || b.InFlight == nil || *b.InFlight != 1 || b.InFlightOf != "replica" ||
+		b.UsedPercent == nil || *b.UsedPercent != 50 {
+		t.Errorf("the JSON of the in-flight window of s-2 with one request in flight: %+v", b)
+	}
+	release()
+	want = "#1 llm/planner-in-flight in flight: 0 of 2 on this replica"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		after := mustKubectl(t, reader, "tokenwarden", "explain", "alice", "--model", "demo", "--agent", "planner", "--session", "s-2", addrs)
+		if strings.Contains(after, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("explain after the request in flight ended does not say %q:\n%s", want, after)
+		}
 	}
 }
 

@@ -29,7 +29,8 @@ type Explanation struct {
 	// Divisor is the budget division: a replica's memory holds 1/Divisor of each
 	// rolling fleet total.
 	Divisor int64 `json:"budget_division_replicas"`
-	// Budgets are the buckets a request draws on, in the order they are reserved.
+	// Budgets are the buckets and in-flight windows a request draws on, in the order
+	// they are taken.
 	Budgets []Explained `json:"budgets"`
 	// Replaced are the budgets that would apply but for a budget of this identity's
 	// own that replaces them.
@@ -53,6 +54,9 @@ type Explanation struct {
 	// not tell whether a value is beyond it.
 	MaxAttributeValues int64  `json:"max_attribute_values,omitempty"`
 	ValuesError        string `json:"values_error,omitempty"`
+	// InFlightError says why the fleet's slots in flight were not read: the counts
+	// shown are then this replica's, which decide while the fleet's cannot.
+	InFlightError string `json:"in_flight_error,omitempty"`
 }
 
 // AttributeValue is one request attribute a budget selects on or counts by, and the
@@ -84,8 +88,8 @@ type NotSelected struct {
 
 // Explained is one bucket a request draws on.
 type Explained struct {
-	// Order is its place in the reservation, from 1: the request counts first, then
-	// every other amount.
+	// Order is its place in the admission, from 1: the in-flight windows first, then
+	// the request counts, then every other amount.
 	Order int `json:"order"`
 	// Source is "limits" (a dimension's limits), "api_key" (the key's own override of
 	// per_api_key) or "rule"; Rule names the rule.
@@ -93,7 +97,8 @@ type Explained struct {
 	Rule   string `json:"rule,omitempty"`
 	// Tenant is the tenant whose budget it is; empty for the platform's.
 	Tenant string `json:"tenant,omitempty"`
-	// Window is the period (second, minute, hour, day, or calendar_day, _week, _month).
+	// Window is the period (second, minute, hour, day, or calendar_day, _week, _month),
+	// or in_flight.
 	Window    string `json:"window"`
 	Dimension string `json:"dimension"`
 	// Subject is the identity's value in the dimension (empty for global); By its
@@ -131,6 +136,12 @@ type Explained struct {
 	// Overflow: the request's count_by value is beyond its key's max_attribute_values
 	// distinct values this window, so it lands in the overflow subject (By).
 	Overflow bool `json:"overflow,omitempty"`
+	// InFlight is an in_flight window's requests in flight now in the counter the
+	// request takes a slot of (Remaining is what is left of Limit); InFlightOf says
+	// whose they are: "fleet" (every replica's, in Redis' leased slots) or "replica"
+	// (this replica's own, held to the limit alone). Nil when not read.
+	InFlight   *int64 `json:"in_flight,omitempty"`
+	InFlightOf string `json:"in_flight_of,omitempty"`
 }
 
 // Replaced is a budget an identity's own budget replaces.
@@ -174,10 +185,16 @@ func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged b
 	c := charges{explain: true}
 	quiet.collect(p, &id, &c, &Ask{}, charged)
 	over := quiet.peekValues(ctx, p, &e, &c)
+	for i := range c.slots {
+		a := &c.slots[i]
+		x := explained(len(e.Budgets)+1, Charge{Key: a.Key, ctr: a.ctr}, id.Key)
+		x.Attributes, x.Overflow = attributesOf(a.ctr, &id), over[i]
+		e.Budgets = append(e.Budgets, x)
+	}
 	all := slices.Concat(c.reqs, c.toks)
 	for i, ch := range all {
 		x := explained(len(e.Budgets)+1, ch, id.Key)
-		x.Attributes, x.Overflow = attributesOf(ch.ctr, &id), over[i]
+		x.Attributes, x.Overflow = attributesOf(ch.ctr, &id), over[len(c.slots)+i]
 		e.Budgets = append(e.Budgets, x)
 	}
 	e.NotSelected = notSelected(c.unselected, &id)
@@ -189,8 +206,36 @@ func (l *Limiter) Explain(ctx context.Context, p *Policy, id Identity, charged b
 	if id.Model == "" && slices.ContainsFunc(levels, func(lv *level) bool { return len(lv.byModel) > 0 || len(lv.counters[Model]) > 0 }) {
 		e.Unresolved = append(e.Unresolved, Model.String())
 	}
-	quiet.levels(ctx, &e, all)
+	quiet.levels(ctx, &e, all, len(c.slots))
+	l.inFlight(ctx, &e, c.slots)
+	e.Tightest = tightestOf(e.Budgets)
 	return e
+}
+
+// inFlight reads the slots in flight of the in-flight windows, the first budgets of
+// e, where an admission now would take them.
+func (l *Limiter) inFlight(ctx context.Context, e *Explanation, asks []SlotAsk) {
+	if len(asks) == 0 {
+		return
+	}
+	fleet, why := l.peekSlots(ctx, asks)
+	e.InFlightError = why
+	for i := range asks {
+		b, n := &e.Budgets[i], asks[i].Held
+		if n < 0 {
+			continue
+		}
+		b.InFlight, b.InFlightOf = &n, "replica"
+		if fleet {
+			b.InFlightOf = "fleet"
+		}
+		left := float64(asks[i].Limit - n)
+		b.Remaining = &left
+		if asks[i].Limit > 0 {
+			used := 100 * float64(n) / float64(asks[i].Limit)
+			b.UsedPercent = &used
+		}
+	}
 }
 
 // explained describes one charge of the reservation.
@@ -220,7 +265,6 @@ func explained(order int, ch Charge, key *KeyPolicy) Explained {
 // says), and names the tightest of those it may.
 func (e *Explanation) Withhold(may func(tenant string) bool) {
 	mayOf := map[string]bool{}
-	tightest, least := 0, 1.0
 	for i := range e.Budgets {
 		b := &e.Budgets[i]
 		ok, seen := mayOf[b.Tenant]
@@ -228,16 +272,24 @@ func (e *Explanation) Withhold(may func(tenant string) bool) {
 			ok = may(b.Tenant)
 			mayOf[b.Tenant] = ok
 		}
-		if !ok {
-			if b.Remaining != nil {
-				b.Remaining, b.UsedPercent, b.LevelWithheld = nil, nil, true
-			}
-			continue
+		if !ok && (b.Remaining != nil || b.InFlight != nil) {
+			b.Remaining, b.UsedPercent, b.InFlight, b.LevelWithheld = nil, nil, nil, true
 		}
+	}
+	e.Tightest = tightestOf(e.Budgets)
+}
+
+// tightestOf is the Order of the enforcing budget with the smallest share left, of
+// those whose level is known; 0 when every one is whole. A zero allowance admits
+// nothing: nothing is tighter.
+func tightestOf(budgets []Explained) int {
+	tightest, least := 0, 1.0
+	for i := range budgets {
+		b := &budgets[i]
 		if b.Remaining == nil || b.Warn {
 			continue
 		}
-		left := 0.0 // a zero allowance admits nothing
+		left := 0.0
 		if b.UsedPercent != nil {
 			left = 1 - *b.UsedPercent/100
 		}
@@ -245,7 +297,7 @@ func (e *Explanation) Withhold(may func(tenant string) bool) {
 			least, tightest = left, b.Order
 		}
 	}
-	e.Tightest = tightest
+	return tightest
 }
 
 // overridden reports whether the key's own value sets its limit of this kind.
@@ -348,23 +400,20 @@ func replaces(p *Policy, b *Explained, ctr *counter, subject string) bool {
 	return false
 }
 
-// levels reads each bucket's level from the store, and names the tightest enforcing
-// budget: the one with the smallest share of its capacity left.
-func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge) {
+// levels reads each bucket's level from the store, into the budgets from e.Budgets[at]
+// on.
+func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge, at int) {
 	pk, ok := l.store.(Peeker)
 	if !ok || len(charges) == 0 {
 		return
 	}
-	// A budget is tightest only once it is used: among whole buckets none is.
-	least := 1.0
 	for i, ch := range charges {
 		level, shared, err := pk.Peek(ctx, ch)
 		if err != nil {
 			e.Levels, e.LevelsError = "", err.Error()
-			for j := range e.Budgets {
-				e.Budgets[j].Remaining, e.Budgets[j].UsedPercent = nil, nil
+			for j := range charges {
+				e.Budgets[at+j].Remaining, e.Budgets[at+j].UsedPercent = nil, nil
 			}
-			e.Tightest = 0
 			return
 		}
 		capacity := ch.Capacity
@@ -372,17 +421,11 @@ func (l *Limiter) levels(ctx context.Context, e *Explanation, charges []Charge) 
 		if shared {
 			capacity, e.Levels = ch.SharedCapacity, "shared"
 		}
-		b := &e.Budgets[i]
+		b := &e.Budgets[at+i]
 		b.Remaining = &level
 		if capacity > 0 {
 			used := 100 * (1 - level/capacity)
 			b.UsedPercent = &used
-			if left := level / capacity; !b.Warn && left < least {
-				least, e.Tightest = left, b.Order
-			}
-		} else if !b.Warn && least > 0 {
-			// A zero allowance admits nothing: nothing is tighter.
-			least, e.Tightest = 0, b.Order
 		}
 	}
 }
@@ -396,9 +439,9 @@ type ValuePeeker interface {
 
 // peekValues tells which of the reservation's client-supplied count_by values are
 // beyond their bound, and moves those charges to the overflow subject as admission
-// would. It returns, per charge of reqs then toks, whether it overflowed.
+// would. It returns, per slot, then charge of reqs then toks, whether it overflowed.
 func (l *Limiter) peekValues(ctx context.Context, p *Policy, e *Explanation, c *charges) []bool {
-	over := make([]bool, len(c.reqs)+len(c.toks))
+	over := make([]bool, len(c.slots)+len(c.reqs)+len(c.toks))
 	if len(c.asks) == 0 {
 		return over
 	}
@@ -423,9 +466,11 @@ func (l *Limiter) peekValues(ctx context.Context, p *Policy, e *Explanation, c *
 		}
 		switch {
 		case at < 0:
-			over[-at-1] = true
+			over[len(c.slots)-int(at)-1] = true
 		case at < slotAt:
-			over[len(c.reqs)+int(at)] = true
+			over[len(c.slots)+len(c.reqs)+int(at)] = true
+		default:
+			over[int(at)-slotAt] = true
 		}
 	}
 	return over

@@ -321,10 +321,8 @@ type charges struct {
 	// one's charge is: an index of toks, or -(i+1) for reqs[i].
 	asks  []ValueAsk
 	askAt []int32
-	// slots are the in-flight windows the request takes a slot of, and slotCtrs
-	// their counters.
-	slots    []SlotAsk
-	slotCtrs []*counter
+	// slots are the in-flight windows the request takes a slot of.
+	slots []SlotAsk
 	// explain collects into unselected the counters an applies_when selector left
 	// out (Limiter.Explain); admission never sets it.
 	explain    bool
@@ -374,8 +372,7 @@ func (c *charges) add(l *Limiter, p *Policy, ctr *counter, id *Identity, ident, 
 	}
 	switch ctr.amount {
 	case AmountInFlight:
-		c.slots = append(c.slots, SlotAsk{Key: ch.Key, Limit: int64(ctr.sharedCapacity)})
-		c.slotCtrs = append(c.slotCtrs, ctr)
+		c.slots = append(c.slots, SlotAsk{Key: ch.Key, Limit: int64(ctr.sharedCapacity), Held: -1, ctr: ctr})
 		return
 	case AmountRequests:
 		c.reqs = append(c.reqs, ch)
@@ -439,7 +436,7 @@ func (c *charges) keyAt(at int32) (*Key, *counter) {
 	case at < 0:
 		return &c.reqs[-at-1].Key, c.reqs[-at-1].ctr
 	case at >= slotAt:
-		return &c.slots[at-slotAt].Key, c.slotCtrs[at-slotAt]
+		return &c.slots[at-slotAt].Key, c.slots[at-slotAt].ctr
 	}
 	return &c.toks[at].Key, c.toks[at].ctr
 }
@@ -451,7 +448,7 @@ func (c *charges) keyAt(at int32) (*Key, *counter) {
 // takes the platform's first.
 func (l *Limiter) collect(p *Policy, id *Identity, c *charges, ask *Ask, tokens bool) {
 	c.reqs, c.toks, c.asks, c.askAt = c.reqs[:0], c.toks[:0], c.asks[:0], c.askAt[:0]
-	c.slots, c.slotCtrs = c.slots[:0], c.slotCtrs[:0]
+	c.slots = c.slots[:0]
 	var keyList []*counter
 	if id.Key != nil {
 		keyList = id.Key.counters
@@ -553,8 +550,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 		var refused int
 		var alone bool
 		if slots, refused, alone = l.takeSlots(ctx, c); refused >= 0 {
-			dec.Refusal = inFlightRefusal(&c.slots[refused], c.slotCtrs[refused].scoped)
-			l.stats(c.slotCtrs[refused]).Decision(RuleRefused)
+			dec.Refusal = inFlightRefusal(&c.slots[refused])
 			return dec, nil
 		}
 		dec.FailedOpen = alone
@@ -567,7 +563,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	res, err := l.store.Reserve(ctx, &c.res)
 	if err != nil {
 		if slots != nil {
-			slots.End()
+			l.endSlots(slots)
 		}
 		var unavailable *UnavailableError
 		var recovering *RecoveringError
@@ -609,7 +605,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	}
 	if !res.Admitted {
 		if slots != nil {
-			slots.End()
+			l.endSlots(slots)
 		}
 		dec.Refusal = l.refusal(c, &res, now, view)
 		return dec, nil
@@ -875,7 +871,7 @@ type Hold struct {
 // hold holds nothing else.
 func (h *Hold) endSlots() bool {
 	if h.slots != nil {
-		h.slots.End()
+		h.l.endSlots(h.slots)
 	}
 	return len(h.charges) == 0
 }

@@ -222,7 +222,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		RuleRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_rule_requests_total",
-			Help: "Requests a rule's window decided, by rule name, window (second, minute, hour, day, calendar_day, calendar_week, calendar_month) and outcome (admitted, refused, warned).",
+			Help: "Requests a rule's window decided, by rule name, window (second, minute, hour, day, calendar_day, calendar_week, calendar_month, in_flight) and outcome (admitted, refused, warned).",
 		}, []string{"rule", "window", "outcome"}),
 		RuleWarnings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenwarden_rule_warnings_total",
@@ -238,11 +238,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "window", "outcome"}),
 		RuleUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_used_ratio",
-			Help: "Share of a rule window's limit in use in the bucket the last request drew on, as the store reported it after the reservation or after the overage its settlement charged, or after a refund its level at the reservation with the refund back and what refilled since (the fleet's level in Redis): 0 full, 1 exhausted, above 1 in debt. A rule counted per subject reports its last request's subject: one series per rule window.",
+			Help: "Share of a rule window's limit in use in the bucket the last request drew on, as the store reported it after the reservation or after the overage its settlement charged, or after a refund its level at the reservation with the refund back and what refilled since (the fleet's level in Redis): 0 full, 1 exhausted, above 1 in debt. An in_flight window's is the share of its limit in flight after the last request took or gave back a slot (the fleet's in Redis). A rule counted per subject reports its last request's subject: one series per rule window.",
 		}, []string{"rule", "window"}),
 		RuleLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_limit",
-			Help: "A rule window's limit per bucket in the rule's amount (tokens, input_tokens, output_tokens, requests, cost in US dollars): the fleet total in Redis, this replica's share in memory.",
+			Help: "A rule window's limit per bucket in the rule's amount (tokens, input_tokens, output_tokens, requests, cost in US dollars, in_flight requests, never divided): the fleet total in Redis, this replica's share in memory.",
 		}, []string{"rule", "window", "amount"}),
 		RuleReset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tokenwarden_rule_window_reset_timestamp_seconds",

@@ -14,6 +14,9 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/agentlimit/redisagents"
 	"github.com/tokenwarden/tokenwarden/proxy/attribute"
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/explain"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
 	"github.com/tokenwarden/tokenwarden/test/fakellm"
 	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
@@ -141,6 +144,62 @@ var _ = Describe("In-flight rules", func() {
 	})
 })
 
+// explainedInFlight is the explained in-flight window of the per-session rule for
+// alice's requests in session id, as the proxy srv resolves them.
+func explainedInFlight(srv *server.Server, id string) (explain.Answer, *budget.Explained) {
+	GinkgoHelper()
+	a, err := srv.Explain(context.Background(), explain.Query{APIKey: "alice", Model: "gpt-4o", Session: id})
+	Expect(err).NotTo(HaveOccurred())
+	b := budgetOf(a, "two-per-session")
+	Expect(b.Window).To(Equal("in_flight"))
+	Expect(b.Amount).To(Equal("in_flight"))
+	Expect(b.Limit).To(Equal(2.0))
+	Expect(b.ReplicaLimit).To(Equal(2.0), "never divided")
+	Expect(b.InFlight).NotTo(BeNil(), "the requests in flight are read")
+	return a, b
+}
+
+var _ = Describe("In-flight rules in /admin/explain and the rule metrics", func() {
+	It("show a window's limit and this replica's requests in flight in memory mode, and which they are", func() {
+		h, g := gated(sessionInFlightDoc)
+		a, b := explainedInFlight(h.srv, "s1")
+		Expect(b.Order).To(Equal(1), "a slot is taken before any bucket")
+		Expect(*b.InFlight).To(BeZero())
+		Expect(b.InFlightOf).To(Equal("replica"))
+		Expect(a.InFlightError).To(BeEmpty())
+
+		out := make(chan sent, 2)
+		send(context.Background(), h, out, "a1", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(1))
+		_, b = explainedInFlight(h.srv, "s1")
+		Expect(*b.InFlight).To(Equal(int64(1)))
+		Expect(*b.Remaining).To(Equal(1.0))
+		Expect(*b.UsedPercent).To(Equal(50.0))
+		Expect(counter(h.m.RuleUsed.WithLabelValues("two-per-session", "in_flight"))).To(Equal(0.5), "one of two in flight")
+		Expect(counter(h.m.RuleLimit.WithLabelValues("two-per-session", "in_flight", "in_flight"))).To(Equal(2.0))
+		Expect(counter(h.m.RuleRequests.WithLabelValues("two-per-session", "in_flight", "admitted"))).To(Equal(1.0))
+		_, other := explainedInFlight(h.srv, "s2")
+		Expect(*other.InFlight).To(BeZero(), "another session's counter is its own")
+
+		send(context.Background(), h, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2))
+		expectInFlightRefusal(sessionChat(h, h.front.URL, "sk-alice", "s1"), "a third request of s1")
+		a, b = explainedInFlight(h.srv, "s1")
+		Expect(*b.InFlight).To(Equal(int64(2)))
+		Expect(a.Tightest).To(Equal(b.Order), "the window at its limit is the tightest")
+		Expect(counter(h.m.RuleUsed.WithLabelValues("two-per-session", "in_flight"))).To(Equal(1.0))
+		Expect(counter(h.m.RuleRequests.WithLabelValues("two-per-session", "in_flight", "refused"))).To(Equal(1.0))
+
+		g.release()
+		for range 2 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+		Eventually(func() int64 { _, b := explainedInFlight(h.srv, "s1"); return *b.InFlight }).Should(BeZero())
+		Eventually(func() float64 { return counter(h.m.RuleUsed.WithLabelValues("two-per-session", "in_flight")) }).Should(BeZero(),
+			"the gauge follows the requests' ends")
+	})
+})
+
 var _ = Describe("In-flight rules on a fleet with Redis", func() {
 	var redis *redisserver.Server
 	BeforeEach(func() { redis = redisserver.Start(GinkgoT()) })
@@ -175,6 +234,28 @@ var _ = Describe("In-flight rules on a fleet with Redis", func() {
 		for _, p := range ps {
 			Expect(sessionChat(h, p.url, "sk-alice", "s1").code).To(Equal(http.StatusOK), "both requests ended: the limit is whole again")
 		}
+	})
+
+	It("show in /admin/explain of any proxy the fleet's requests in flight of a window", func() {
+		h, g := gated(sessionInFlightDoc)
+		ps, _ := sessionProxies(h)
+		out := make(chan sent, 2)
+		sendVia(context.Background(), ps[0].url, out, "a1", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(1))
+		sendVia(context.Background(), ps[1].url, out, "a2", "sk-alice", session("s1")...)
+		Eventually(func() int { return len(g.order()) }).Should(Equal(2))
+		a, b := explainedInFlight(ps[2].srv, "s1")
+		Expect(*b.InFlight).To(Equal(int64(2)), "the two held on the other proxies")
+		Expect(b.InFlightOf).To(Equal("fleet"))
+		Expect(*b.UsedPercent).To(Equal(100.0))
+		Expect(a.Tightest).To(Equal(b.Order))
+		Expect(a.InFlightError).To(BeEmpty())
+		Expect(counter(ps[1].m.RuleUsed.WithLabelValues("two-per-session", "in_flight"))).To(Equal(1.0), "the fleet's two of two, after the second slot")
+		g.release()
+		for range 2 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+		Eventually(func() int64 { _, b := explainedInFlight(ps[2].srv, "s1"); return *b.InFlight }).Should(BeZero())
 	})
 
 	It("count the sessions beyond max_attribute_values in one overflow subject of the fleet", func() {
@@ -221,70 +302,77 @@ var _ = Describe("In-flight rules on a fleet with Redis", func() {
 	It("give a slot back on every way a request ends", func() {
 		h := newHarness(sessionInFlightDoc)
 		ps, _ := sessionProxies(h)
-		h.llm.Set(fakellmUsage(5, 5))
-		next := func(what string) {
-			GinkgoHelper()
-			// The clock stands still: no lease ends, only the requests' ends free the slots.
-			for range 2 {
-				Eventually(func() int { return sessionChat(h, ps[1].url, "sk-alice", "s1").code }).Should(Equal(http.StatusOK), what)
-			}
-		}
-		both := func(hdr ...string) []sent {
-			out := make(chan sent, 2)
-			sendVia(context.Background(), ps[0].url, out, "x", "sk-alice", append(session("s1"), hdr...)...)
-			sendVia(context.Background(), ps[2].url, out, "y", "sk-alice", append(session("s1"), hdr...)...)
-			return []sent{<-out, <-out}
-		}
-
-		By("an answer in full")
-		for range 5 {
-			Expect(sessionChat(h, ps[0].url, "sk-alice", "s1").code).To(Equal(http.StatusOK), "back to back on one connection")
-		}
-		for _, s := range both() {
-			Expect(s.code).To(Equal(http.StatusOK))
-		}
-		next("after two answers")
-
-		By("a stream the backend cuts")
-		cut := `{"OutputTokens":8,"CutAfter":2}`
-		for _, p := range []*redisProxy{ps[0], ps[2]} {
-			Expect(postAll(p.url, "sk-alice", fleetStream, append(session("s1"), fakellm.HeaderBehaviour, cut)...)).To(Equal(http.StatusOK))
-		}
-		next("after two cut streams")
-
-		By("an upstream error")
-		for _, s := range both(fakellm.HeaderBehaviour, `{"Status":502}`) {
-			Expect(s.code).To(Equal(http.StatusBadGateway))
-		}
-		next("after two upstream errors")
-
-		By("a later budget's refusal")
-		big := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`
-		for _, p := range ps {
-			Expect(h.doAt(p.url, "POST", "/v1/chat/completions", "sk-alice", big, session("s1")...).code).To(Equal(http.StatusTooManyRequests))
-		}
-		next("after three refusals by the token budget")
-
-		By("a client that goes away, waiting for its answer and in a stream")
-		for _, c := range []struct{ body, b string }{
-			{fleetChat, `{"Latency":20000000000}`},
-			{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
-		} {
-			ctx, cancel := context.WithCancel(context.Background())
-			DeferCleanup(cancel)
-			out := make(chan sent, 2)
-			before := len(h.llm.Requests())
-			sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
-			sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
-			Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
-			expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), c.b)
-			cancel()
-			<-out
-			<-out
-			next("after two clients went away")
-		}
+		slotsBackOnEveryEnd(h, ps)
 	})
 })
+
+// slotsBackOnEveryEnd ends alice's requests of session s1 through ps[0] and ps[2] in
+// every way a request ends, and checks after each that both of the session's two slots
+// are back, by two requests through ps[1] (the clock stands still: no lease ends).
+func slotsBackOnEveryEnd(h *harness, ps []*redisProxy) {
+	GinkgoHelper()
+	h.llm.Set(fakellmUsage(5, 5))
+	next := func(what string) {
+		GinkgoHelper()
+		for range 2 {
+			Eventually(func() int { return sessionChat(h, ps[1].url, "sk-alice", "s1").code }).Should(Equal(http.StatusOK), what)
+		}
+	}
+	both := func(hdr ...string) []sent {
+		out := make(chan sent, 2)
+		sendVia(context.Background(), ps[0].url, out, "x", "sk-alice", append(session("s1"), hdr...)...)
+		sendVia(context.Background(), ps[2].url, out, "y", "sk-alice", append(session("s1"), hdr...)...)
+		return []sent{<-out, <-out}
+	}
+
+	By("an answer in full")
+	for range 5 {
+		Expect(sessionChat(h, ps[0].url, "sk-alice", "s1").code).To(Equal(http.StatusOK), "back to back on one connection")
+	}
+	for _, s := range both() {
+		Expect(s.code).To(Equal(http.StatusOK))
+	}
+	next("after two answers")
+
+	By("a stream the backend cuts")
+	cut := `{"OutputTokens":8,"CutAfter":2}`
+	for _, p := range []*redisProxy{ps[0], ps[2]} {
+		Expect(postAll(p.url, "sk-alice", fleetStream, append(session("s1"), fakellm.HeaderBehaviour, cut)...)).To(Equal(http.StatusOK))
+	}
+	next("after two cut streams")
+
+	By("an upstream error")
+	for _, s := range both(fakellm.HeaderBehaviour, `{"Status":502}`) {
+		Expect(s.code).To(Equal(http.StatusBadGateway))
+	}
+	next("after two upstream errors")
+
+	By("a later budget's refusal")
+	big := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`
+	for _, p := range ps {
+		Expect(h.doAt(p.url, "POST", "/v1/chat/completions", "sk-alice", big, session("s1")...).code).To(Equal(http.StatusTooManyRequests))
+	}
+	next("after three refusals by the token budget")
+
+	By("a client that goes away, waiting for its answer and in a stream")
+	for _, c := range []struct{ body, b string }{
+		{fleetChat, `{"Latency":20000000000}`},
+		{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		out := make(chan sent, 2)
+		before := len(h.llm.Requests())
+		sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
+		sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
+		Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
+		expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), c.b)
+		cancel()
+		<-out
+		<-out
+		next("after two clients went away")
+	}
+}
 
 // agentCapsDoc writes a step cap per task and a token budget per session as the rules
 // they are: requests and tokens counted by the attribute.
