@@ -96,8 +96,10 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		}
 		kp := rt.policy.Key(k.Name)
 		rt.keys[h] = kp
-		if scope, ok := cache.ScopeFor(cache.ScopeAPIKey, k.Name, k.Team); ok && rt.fingerprintScopes != nil {
-			rt.fingerprintScopes[kp] = scope
+		if rt.fingerprintScopes != nil {
+			if scope, ok := cache.ScopeFor(cache.ScopeAPIKey, k.Name, k.Team); ok {
+				rt.fingerprintScopes[kp] = scope
+			}
 		}
 		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
 		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1),
