@@ -474,6 +474,9 @@ func parse(data []byte, keys []APIKey) (*Config, error) {
 	if len(trimmed) == 0 {
 		return nil, fmt.Errorf("the document is empty")
 	}
+	if keys == nil {
+		c.APIKeys = keyRoom(data)
+	}
 	var err error
 	if trimmed[0] == '{' {
 		err = decodeJSON(trimmed, &c)
@@ -498,6 +501,18 @@ func parse(data []byte, keys []APIKey) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// keyRoom is an empty api_keys list with room for every key of the document, one
+// key_sha256 each (nil when it names none): decoded into, the keys are allocated once,
+// where growing the list by a quarter at a time allocates about five times their size
+// (50 MB for 50,000 keys).
+func keyRoom(data []byte) []APIKey {
+	n := bytes.Count(data, []byte("key_sha256"))
+	if n == 0 {
+		return nil
+	}
+	return make([]APIKey, 0, n)
 }
 
 // Marshal renders the document as YAML: the form people read and write.
