@@ -355,7 +355,7 @@ func NewPolicy(c *config.Config) *Policy {
 	l := &rl.Limits
 	p := &Policy{
 		Divisor: div, cachedWeight: rl.CachedWeight(), maxValues: cmp.Or(rl.MaxAttributeValues, config.DefaultMaxAttributeValues),
-		models: map[string]*dimPolicy{}, keys: map[string]*KeyPolicy{}, tenants: map[string]*level{},
+		models: map[string]*dimPolicy{}, keys: make(map[string]*KeyPolicy, len(c.APIKeys)), tenants: map[string]*level{},
 		platform: level{byModel: map[string][]*counter{}},
 		prices:   map[string]*config.Price{}, rules: map[ruleWindow]*counter{}, order: map[string]int{},
 	}
@@ -641,7 +641,8 @@ func allowancePtr(a Allowance) *int64 {
 
 // Effective lists every configured dimension, model and key override.
 func (p *Policy) Effective() []Effective {
-	var out []Effective
+	// One allocation: a reload lists every key of a large fleet.
+	out := make([]Effective, 0, int(Model)+len(p.models)+len(p.keys))
 	for d := Global; d < Model; d++ {
 		dp := &p.dims[d]
 		if !dp.configured {
