@@ -641,8 +641,29 @@ func allowancePtr(a Allowance) *int64 {
 
 // Effective lists every configured dimension, model and key override.
 func (p *Policy) Effective() []Effective {
-	// One allocation: a reload lists every key of a large fleet.
-	out := make([]Effective, 0, int(Model)+len(p.models)+len(p.keys))
+	// One allocation: a large fleet has 50,000 keys.
+	out := p.appendLimits(make([]Effective, 0, int(Model)+len(p.models)+len(p.keys)))
+	for _, name := range slices.Sorted(maps.Keys(p.keys)) {
+		out = append(out, p.keys[name].effective())
+	}
+	return out
+}
+
+// Allowances are the entries of Effective with a token allowance, the keys' in no set
+// order: what the allowance metrics show, which a reload sets. A key with none, as
+// most of a large fleet's are, is left out, and the keys are not sorted.
+func (p *Policy) Allowances() []Effective {
+	out := p.appendLimits(nil)
+	for _, kp := range p.keys {
+		if kp.minute.Limited() || kp.day.Limited() {
+			out = append(out, kp.effective())
+		}
+	}
+	return out
+}
+
+// appendLimits appends the configured dimensions and models to out.
+func (p *Policy) appendLimits(out []Effective) []Effective {
 	for d := Global; d < Model; d++ {
 		dp := &p.dims[d]
 		if !dp.configured {
@@ -651,19 +672,18 @@ func (p *Policy) Effective() []Effective {
 		out = append(out, dp.effective(d.String(), ""))
 	}
 	for _, m := range slices.Sorted(maps.Keys(p.models)) {
-		e := p.models[m].effective(Model.String(), m)
-		out = append(out, e)
-	}
-	for _, name := range slices.Sorted(maps.Keys(p.keys)) {
-		kp := p.keys[name]
-		out = append(out, Effective{
-			Dimension: APIKey.String(), Key: name,
-			ConfiguredTokensPerMinute: kp.configuredTPM, ConfiguredTokensPerDay: kp.configuredTPD,
-			TokensPerMinute: allowancePtr(kp.minute), TokensPerDay: allowancePtr(kp.day),
-			RequestsPerSecond: kp.reqRate, BurstCapacity: kp.reqBurst,
-		})
+		out = append(out, p.models[m].effective(Model.String(), m))
 	}
 	return out
+}
+
+func (kp *KeyPolicy) effective() Effective {
+	return Effective{
+		Dimension: APIKey.String(), Key: kp.Name,
+		ConfiguredTokensPerMinute: kp.configuredTPM, ConfiguredTokensPerDay: kp.configuredTPD,
+		TokensPerMinute: allowancePtr(kp.minute), TokensPerDay: allowancePtr(kp.day),
+		RequestsPerSecond: kp.reqRate, BurstCapacity: kp.reqBurst,
+	}
 }
 
 func (dp *dimPolicy) effective(dim, model string) Effective {

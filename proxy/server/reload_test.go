@@ -187,6 +187,28 @@ var _ = Describe("The admin listener", func() {
 		Expect(strings.Contains(body, `tokenwarden_budget_allowance_tokens{budget="minute",dimension="global",model=""} 1001`)).To(BeTrue(), body)
 	})
 
+	It("publishes the token allowance of each key that has one, and no other key's", func() {
+		doc := `
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice), user: alice, rate_limit_tokens_per_minute: 600}
+- {name: bob, key_sha256: HASH(bob), user: bob}
+rate_limiting:
+  budget_division: {replicas: 2}
+`
+		h := newHarness(doc)
+		allowances := func() int { return testutil.CollectAndCount(h.m.KeyAllowance) }
+		Expect(allowances()).To(Equal(1), "only alice has an allowance of her own")
+		Expect(testutil.ToFloat64(h.m.KeyAllowance.WithLabelValues("alice", "minute"))).To(Equal(300.0))
+
+		Expect(h.apply(doc + "  limits:\n    per_api_key: {tokens_per_day: 1000}\n")).To(Succeed())
+		Expect(allowances()).To(Equal(3), "alice's minute, and each key's day")
+		Expect(testutil.ToFloat64(h.m.KeyAllowance.WithLabelValues("bob", "day"))).To(Equal(500.0))
+
+		Expect(h.apply(strings.Replace(doc, ", rate_limit_tokens_per_minute: 600", "", 1))).To(Succeed())
+		Expect(allowances()).To(BeZero())
+	})
+
 	It("is not ready before the first config", func() {
 		srv := server.New(server.Options{Store: budget.NewMemory(budget.SystemClock{}, 10), Metrics: newHarness(keysDoc).m})
 		admin := httptest.NewServer(srv.AdminHandler(nil))

@@ -242,7 +242,7 @@ func (s *Server) Apply(data []byte, origin string) (*config.Config, error) {
 	s.forgetHealth(rt)
 	s.metrics.SetConfig(cfg.Generation, digest, float64(s.clock.Now().Unix()))
 	s.metrics.ConfigReloadTime.Set(took.Seconds())
-	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Effective())
+	s.metrics.SetAllowances(rt.policy.Divisor, rt.policy.Allowances())
 	for _, w := range cfg.Warnings() {
 		s.log.Warn("Config warning", "origin", origin, "warning", w)
 	}
