@@ -22,7 +22,7 @@ func (s *Server) agentLimits(ex *exchange) bool {
 	}
 	c := schedule.Interactive
 	if key != nil {
-		c = ex.rt.keySched[key.Name].class
+		c = ex.rt.sched(key.Name).class
 	}
 	ex.agent.Class = agentlimit.ClassOf(r.Header, c)
 	if ex.route.charged && ex.body != nil && !ex.capOutput() {
@@ -33,7 +33,7 @@ func (s *Server) agentLimits(ex *exchange) bool {
 	if key == nil {
 		return true
 	}
-	ks := ex.rt.keySched[key.Name]
+	ks := ex.rt.sched(key.Name)
 	if ref := s.agents.Admit(&ex.agent, s.clock, r.Header, key.Name, ks.limits, ex.est.Total()); ref != nil {
 		return ex.refuseAgent(ref)
 	}

@@ -24,7 +24,7 @@ func (s *Server) wait(ex *exchange, sc *schedule.Scheduler) bool {
 	r := ex.r
 	req := schedule.Request{Class: ex.agent.Class, Weight: 1, Input: ex.est.Input, Output: ex.est.Output, Bytes: max(r.ContentLength, 0)}
 	if key := ex.key; key != nil {
-		req.Tenant, req.Weight = key.Name, ex.rt.keySched[key.Name].weight
+		req.Tenant, req.Weight = key.Name, ex.rt.sched(key.Name).weight
 	}
 	handled, err := s.acquireAny(r.Context(), ex, req)
 	if !handled {

@@ -40,8 +40,8 @@ type runtime struct {
 	retryPatience time.Duration
 	// Registry is the upstreams and the model registry (proxy/upstream).
 	upstream.Registry
-	// keySched holds each key's priority class, weight and limits for agents, by key
-	// name.
+	// keySched holds the priority class, weight and limits for agents of each key that
+	// sets one, by key name; the others have defaultSched (sched).
 	keySched map[string]keySched
 	// classLimits are each class's bounds, by schedule.Class.
 	classLimits [len(schedule.Classes)]config.ClassLimits
@@ -69,6 +69,25 @@ type keySched struct {
 	limits agentlimit.Key
 }
 
+// defaultSched is a key's when it sets none: interactive, of weight 1, without limits
+// for agents, as most of a large fleet's keys are.
+var defaultSched = keySched{class: schedule.Interactive, weight: 1}
+
+// schedOf is what the scheduler knows of k.
+func schedOf(k *config.APIKey) keySched {
+	class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
+	return keySched{class: class, weight: cmp.Or(k.Weight, 1),
+		limits: agentlimit.Key{MaxInFlight: k.MaxInFlight, RunTokens: k.RunTokenBudget, RunSteps: k.RunMaxSteps}}
+}
+
+// sched is what the scheduler knows of the key of this name.
+func (rt *runtime) sched(name string) keySched {
+	if ks, ok := rt.keySched[name]; ok {
+		return ks
+	}
+	return defaultSched
+}
+
 // compile turns a validated config into a runtime. It fails only on what validation
 // cannot see (an environment variable named by auth_header_env that is not set).
 func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
@@ -81,7 +100,7 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 		clientIPv6Prefix: cfg.RateLimiting.ClientIPv6Prefix,
 		maxBody:          cfg.MaxBodyBytes,
 		retryPatience:    cfg.RetryPatience(),
-		keySched:         make(map[string]keySched, len(cfg.APIKeys)),
+		keySched:         map[string]keySched{},
 		knownModels:      map[string]bool{},
 		loadedAt:         s.clock.Now(),
 		generation:       cfg.Generation,
@@ -89,7 +108,8 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 	if rt.policy.Reads().Has(budget.AttrFingerprint) {
 		rt.fingerprintScopes = make(map[*budget.KeyPolicy]string, len(cfg.APIKeys))
 	}
-	for _, k := range cfg.APIKeys {
+	for i := range cfg.APIKeys {
+		k := &cfg.APIKeys[i]
 		var h [sha256.Size]byte
 		if _, err := hex.Decode(h[:], []byte(k.KeySHA256)); err != nil {
 			return nil, fmt.Errorf("api_keys %s: key_sha256: %w", k.Name, err)
@@ -101,9 +121,10 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 				rt.fingerprintScopes[kp] = scope
 			}
 		}
-		class, _ := schedule.ParseClass(cmp.Or(k.Priority, config.PriorityInteractive))
-		rt.keySched[k.Name] = keySched{class: class, weight: cmp.Or(k.Weight, 1),
-			limits: agentlimit.Key{MaxInFlight: k.MaxInFlight, RunTokens: k.RunTokenBudget, RunSteps: k.RunMaxSteps}}
+		// A key that sets none takes no entry: a large fleet's are most of them.
+		if ks := schedOf(k); ks != defaultSched {
+			rt.keySched[k.Name] = ks
+		}
 	}
 	for _, c := range schedule.Classes {
 		rt.classLimits[c] = *cfg.Scheduling.Classes.Of(c.String())
