@@ -16,7 +16,8 @@ import (
 // Board is where a fleet's replicas share their billing cooldowns: the Redis they
 // count in. Names are under the fleet's key prefix.
 type Board interface {
-	// Write sets name to value for ttl.
+	// Write sets name to value for ttl. A value it could not write it may send again
+	// until it lands (redisstore's board does), a later value of the name first.
 	Write(ctx context.Context, name string, value []byte, ttl time.Duration) error
 	// Read returns the values of names, nil for one that is absent.
 	Read(ctx context.Context, names []string) ([][]byte, error)
@@ -68,7 +69,7 @@ func (r *Registry) publish(cred string, c Cooling, cleared bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), boardTimeout)
 	defer cancel()
 	if err := r.board.Write(ctx, recordName(cred), v, c.Applied+recordGrace); err != nil {
-		r.log.Warn("Could not share a billing cooldown with the fleet", "upstream", c.Upstream, "cleared", cleared, "error", err)
+		r.log.Warn("Could not share a billing cooldown with the fleet yet; the board sends it again until it lands", "upstream", c.Upstream, "cleared", cleared, "error", err)
 	}
 }
 

@@ -188,13 +188,26 @@ func (s *Store) replayFallback() {
 	}()
 }
 
-// Replay timings: the first retry's wait, doubled up to the last; how long a
+// Retry timings of what is sent again until it lands (a replay, a board record):
+// the first retry's wait, doubled up to the last. replayMarkTTL is how long a
 // replay's mark outlives it.
 const (
-	replayRetryFirst = time.Second
-	replayRetryMax   = 30 * time.Second
-	replayMarkTTL    = 24 * time.Hour
+	retryFirst    = time.Second
+	retryMax      = 30 * time.Second
+	replayMarkTTL = 24 * time.Hour
 )
+
+// pause waits *wait before a retry, then doubles it up to retryMax; false, at once,
+// when the store closes.
+func (s *Store) pause(wait *time.Duration) bool {
+	select {
+	case <-s.done:
+		return false
+	case <-time.After(*wait):
+	}
+	*wait = min(2**wait, retryMax)
+	return true
+}
 
 // replay charges Redis with charges, once: each slot group's part in one call with
 // the group's mark name, retried until every part landed, the store closes, or Redis
@@ -205,7 +218,7 @@ func (s *Store) replay(charges []budget.Charge, mark string) {
 	if s.sharded {
 		parts = splitCharges(charges)
 	}
-	wait := replayRetryFirst
+	wait := retryFirst
 	for attempt := 1; ; attempt++ {
 		var err error
 		parts, err = s.replayOnce(charges, parts, mark)
@@ -222,13 +235,10 @@ func (s *Store) replay(charges []budget.Charge, mark string) {
 			s.log.Warn("Redis answers again, but the spend admitted on the durable fallback could not be charged to it yet; retrying until it is",
 				"counters", len(charges), "error", err)
 		}
-		select {
-		case <-s.done:
+		if !s.pause(&wait) {
 			s.log.Warn("The store closed before the spend admitted on the durable fallback was charged to Redis (the ledger holds it)", "counters", len(charges))
 			return
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, replayRetryMax)
 	}
 }
 

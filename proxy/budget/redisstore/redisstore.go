@@ -135,6 +135,8 @@ type Store struct {
 	// shift moves the calendar windows' present, in nanoseconds (tests: a
 	// daylight-saving month).
 	shift atomic.Int64
+	// board holds the board's last value of each name, sent again until it lands.
+	board boardRecords
 	// q queues script calls for the workers that send them in pipelines: under load
 	// many reservations and settlements share one round trip and one syscall
 	// (queues.go).
