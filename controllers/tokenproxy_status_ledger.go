@@ -31,7 +31,25 @@ func ledgerKey(v string) string {
 	if l == nil {
 		return ""
 	}
-	return fmt.Sprintf("%t/%t", l.Spooling, l.Full)
+	return fmt.Sprintf("%t/%t/%d/%d", l.Spooling, l.Full, l.DroppedRows, l.ExpiredRows)
+}
+
+// unrecordedNote says what the live replicas' ledgers never recorded, replica by
+// replica, in requests and dollars; empty when nothing is missing.
+func unrecordedNote(rs *reports) string {
+	var parts []string
+	for _, rr := range rs.live {
+		if l := rr.ledger; l != nil && l.Unrecorded() {
+			parts = append(parts, fmt.Sprintf("%s: %d requests, $%.6f (%d batches dropped with the spool full, %d expired)",
+				rr.name, l.DroppedRequests+l.ExpiredRequests, float64(l.DroppedCostMicros+l.ExpiredCostMicros)/1e6,
+				l.DroppedBatches, l.ExpiredBatches))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "The ledger never recorded what these replicas served: " + strings.Join(parts, "; ") +
+		" (tokenwarden_ledger_unrecorded_cost_micro_usd_total); the budgets' counters still charged it."
 }
 
 // setLedgerSpooling sets LedgerSpooling from the live replicas' reports: True while
@@ -66,9 +84,13 @@ func setLedgerSpooling(st *twv1alpha1.TokenProxyStatus, rs *reports, hasLedger b
 		meta.RemoveStatusCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling)
 		return
 	}
+	lost := unrecordedNote(rs)
 	if len(spooling) == 0 {
-		setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, false, twv1alpha1.ReasonFlushed,
-			"Every live replica's settlements reach the ledger database", gen)
+		msg := "Every live replica's settlements reach the ledger database"
+		if lost != "" {
+			msg += ". " + lost
+		}
+		setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, false, twv1alpha1.ReasonFlushed, truncate(msg, conditionMessageLimit), gen)
 		return
 	}
 	since := ""
@@ -85,7 +107,7 @@ func setLedgerSpooling(st *twv1alpha1.TokenProxyStatus, rs *reports, hasLedger b
 			"tokenwarden_ledger_unrecorded_requests_total), and with whenSpoolFull: Refuse the requests cost budgets govern are refused.",
 			strings.Join(full, ", "))
 	}
-	setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, true, reason, truncate(msg, conditionMessageLimit), gen)
+	setCondition(&st.Conditions, twv1alpha1.ConditionLedgerSpooling, true, reason, truncate(strings.TrimSpace(msg+" "+lost), conditionMessageLimit), gen)
 }
 
 // setLedgerFallback sets LedgerFallback on a fleet that asks for the ledger fallback

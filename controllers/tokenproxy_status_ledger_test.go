@@ -5,6 +5,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -78,9 +79,18 @@ var _ = Describe("A fleet whose ledger database does not answer", func() {
 			g.Expect(v.Message).To(ContainSubstring("The spools of r1 are full: what does not fit is not recorded"))
 		}, enforceTimeout).Should(Succeed())
 
-		By("the database back: drained")
+		dropped := l.Stats().Dropped
+		Expect(dropped.CostMicros).To(BeNumerically(">", 0))
+		lost := fmt.Sprintf("The ledger never recorded what these replicas served: r1: %d requests, $%.6f (%d batches dropped with the spool full, 0 expired)",
+			dropped.Requests, float64(dropped.CostMicros)/1e6, dropped.Batches)
+
+		By("the database back: drained, and what was dropped still told")
 		db.Down.Store(false)
 		Expect(l.Flush(ctx)).To(Succeed())
-		Eventually(func(g Gomega) string { return spooling(g).Reason }, enforceTimeout).Should(Equal(twv1alpha1.ReasonFlushed))
+		Eventually(func(g Gomega) {
+			v := spooling(g)
+			g.Expect(v.Reason).To(Equal(twv1alpha1.ReasonFlushed))
+			g.Expect(v.Message).To(HavePrefix("Every live replica's settlements reach the ledger database. " + lost))
+		}, enforceTimeout).Should(Succeed())
 	})
 })

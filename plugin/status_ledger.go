@@ -41,9 +41,12 @@ type ReplicaLedger struct {
 	// every settlement before it is in the database.
 	Oldest         *time.Time `json:"oldest,omitempty"`
 	FlushedThrough *time.Time `json:"flushedThrough,omitempty"`
-	// DroppedBatches and ExpiredBatches were never recorded.
-	DroppedBatches int64 `json:"droppedBatches,omitempty"`
-	ExpiredBatches int64 `json:"expiredBatches,omitempty"`
+	// DroppedBatches and ExpiredBatches were never recorded; UnrecordedRequests and
+	// UnrecordedCostMicros are the requests they held and their micro-dollars.
+	DroppedBatches       int64 `json:"droppedBatches,omitempty"`
+	ExpiredBatches       int64 `json:"expiredBatches,omitempty"`
+	UnrecordedRequests   int64 `json:"unrecordedRequests,omitempty"`
+	UnrecordedCostMicros int64 `json:"unrecordedCostMicroUSD,omitempty"`
 }
 
 // hasLedger reports whether a fleet records to a ledger: its spec asks for one, or the
@@ -83,7 +86,8 @@ func replicaLedgers(leases []coordinationv1.Lease, now time.Time) []ReplicaLedge
 			continue
 		}
 		r := ReplicaLedger{Spooling: l.Spooling, Full: l.Full, SpoolBatches: l.SpoolBatches, SpoolBytes: l.SpoolBytes,
-			Oldest: utc(l.Oldest), FlushedThrough: utc(l.FlushedThrough), DroppedBatches: l.DroppedBatches, ExpiredBatches: l.ExpiredBatches}
+			Oldest: utc(l.Oldest), FlushedThrough: utc(l.FlushedThrough), DroppedBatches: l.DroppedBatches, ExpiredBatches: l.ExpiredBatches,
+			UnrecordedRequests: l.DroppedRequests + l.ExpiredRequests, UnrecordedCostMicros: l.DroppedCostMicros + l.ExpiredCostMicros}
 		if le.Spec.HolderIdentity != nil {
 			r.Name = *le.Spec.HolderIdentity
 		}
@@ -180,8 +184,8 @@ func replicaLedgerNote(r ReplicaLedger) string {
 		parts = append(parts, "recorded through "+r.FlushedThrough.Format(time.RFC3339))
 	}
 	if lost := r.DroppedBatches + r.ExpiredBatches; lost > 0 {
-		parts = append(parts, fmt.Sprintf("%d batches never recorded (%d dropped with the spool full, %d expired)",
-			lost, r.DroppedBatches, r.ExpiredBatches))
+		parts = append(parts, fmt.Sprintf("%d batches never recorded (%d dropped with the spool full, %d expired): %d requests, $%.6f",
+			lost, r.DroppedBatches, r.ExpiredBatches, r.UnrecordedRequests, float64(r.UnrecordedCostMicros)/1e6))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -31,8 +31,8 @@ func TestLedgerNotes(t *testing.T) {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	leases := []coordinationv1.Lease{
 		lease("p-b", `{"spooling":true,"full":true,"spool_batches":4096,"spool_bytes":67108864,"oldest":"2026-11-30T06:10:00Z",`+
-			`"flushed_through":"2026-11-30T06:09:58Z","dropped_batches":31}`, now),
-		lease("p-a", `{"spool_batches":0,"spool_bytes":0,"flushed_through":"2026-11-30T07:59:58Z","expired_batches":2}`, now),
+			`"flushed_through":"2026-11-30T06:09:58Z","dropped_batches":31,"dropped_rows":62,"dropped_requests":1240,"dropped_cost_micro_usd":496000}`, now),
+		lease("p-a", `{"spool_batches":0,"spool_bytes":0,"flushed_through":"2026-11-30T07:59:58Z","expired_batches":2,"expired_requests":8,"expired_cost_micro_usd":3200}`, now),
 		lease("p-dead", `{"spooling":true,"spool_batches":1,"spool_bytes":10}`, now.Add(-time.Minute)),
 	}
 	f := FleetStatus{Ledger: ledgerReach(leases, nil, now)}
@@ -43,9 +43,9 @@ func TestLedgerNotes(t *testing.T) {
 		t.Errorf("RECORDED THROUGH is %q, want the full replica's last flush", got)
 	}
 	want := []string{
-		"Ledger: p-a writes to the ledger database; recorded through 2026-11-30T07:59:58Z; 2 batches never recorded (0 dropped with the spool full, 2 expired).",
+		"Ledger: p-a writes to the ledger database; recorded through 2026-11-30T07:59:58Z; 2 batches never recorded (0 dropped with the spool full, 2 expired): 8 requests, $0.003200.",
 		"Ledger: p-b cannot write to the ledger database: 4096 batches (64Mi) wait in its spool, the oldest from 2026-11-30T06:10:00Z, " +
-			"and the spool is full; recorded through 2026-11-30T06:09:58Z; 31 batches never recorded (31 dropped with the spool full, 0 expired).",
+			"and the spool is full; recorded through 2026-11-30T06:09:58Z; 31 batches never recorded (31 dropped with the spool full, 0 expired): 1240 requests, $0.496000.",
 	}
 	if got := ledgerNotes(f.Ledger); !slices.Equal(got, want) {
 		t.Errorf("ledger notes:\n%q\nwant\n%q", got, want)

@@ -70,10 +70,19 @@ type Config struct {
 // by to be replayed.
 const retentionMargin = time.Hour
 
-// Dropped is what a batch dropped for want of spool room held.
+// Dropped is what a batch dropped for want of spool room held: its rows (the
+// records of the rollup) and their sums.
 type Dropped struct {
-	Batches, Rows int64
+	Batches int64 `json:"batches"`
+	Rows    int64 `json:"rows"`
 	Sums
+}
+
+// add adds another's.
+func (d *Dropped) add(o *Dropped) {
+	d.Batches += o.Batches
+	d.Rows += o.Rows
+	d.Sums.add(&o.Sums)
 }
 
 // Stats are a ledger's counters since it started.
@@ -88,11 +97,11 @@ type Stats struct {
 	SpoolBytes   int64
 	// Corrupt counts spool files that could not be read at the start (set aside).
 	Corrupt int
-	// Dropped sums what could not be recorded.
-	Dropped Dropped
-	// Expired sums the spooled batches set aside unreplayed, older than the key
-	// retention allows (maybe applied before, maybe not).
-	Expired Dropped
+	// Dropped sums what could not be recorded; Expired the spooled batches set aside
+	// unreplayed, older than the key retention allows (maybe applied before, maybe
+	// not). Both are kept in the spool's directory: they count since the replica's
+	// identity began, across restarts of its process.
+	Dropped, Expired Dropped
 	// Pruned counts the idempotency keys this ledger pruned.
 	Pruned int64
 	// Refused counts the requests refused because the spool was full (Refuse).
@@ -328,7 +337,11 @@ func (l *Ledger) keep(ctx context.Context, b *Batch) error {
 		l.handMu.Unlock()
 		return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows waits in memory: %w", l.cfg.SpoolBytes, len(b.Rows), err)
 	}
-	l.dropped(Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: b.totals()})
+	d := Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: b.totals()}
+	l.dropped(d)
+	l.log.Warn("Ledger dropped a batch: the spool is full and the database does not take it; it is counted, never recorded",
+		"replica", b.Replica, "seq", b.Seq, "rows", d.Rows, "requests", d.Requests, "cost_micro_usd", d.CostMicros,
+		"dropped_cost_micro_usd_total", l.spool.unrecorded().Dropped.CostMicros)
 	return fmt.Errorf("ledger: the spool is full (%d bytes): a batch of %d rows was dropped: %w", l.cfg.SpoolBytes, len(b.Rows), err)
 }
 
@@ -363,11 +376,9 @@ func (l *Ledger) expired(b *Batch) bool {
 // expire counts a batch set aside unreplayed, and logs it.
 func (l *Ledger) expire(b *Batch) {
 	s := b.totals()
-	l.mu.Lock()
-	l.stats.Expired.Batches++
-	l.stats.Expired.Rows += int64(len(b.Rows))
-	l.stats.Expired.add(&s)
-	l.mu.Unlock()
+	if err := l.spool.lose(Dropped{Batches: 1, Rows: int64(len(b.Rows)), Sums: s}, true); err != nil {
+		l.log.Warn("Ledger could not keep its count of what it could not record", "err", err)
+	}
 	l.log.Warn("Ledger set aside a spooled batch older than the key retention: a replay could count it twice",
 		"replica", b.Replica, "seq", b.Seq, "created", time.Unix(b.Created, 0).UTC(), "rows", len(b.Rows), "cost_micro_usd", s.CostMicros)
 }
@@ -395,12 +406,11 @@ func (l *Ledger) failed(err error) error {
 	return err
 }
 
+// dropped counts what could not be recorded, in the spool's directory.
 func (l *Ledger) dropped(d Dropped) {
-	l.mu.Lock()
-	l.stats.Dropped.Batches += d.Batches
-	l.stats.Dropped.Rows += d.Rows
-	l.stats.Dropped.add(&d.Sums)
-	l.mu.Unlock()
+	if err := l.spool.lose(d, false); err != nil {
+		l.log.Warn("Ledger could not keep its count of what it could not record", "err", err)
+	}
 	if l.cfg.OnDrop != nil {
 		l.cfg.OnDrop(d)
 	}
@@ -438,6 +448,8 @@ func (l *Ledger) Stats() Stats {
 	st.SpoolBatches, st.SpoolBytes = l.spool.size()
 	st.Oldest = l.spool.oldest()
 	st.Corrupt = l.spool.corrupt
+	lost := l.spool.unrecorded()
+	st.Dropped, st.Expired = lost.Dropped, lost.Expired
 	st.Full = l.Full()
 	st.Refused = l.refused.Load()
 	return st

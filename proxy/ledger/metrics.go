@@ -14,8 +14,10 @@ import (
 // State is the ledger's state now.
 func (l *Ledger) State() ledgerstate.State {
 	st := l.Stats()
-	s := ledgerstate.State{Spooling: st.LastError != nil && st.SpoolBatches > 0, Full: st.Full, SpoolBatches: st.SpoolBatches,
-		SpoolBytes: st.SpoolBytes, DroppedBatches: st.Dropped.Batches, ExpiredBatches: st.Expired.Batches}
+	s := ledgerstate.State{Spooling: st.LastError != nil && st.SpoolBatches > 0, Full: st.Full,
+		SpoolBatches: st.SpoolBatches, SpoolBytes: st.SpoolBytes}
+	s.DroppedBatches, s.DroppedRows, s.DroppedRequests, s.DroppedCostMicros = st.Dropped.Batches, st.Dropped.Rows, st.Dropped.Requests, st.Dropped.CostMicros
+	s.ExpiredBatches, s.ExpiredRows, s.ExpiredRequests, s.ExpiredCostMicros = st.Expired.Batches, st.Expired.Rows, st.Expired.Requests, st.Expired.CostMicros
 	if !st.Oldest.IsZero() {
 		t := st.Oldest.UTC()
 		s.Oldest = &t

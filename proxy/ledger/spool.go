@@ -32,6 +32,8 @@ type spool struct {
 	replica string
 	next    int64
 	corrupt int
+	// lost is what the replica could not record, kept with its identity.
+	lost unrecorded
 }
 
 type spooled struct {
@@ -39,10 +41,19 @@ type spooled struct {
 	size int64
 }
 
-// identity is the replica's name in the spool directory.
+// identity is the replica's name in the spool directory, and what it could not
+// record: a restarted process reports the gap its ledger has, not nothing.
 type identity struct {
-	Replica string `json:"replica"`
-	NextSeq int64  `json:"next_seq"`
+	Replica    string     `json:"replica"`
+	NextSeq    int64      `json:"next_seq"`
+	Unrecorded unrecorded `json:"unrecorded"`
+}
+
+// unrecorded sums the batches a replica dropped for want of spool room, and those
+// it set aside unreplayed as too old.
+type unrecorded struct {
+	Dropped Dropped `json:"dropped"`
+	Expired Dropped `json:"expired"`
 }
 
 const identityFile = "identity.json"
@@ -61,7 +72,7 @@ func openSpool(dir, pod string, maxBytes int64, now time.Time) (*spool, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, identityFile))
 	switch {
 	case err == nil && json.Unmarshal(raw, &id) == nil && strings.HasPrefix(id.Replica, pod+"@") && id.NextSeq > 0:
-		s.replica, s.next = id.Replica, id.NextSeq
+		s.replica, s.next, s.lost = id.Replica, id.NextSeq, id.Unrecorded
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("ledger spool: %w", err)
 	}
@@ -113,8 +124,28 @@ func (s *spool) saveIdentity() error {
 	if s.dir == "" {
 		return nil
 	}
-	raw, _ := json.Marshal(identity{Replica: s.replica, NextSeq: s.next})
+	raw, _ := json.Marshal(identity{Replica: s.replica, NextSeq: s.next, Unrecorded: s.lost})
 	return s.writeFile(identityFile, raw)
+}
+
+// lose adds d to what the replica could not record (expired: set aside unreplayed;
+// else dropped) and keeps it with the identity.
+func (s *spool) lose(d Dropped, expired bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := &s.lost.Dropped
+	if expired {
+		t = &s.lost.Expired
+	}
+	t.add(&d)
+	return s.saveIdentity()
+}
+
+// unrecorded is what the replica could not record, since its identity began.
+func (s *spool) unrecorded() unrecorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
 }
 
 // push keeps b unless the bound has no room for it; false when it did not.

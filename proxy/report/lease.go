@@ -43,7 +43,8 @@ const (
 	UpstreamHealthAnnotation = "tokenwarden.io/upstream-health"
 	// LedgerAnnotation carries the state of the replica's ledger: a JSON object of
 	// {"spooling", "full", "spool_batches", "spool_bytes", "oldest", "flushed_through",
-	// "dropped_batches", "expired_batches"} (ledgerstate.State).
+	// "dropped_batches", "dropped_rows", "dropped_requests", "dropped_cost_micro_usd"
+	// and the same four of "expired_"} (ledgerstate.State).
 	LedgerAnnotation = "tokenwarden.io/ledger"
 )
 

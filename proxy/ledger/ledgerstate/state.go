@@ -25,10 +25,23 @@ type State struct {
 	Oldest *time.Time `json:"oldest,omitempty"`
 	// FlushedThrough: every settlement added before it is in the database.
 	FlushedThrough *time.Time `json:"flushed_through,omitempty"`
-	// DroppedBatches and ExpiredBatches count what was not recorded.
-	DroppedBatches int64 `json:"dropped_batches,omitempty"`
-	ExpiredBatches int64 `json:"expired_batches,omitempty"`
+	// Dropped* sum what the ledger never recorded because the spool was full
+	// (whenSpoolFull: KeepServing): batches, their rows (the rollup's records), the
+	// requests they held and those requests' micro-dollars. Expired* sum the spooled
+	// batches set aside unreplayed, older than the key retention allows. They count
+	// since the replica's identity began, across restarts of its process.
+	DroppedBatches    int64 `json:"dropped_batches,omitempty"`
+	DroppedRows       int64 `json:"dropped_rows,omitempty"`
+	DroppedRequests   int64 `json:"dropped_requests,omitempty"`
+	DroppedCostMicros int64 `json:"dropped_cost_micro_usd,omitempty"`
+	ExpiredBatches    int64 `json:"expired_batches,omitempty"`
+	ExpiredRows       int64 `json:"expired_rows,omitempty"`
+	ExpiredRequests   int64 `json:"expired_requests,omitempty"`
+	ExpiredCostMicros int64 `json:"expired_cost_micro_usd,omitempty"`
 }
+
+// Unrecorded reports whether the ledger misses settlements: dropped or expired.
+func (s *State) Unrecorded() bool { return s.DroppedRows+s.ExpiredRows > 0 }
 
 // Encode is the state as the annotation holds it.
 func (s State) Encode() string {

@@ -7,6 +7,7 @@ package ledgertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -429,6 +430,51 @@ func DescribeSink(name string, b Backend) bool {
 			Expect(recorded.Requests + st.Dropped.Requests).To(Equal(total.Requests))
 			Expect(recorded.CostMicros + st.Dropped.CostMicros).To(Equal(total.CostMicros))
 			Expect(recorded.InputTokens + st.Dropped.InputTokens).To(Equal(total.InputTokens))
+		})
+
+		It("reports what a full spool dropped, in batches, rows, requests and dollars, also after its process restarts, and counts none of it twice", func() {
+			o := &Outage{Sink: sink}
+			dir := GinkgoT().TempDir()
+			spool := func(c *ledger.Config) { c.SpoolDir, c.SpoolBytes = dir, 16<<10 }
+			l := newLedger(o, spool)
+			o.Down.Store(true)
+			var records []ledger.Record
+			for round := 0; l.Stats().Dropped.Batches < 2; round++ {
+				Expect(round).To(BeNumerically("<", 100), "the spool fills")
+				records = append(records, AddConcurrently(l, 2, 20+round)...)
+				Expect(l.Flush(ctx)).To(MatchError(ErrDown))
+			}
+			Expect(l.Refusing()).To(BeFalse(), "keep-serving")
+			dropped, total := l.Stats().Dropped, Total(records)
+			Expect(dropped.CostMicros).To(BeNumerically(">", 0))
+			// reported checks the replica's ledger annotation.
+			reported := func(l *ledger.Ledger) {
+				GinkgoHelper()
+				var state map[string]any
+				Expect(json.Unmarshal([]byte(l.State().Encode()), &state)).To(Succeed())
+				for field, want := range map[string]int64{"dropped_batches": dropped.Batches, "dropped_rows": dropped.Rows,
+					"dropped_requests": dropped.Requests, "dropped_cost_micro_usd": dropped.CostMicros} {
+					Expect(state).To(HaveKeyWithValue(field, BeNumerically("==", want)), field)
+				}
+			}
+			reported(l)
+			// The replica's pending spend holds what waits, not what was dropped.
+			pending, err := l.Pending(ctx, All())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(pending).To(HaveLen(1))
+			Expect(pending[0].CostMicros + dropped.CostMicros).To(Equal(total.CostMicros))
+			Expect(pending[0].Requests + dropped.Requests).To(Equal(total.Requests))
+
+			// The process is killed (l abandoned, as with SIGKILL) and starts again in
+			// the same pod, the database back.
+			restarted := newLedger(o, spool)
+			reported(restarted)
+			o.Down.Store(false)
+			Expect(restarted.Close(ctx)).To(Succeed())
+			recorded := ReportTotal(ctx, sink)
+			Expect(recorded.CostMicros+dropped.CostMicros).To(Equal(total.CostMicros), "each dollar recorded or reported dropped, none both")
+			Expect(recorded.Requests + dropped.Requests).To(Equal(total.Requests))
+			Expect(restarted.Stats().Dropped).To(Equal(dropped), "the spool's replay adds nothing to what was dropped")
 		})
 
 		It("prunes the idempotency keys older than the retention, and only those", func() {
