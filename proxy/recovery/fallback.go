@@ -45,8 +45,11 @@ var (
 //	P + S + amount <= (budget - L) / replicas
 //
 // Each replica holds to its own share of the same remainder, so the fleet admits
-// no more than it. Budgets it cannot answer (by client, global, by model, tokens
-// or requests) stay fail-closed.
+// no more than it, but for what the reads miss: the reservations open at them,
+// spend flushed between one replica's read and another's (at most 1 - 1/replicas
+// of what the fleet held unflushed), and batches dropped from a full spool
+// (docs/ledger.md, "The overspend bound"). Budgets it cannot answer (by client,
+// global, by model, tokens or requests) stay fail-closed.
 type Fallback struct {
 	// Report sums the ledger's database; Pending this replica's settlements it may
 	// not hold yet (ledger.Ledger.Pending).

@@ -124,11 +124,9 @@ func ask(front, k, model string, i int) answer {
 
 // flushAll waits for every replica's settlements and flushes its ledger.
 func (f *fbFleet) flushAll() {
+	GinkgoHelper()
 	for _, r := range f.replicas {
-		wctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
-		Expect(r.srv.WaitSettled(wctx)).To(Succeed())
-		Expect(r.l.Flush(wctx)).To(Succeed())
-		cancel()
+		f.flush(r)
 	}
 }
 
