@@ -78,7 +78,9 @@ const (
 	ReasonNoLedger         = "NoLedger"
 )
 
-// ReplicaLedgerAnnotation on a replica's Lease is its ledger's state, as JSON:
-// {"spool_batches", "spool_bytes", "oldest", "full", "flushed_through", "dropped_batches"}
-// (oldest and flushed_through in RFC 3339); absent without a ledger.
+// ReplicaLedgerAnnotation on a replica's Lease is its ledger's state, as JSON
+// (ledgerstate.State): {"spooling", "full", "spool_batches", "spool_bytes", "oldest",
+// "flushed_through"} (oldest and flushed_through in RFC 3339), and what it never
+// recorded, "dropped_" and "expired_" batches, rows, requests and cost_micro_usd;
+// absent without a ledger.
 const ReplicaLedgerAnnotation = "tokenwarden.io/ledger"
