@@ -72,6 +72,32 @@ func sendBodyVia(ctx context.Context, url string, out chan<- sent, name, key, bo
 	}()
 }
 
+// clientsGoAway has alice's two requests with the headers hdr, on the first proxy and
+// the third, hold the limit while they wait for their answer (then, again, in a
+// stream); refused checks that the second proxy is refused meanwhile. Both clients go
+// away, and next checks that their slots were given back.
+func clientsGoAway(h *harness, ps []*redisProxy, hdr []string, refused, next func(what string)) {
+	GinkgoHelper()
+	for _, c := range []struct{ body, b string }{
+		{fleetChat, `{"Latency":20000000000}`},
+		{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		out := make(chan sent, 2)
+		before := len(h.llm.Requests())
+		all := append(append([]string(nil), hdr...), fakellm.HeaderBehaviour, c.b)
+		sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, all...)
+		sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, all...)
+		Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
+		refused(c.b)
+		cancel()
+		<-out
+		<-out
+		next("after two clients went away")
+	}
+}
+
 // threeProxies are three replicas on redis under one prefix, in front of h's backend;
 // the first reaches Redis through a relay (cut kills its connections).
 func threeProxies(h *harness, redis *redisserver.Server) (ps []*redisProxy, cut func()) {
@@ -279,22 +305,9 @@ var _ = Describe("Limits for agents on a fleet with Redis", func() {
 		next("after two upstream errors")
 
 		By("a client that goes away, waiting for its answer and in a stream")
-		for _, c := range []struct{ body, b string }{
-			{fleetChat, `{"Latency":20000000000}`},
-			{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
-		} {
-			ctx, cancel := context.WithCancel(context.Background())
-			DeferCleanup(cancel)
-			out := make(chan sent, 2)
-			before := len(h.llm.Requests())
-			sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, fakellm.HeaderBehaviour, c.b)
-			sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, fakellm.HeaderBehaviour, c.b)
-			Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
-			Expect(h.chatAt(ps[1].url, "sk-alice", 10).code).To(Equal(http.StatusTooManyRequests), c.b)
-			cancel()
-			<-out
-			<-out
-			next("after two clients went away")
-		}
+		clientsGoAway(h, ps, nil, func(what string) {
+			GinkgoHelper()
+			Expect(h.chatAt(ps[1].url, "sk-alice", 10).code).To(Equal(http.StatusTooManyRequests), what)
+		}, next)
 	})
 })

@@ -355,23 +355,10 @@ func slotsBackOnEveryEnd(h *harness, ps []*redisProxy) {
 	next("after three refusals by the token budget")
 
 	By("a client that goes away, waiting for its answer and in a stream")
-	for _, c := range []struct{ body, b string }{
-		{fleetChat, `{"Latency":20000000000}`},
-		{fleetStream, `{"OutputTokens":1000,"ChunkDelay":50000000}`},
-	} {
-		ctx, cancel := context.WithCancel(context.Background())
-		DeferCleanup(cancel)
-		out := make(chan sent, 2)
-		before := len(h.llm.Requests())
-		sendBodyVia(ctx, ps[0].url, out, "x", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
-		sendBodyVia(ctx, ps[2].url, out, "y", "sk-alice", c.body, append(session("s1"), fakellm.HeaderBehaviour, c.b)...)
-		Eventually(func() int { return len(h.llm.Requests()) - before }).Should(Equal(2), "both reach the backend")
-		expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), c.b)
-		cancel()
-		<-out
-		<-out
-		next("after two clients went away")
-	}
+	clientsGoAway(h, ps, session("s1"), func(what string) {
+		GinkgoHelper()
+		expectInFlightRefusal(sessionChat(h, ps[1].url, "sk-alice", "s1"), what)
+	}, next)
 }
 
 // agentCapsDoc writes a step cap per task and a token budget per session as the rules
