@@ -25,10 +25,11 @@ import (
 	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 )
 
-// TestStatusWriterOneFleet: one fleet's backlog of key statuses is written by every
-// writer at once, against the real API server, and never by more: a burst of one
-// fleet was written one status at a time, about 10 a second on a loaded machine.
-func TestStatusWriterOneFleet(t *testing.T) {
+// startAPIServer starts a real API server with the CRDs for the test, and returns a
+// client of it and a context that ends with the test; it skips the test without
+// KUBEBUILDER_ASSETS.
+func startAPIServer(t *testing.T) (context.Context, client.WithWatch) {
+	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Skip("KUBEBUILDER_ASSETS is not set")
 	}
@@ -47,6 +48,14 @@ func TestStatusWriterOneFleet(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	return ctx, real
+}
+
+// TestStatusWriterOneFleet: one fleet's backlog of key statuses is written by every
+// writer at once, against the real API server, and never by more: a burst of one
+// fleet was written one status at a time, about 10 a second on a loaded machine.
+func TestStatusWriterOneFleet(t *testing.T) {
+	ctx, real := startAPIServer(t)
 
 	const keys, writers = 200, 4
 	fleet := types.NamespacedName{Namespace: "default", Name: "fleet"}
@@ -107,24 +116,7 @@ func TestStatusWriterOneFleet(t *testing.T) {
 // server. A key added after a scale waited behind every budget's new per-replica
 // allowance, hundreds or thousands of writes, with no status at all meanwhile.
 func TestStatusWriterFirstStatusFirst(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set")
-	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = twv1alpha1.AddToScheme(scheme)
-	real, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx, real := startAPIServer(t)
 
 	const backlog = 200
 	fleet := types.NamespacedName{Namespace: "default", Name: "fleet"}
@@ -203,24 +195,7 @@ func TestStatusWriterFirstStatusFirst(t *testing.T) {
 // replaces (a cache that has not caught up), is not written: it would conflict. The
 // fleet's reconcile computes it again. A burst of 10,000 keys had 600 such conflicts.
 func TestStatusWriterNoWriteOverItsOwn(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set")
-	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = twv1alpha1.AddToScheme(scheme)
-	real, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx, real := startAPIServer(t)
 
 	k := &twv1alpha1.ApiKey{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "key"},
 		Spec: twv1alpha1.ApiKeySpec{ProxyRef: twv1alpha1.ProxyReference{Name: "fleet"}, SecretRef: twv1alpha1.SecretKeyReference{Name: "s"}}}
