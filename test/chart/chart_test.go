@@ -368,19 +368,7 @@ rate_limiting:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	exported := map[string]bool{}
-	for _, line := range strings.Split(scraped, "\n") {
-		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			fields := strings.Fields(name)
-			exported[fields[0]] = true
-			if fields[1] == "histogram" {
-				for _, s := range []string{"_bucket", "_sum", "_count"} {
-					exported[fields[0]+s] = true
-				}
-			}
-		}
-	}
-	return exported
+	return families(scraped)
 }
 
 // TestInstall installs the chart into a real API server and checks the operator's

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -75,20 +74,7 @@ rate_limiting:
 	}
 	admin := httptest.NewServer(srv.AdminHandler(reg))
 	defer admin.Close()
-	deadline := time.Now().Add(30 * time.Second) // generous: the loop ends as soon as every family shows
-	for {
-		resp, err := http.Get(admin.URL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		exported := families(string(b))
-		if allOf(exported, durableFamilies) || time.Now().After(deadline) {
-			return exported
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return scrapeFor(t, admin.URL, durableFamilies)
 }
 
 // TestEveryAlertHasARunbookRow: each alert the chart installs has its row in the

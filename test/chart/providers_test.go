@@ -96,17 +96,23 @@ rate_limiting:
 	}
 	admin := httptest.NewServer(srv.AdminHandler(reg))
 	defer admin.Close()
-	var exported map[string]bool
+	return scrapeFor(t, admin.URL, providerFamilies)
+}
+
+// scrapeFor is the families the /metrics of the admin server at url lists, once they
+// include want (or after 30 s).
+func scrapeFor(t *testing.T, url string, want []string) map[string]bool {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // generous: the loop ends as soon as every family shows
 	for {
-		resp, err := http.Get(admin.URL + "/metrics")
+		resp, err := http.Get(url + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		exported = families(string(b))
-		if allOf(exported, providerFamilies) || time.Now().After(deadline) {
+		exported := families(string(b))
+		if allOf(exported, want) || time.Now().After(deadline) {
 			return exported
 		}
 		time.Sleep(20 * time.Millisecond)
