@@ -4,6 +4,7 @@
 package metrics_test
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenwarden/tokenwarden/proxy/adminauth"
 	"github.com/tokenwarden/tokenwarden/proxy/ledger"
 	"github.com/tokenwarden/tokenwarden/proxy/metrics"
+	"github.com/tokenwarden/tokenwarden/proxy/recovery"
 )
 
 // docRow is a row of a metrics table in docs/: its first cell names one or more
@@ -28,9 +31,14 @@ var docName = regexp.MustCompile("`((?:rate_limit|tokenwarden)_[a-z_]+)(?:\\{([a
 // descLabels reads a Desc's name and variable labels from its String form.
 var descLabels = regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([a-z_,]*)\}`)
 
-// TestTheMetricsTablesNameWhatTheProxyExports: every metric metrics.New and the
-// ledger's collector register has a row in a metrics table of docs/ (proxy.md's, or
-// the table of the page about it), with the labels it exports.
+// registering are the packages whose collectors the spec registers below, by their
+// directory under proxy/.
+var registering = []string{"adminauth", "ledger", "metrics", "recovery"}
+
+// TestTheMetricsTablesNameWhatTheProxyExports: every metric the proxy registers
+// (metrics.New, the ledger's collector, the ledger attester's and fallback's counters,
+// the admin API's reviews) has a row in a metrics table of docs/ (proxy.md's, or the
+// table of the page about it), with the labels it exports.
 func TestTheMetricsTablesNameWhatTheProxyExports(t *testing.T) {
 	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
@@ -58,6 +66,9 @@ func TestTheMetricsTablesNameWhatTheProxyExports(t *testing.T) {
 	reg := &recorder{Registerer: prometheus.NewRegistry()}
 	metrics.New(reg)
 	reg.MustRegister(ledger.NewCollector(nil, nil))
+	(&recovery.Attester{}).Register(reg)
+	(&recovery.Fallback{}).Register(reg)
+	adminauth.New(adminauth.Options{Registerer: reg})
 	ch := make(chan *prometheus.Desc, 1024)
 	for _, c := range reg.cs {
 		c.Describe(ch)
@@ -77,6 +88,40 @@ func TestTheMetricsTablesNameWhatTheProxyExports(t *testing.T) {
 		if !slices.Equal(want, labels) {
 			t.Errorf("%s: docs/ say labels %v, the proxy exports %v", name, want, labels)
 		}
+	}
+}
+
+// newMetric is a call that makes a collector or a metric's description.
+var newMetric = regexp.MustCompile(`prometheus\.New(Counter|Gauge|Histogram|Summary|Untyped|Desc)`)
+
+// TestTheMetricsTablesSpecRegistersEveryPackagesMetrics: a package of the proxy that
+// makes metrics is one the metrics tables' spec registers, so none of its metrics can
+// go without a row.
+func TestTheMetricsTablesSpecRegistersEveryPackagesMetrics(t *testing.T) {
+	found := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if newMetric.Match(src) {
+			found[filepath.ToSlash(filepath.Dir(path))[len("../"):]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := range found {
+		if !slices.Contains(registering, dir) {
+			t.Errorf("proxy/%s makes metrics the metrics tables' spec does not register: register its collectors there", dir)
+		}
+	}
+	if len(found) < len(registering) {
+		t.Errorf("found metrics made in %v only; the pattern is broken", found)
 	}
 }
 
