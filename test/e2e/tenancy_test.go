@@ -155,6 +155,23 @@ var _ = Describe("Tenants of one fleet, with kubectl and a proxy process", func(
 		Expect(chat(s.p, "b-ci", "gpt-4o", 200).code).To(Equal(429), "and counts its own key")
 	})
 
+	It("serves a team-scoped cache answer to its own tenant's team only, never to another tenant's team of the same name", func() {
+		s := newShared("")
+		s.in(s.a, tenantKey(s.home, "a-bot", ""))
+		_, err := st.Kubectl("patch", "-n", s.home, "tokenproxy", "fleet", "--type", "merge", "-p", `{"spec":{"cache":{"storage":"Memory","scope":"Team"}}}`)
+		Expect(err).NotTo(HaveOccurred())
+		enforced(s.home)
+		// a-ci and a-bot are tenant a's team research, b-ci tenant b's, ops the platform's.
+		cache := func(key string) string { return chat(s.p, key, "gpt-4o", 100).header.Get("X-Tokenwarden-Cache") }
+		Expect(cache("a-ci")).To(Equal("miss"), "tenant a's request fills the cache")
+		Eventually(func() string { return cache("a-bot") }).Should(Equal("hit"), "another key of tenant a's team is served its answer")
+		before := len(st.LLM.Requests())
+		Expect(cache("b-ci")).To(Equal("miss"), "the identical request of tenant b's team research is not served tenant a's answer")
+		Expect(cache("ops")).To(Equal("miss"), "nor is the platform's team research")
+		Expect(st.LLM.Requests()).To(HaveLen(before+2), "both went to the backend")
+		Eventually(func() string { return cache("b-ci") }).Should(Equal("hit"), "tenant b is served its own answer")
+	})
+
 	It("composes downward: a platform cap counts every tenant, and a tenant's named budget never replaces the platform's", func() {
 		s := newShared("", `
 apiVersion: tokenwarden.io/v1alpha1
