@@ -190,6 +190,10 @@ var _ = Describe("RestartRequired", func() {
 	DescribeTable("names each changed field that only a restart applies",
 		func(started, next string, fields []string) {
 			Expect(config.RestartRequired(parse(started), parse(next))).To(Equal(fields))
+			// What a process keeps of the document it started with tells the same.
+			basis := config.RestartBasis(parse(started))
+			Expect(basis.APIKeys).To(BeNil())
+			Expect(config.RestartRequired(basis, parse(next))).To(Equal(fields))
 		},
 		Entry("nothing changed", redis, redis, []string{}),
 		Entry("the listen addresses", "", "listen: 127.0.0.1:1\nadmin_listen: 127.0.0.1:2\n", []string{"listen", "admin_listen"}),

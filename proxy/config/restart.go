@@ -39,3 +39,17 @@ func RestartRequired(started, next *Config) []string {
 	}
 	return out
 }
+
+// RestartBasis is what RestartRequired reads of the document a process started with:
+// a copy of c without its keys, rules and per_model limits, which are most of a large
+// fleet's document and which every reload applies. A process keeps it for as long as
+// it runs, beside the config in force: with the whole document it kept a second copy
+// of every key.
+func RestartBasis(c *Config) *Config {
+	if c == nil {
+		return nil
+	}
+	b := *c
+	b.APIKeys, b.RateLimiting.Rules, b.RateLimiting.Limits.PerModel = nil, nil, nil
+	return &b
+}

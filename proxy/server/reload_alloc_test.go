@@ -37,3 +37,27 @@ func TestReloadAllocatesLittleGarbage(t *testing.T) {
 		t.Errorf("the config in force keeps %d bytes a key, want at most %d", kept, mostKept)
 	}
 }
+
+// TestReloadKeepsOneConfig: after a reload to the next generation, a replica keeps
+// the config in force and nothing of the one before: at most 760 bytes a key of
+// 20,000, as after its first (680 now). It kept 965: the first document whole, to tell
+// which changes wait for a restart, a second copy of every key.
+func TestReloadKeepsOneConfig(t *testing.T) {
+	const keys, mostKept = 20000, 760
+	srv, _ := reloadServer()
+	first, next := fleetDoc(t, keys, 200, 1), fleetDoc(t, keys, 200, 2)
+	live := liveHeap()
+	for _, doc := range [][]byte{first, next} {
+		if _, err := srv.Apply(doc, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := (liveHeap() - live) / keys
+	runtime.KeepAlive(srv)
+	runtime.KeepAlive(first)
+	runtime.KeepAlive(next)
+	t.Logf("after the next generation the replica keeps %d bytes a key", kept)
+	if kept > mostKept {
+		t.Errorf("after the next generation the replica keeps %d bytes a key, want at most %d", kept, mostKept)
+	}
+}

@@ -158,8 +158,9 @@ func (s *Server) compile(cfg *config.Config, digest string) (*runtime, error) {
 // restartState is what the server knows of the settings it cannot change while it runs.
 // It is used under Server.applyMu.
 type restartState struct {
-	// started is the config the process built its listeners and store from (the first
-	// one applied, unless Options.Started says otherwise).
+	// started is what RestartRequired reads of the config the process built its
+	// listeners and store from (the first one applied, unless Options.Started says
+	// otherwise): its config.RestartBasis, without its keys.
 	started *config.Config
 	// overridden are fields a command-line flag sets, which no document changes.
 	overridden map[string]bool
@@ -168,7 +169,7 @@ type restartState struct {
 }
 
 func newRestartState(o Options) restartState {
-	r := restartState{started: o.Started, overridden: map[string]bool{}}
+	r := restartState{started: config.RestartBasis(o.Started), overridden: map[string]bool{}}
 	for _, f := range o.Overridden {
 		r.overridden[f] = true
 	}
@@ -210,7 +211,7 @@ func (s *Server) applyLive(rt *runtime, origin string) {
 	}
 	r := &s.restart
 	if r.started == nil {
-		r.started = cfg
+		r.started = config.RestartBasis(cfg)
 	}
 	switch {
 	case len(rt.restartRequired) > 0:
