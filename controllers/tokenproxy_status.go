@@ -41,7 +41,8 @@ func (r *TokenProxyReconciler) writeProxyStatus(ctx context.Context, tp *twv1alp
 	if err := r.Status().Update(ctx, o); err != nil {
 		return fmt.Errorf("patch status of %s: %w", o.Name, err)
 	}
-	r.ownStatuses.wrote(client.ObjectKeyFromObject(tp), tp.ResourceVersion, o.ResourceVersion, st)
+	// o holds the status as the API server answered it (times in whole seconds).
+	r.ownStatuses.wrote(client.ObjectKeyFromObject(tp), tp.ResourceVersion, o.ResourceVersion, &o.Status)
 	return nil
 }
 

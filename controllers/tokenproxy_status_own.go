@@ -27,7 +27,8 @@ type ownStatus struct {
 	status            twv1alpha1.TokenProxyStatus
 }
 
-// wrote records that status replaced tp's version replaced and made version written.
+// wrote records that status, as the API server answered the write, replaced the
+// version replaced and made the version written.
 func (o *ownStatuses) wrote(fleet types.NamespacedName, replaced, written string, status *twv1alpha1.TokenProxyStatus) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
