@@ -346,7 +346,7 @@ func replaced(p *Policy, id *Identity, budgets []Explained) []Replaced {
 		return cmp.Or(cmp.Compare(p.order[a.rule], p.order[b.rule]), cmp.Compare(a.window, b.window))
 	})...)
 	if id.Key != nil {
-		each = append(each, id.Key.replaced...)
+		each = append(each, p.replacedOf(id.Key)...)
 	}
 	seen := map[*counter]bool{}
 	for _, ctr := range each {
@@ -354,7 +354,7 @@ func replaced(p *Policy, id *Identity, budgets []Explained) []Replaced {
 		if seen[ctr] || ctr.subjects != nil || subject == "" || (ctr.models != nil && !ctr.models.has(id.Model)) {
 			continue
 		}
-		if !ctr.excluded.has(subject) && !slices.Contains(id.Key.replacedOrNil(), ctr) {
+		if !ctr.excluded.has(subject) && !slices.Contains(p.replacedOf(id.Key), ctr) {
 			continue
 		}
 		seen[ctr] = true
@@ -381,12 +381,12 @@ func (p *Policy) levelsOf(k *KeyPolicy) []*level {
 	return []*level{&p.platform}
 }
 
-// replacedOrNil is the key's replaced limits; nil for no key.
-func (k *KeyPolicy) replacedOrNil() []*counter {
+// replacedOf is the key's replaced limits; nil for no key.
+func (p *Policy) replacedOf(k *KeyPolicy) []*counter {
 	if k == nil {
 		return nil
 	}
-	return k.replaced
+	return p.replaced[k.Name]
 }
 
 // replaces reports whether the explained rule window is the named-subject counter

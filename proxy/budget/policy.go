@@ -50,6 +50,9 @@ type Policy struct {
 	dims   [Model]dimPolicy
 	models map[string]*dimPolicy
 	keys   map[string]*KeyPolicy // by name
+	// replaced are, by key name, those of a key's limits that a named api_key rule
+	// replaces (for Explain): few keys have any, and a large fleet has 50,000.
+	replaced map[string][]*counter
 }
 
 // level is the counters of one level of the tenancy tree, checked per request: the
@@ -327,25 +330,20 @@ type KeyPolicy struct {
 	Tenant string
 	// Environment is the key's environment, as the platform set it.
 	Environment string
-	Bypass      bool
 	// minute and day are the key's allowances: its divided overrides when set,
-	// otherwise per_api_key's.
+	// otherwise per_api_key's (each holds the fleet total it comes from).
 	minute, day Allowance
 	reqRate     float64
 	reqBurst    float64
-	// configuredTPM and configuredTPD are the fleet totals the allowances come from.
-	configuredTPM, configuredTPD int64
 	// counters are the key's api_key counters of the platform's level; tenantCounters
 	// those of its tenant's, whose other counters are level (nil: its tenant has none).
 	counters       []*counter
 	tenantCounters []*counter
 	level          *level
-	// replaced are those of its limits that a named api_key rule replaces (for
-	// Explain).
-	replaced []*counter
 	// overrides are the key's own values that replace per_api_key's: requests, then
 	// the minute and day tokens (for Explain).
 	overrides [3]bool
+	Bypass    bool
 }
 
 // NewPolicy resolves a validated config's limits and rules.
@@ -447,7 +445,10 @@ func NewPolicy(c *config.Config) *Policy {
 		// A named api_key rule replaces the key's limit of the same amount and period.
 		for _, x := range kp.counters {
 			if replaced[x.group].has(k.Name) {
-				kp.replaced = append(kp.replaced, x)
+				if p.replaced == nil {
+					p.replaced = map[string][]*counter{}
+				}
+				p.replaced[k.Name] = append(p.replaced[k.Name], x)
 			}
 		}
 		kp.counters = slices.DeleteFunc(kp.counters, func(x *counter) bool { return replaced[x.group].has(k.Name) })
@@ -490,7 +491,6 @@ func (p *Policy) newKeyPolicy(k config.APIKey, div int64) *KeyPolicy {
 		tpd = k.RateLimitTokensPerDay
 		kp.day, kp.overrides[2] = Divide(tpd, div), true
 	}
-	kp.configuredTPM, kp.configuredTPD = tpm, tpd
 	rps := d.limits.RequestsPerSecond
 	if k.RateLimit > 0 {
 		rps, kp.overrides[0] = k.RateLimit, true
@@ -680,7 +680,7 @@ func (p *Policy) appendLimits(out []Effective) []Effective {
 func (kp *KeyPolicy) effective() Effective {
 	return Effective{
 		Dimension: APIKey.String(), Key: kp.Name,
-		ConfiguredTokensPerMinute: kp.configuredTPM, ConfiguredTokensPerDay: kp.configuredTPD,
+		ConfiguredTokensPerMinute: kp.minute.fleet, ConfiguredTokensPerDay: kp.day.fleet,
 		TokensPerMinute: allowancePtr(kp.minute), TokensPerDay: allowancePtr(kp.day),
 		RequestsPerSecond: kp.reqRate, BurstCapacity: kp.reqBurst,
 	}
