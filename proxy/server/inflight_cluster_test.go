@@ -18,17 +18,7 @@ import (
 
 // clusterInFlightDoc adds to the per-session rule a fleet's total of three requests in
 // flight: its counter is the global subject's, in another slot group than alice's.
-const clusterInFlightDoc = `
-upstreams: [{name: default, url: UPSTREAM, timeout_seconds: 5}]
-api_keys:
-- {name: alice, key_sha256: HASH(alice)}
-- {name: bob, key_sha256: HASH(bob)}
-rate_limiting:
-  storage: redis
-  redis: {url: "%s", fallback_to_memory: true}
-  budget_division: {replicas: 3}
-  max_attribute_values: 3
-` + sessionInFlightRules + `  - name: three-in-the-fleet
+const clusterInFlightDoc = fleetSessionInFlightDoc + `  - name: three-in-the-fleet
     dimension: global
     amount: in_flight
     windows: [{limit: 3}]
