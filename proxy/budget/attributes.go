@@ -86,6 +86,28 @@ func (s Attrs) Has(a Attr) bool { return s&(1<<a) != 0 }
 // It holds a space, which no header value does.
 const Overflow = "(beyond max_attribute_values)"
 
+// isOverflow reports whether a counter's By is an overflow subject's: Overflow, or
+// KEY/Overflow under a subject other than the key.
+func isOverflow(by string) bool {
+	return by == Overflow || strings.HasSuffix(by, "/"+Overflow)
+}
+
+// overflowOf is the By of the overflow subject of a client-supplied value's counter:
+// Overflow under the key itself, KEY/Overflow under another subject (a key's name
+// holds no '/', so the first one ends it).
+func overflowOf(k Key) string {
+	key, _, _ := strings.Cut(k.By, "/")
+	return overflowBy(k.Dim, key)
+}
+
+// overflowBy is the By of key's overflow subject under a subject of dimension d.
+func overflowBy(d Dimension, key string) string {
+	if d == APIKey {
+		return Overflow
+	}
+	return key + "/" + Overflow
+}
+
 // selector is one attribute of a rule's applies_when: the request's value must be one
 // of values.
 type selector struct {
@@ -222,6 +244,7 @@ func (m *Memory) BoundValues(_ context.Context, asks []ValueAsk) error {
 	if vs.m == nil {
 		vs.m = map[valueSetKey]*valueSet{}
 	}
+	full := m.valueCount.Load() >= m.maxBuckets.Load()
 	for i := range asks {
 		a := &asks[i]
 		k := valueSetKey{rule: a.Rule, window: a.Window, key: a.Key}
@@ -237,7 +260,9 @@ func (m *Memory) BoundValues(_ context.Context, asks []ValueAsk) error {
 		if _, ok := s.seen[a.Value]; ok {
 			continue
 		}
-		if int64(len(s.seen)) >= a.Limit {
+		// A full map of values' buckets takes no new value either: it counts in its
+		// key's overflow subject, as one beyond the key's bound does.
+		if int64(len(s.seen)) >= a.Limit || full {
 			a.Over = true
 			continue
 		}
@@ -264,15 +289,16 @@ func (m *Memory) PeekValues(_ context.Context, asks []ValueAsk) error {
 	vs := &m.values
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
+	full := m.valueCount.Load() >= m.maxBuckets.Load()
 	for i := range asks {
 		a := &asks[i]
 		s := vs.m[valueSetKey{rule: a.Rule, window: a.Window, key: a.Key}]
 		if s == nil || s.epoch != a.EpochOf(now) {
-			a.Over = a.Limit <= 0
+			a.Over = a.Limit <= 0 || full
 			continue
 		}
 		_, seen := s.seen[a.Value]
-		a.Over = !seen && int64(len(s.seen)) >= a.Limit
+		a.Over = !seen && (int64(len(s.seen)) >= a.Limit || full)
 	}
 	return nil
 }

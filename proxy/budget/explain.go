@@ -460,10 +460,7 @@ func (l *Limiter) peekValues(ctx context.Context, p *Policy, e *Explanation, c *
 		}
 		at := c.askAt[i]
 		k, _ := c.keyAt(at)
-		k.By = Overflow
-		if k.Dim != APIKey {
-			k.By = a.Key + "/" + Overflow
-		}
+		k.By = overflowBy(k.Dim, a.Key)
 		switch {
 		case at < 0:
 			over[len(c.slots)-int(at)-1] = true

@@ -39,15 +39,17 @@ func (m *Memory) EachLevel(ctx context.Context, fn LevelFunc) error {
 		buf = buf[:0]
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.m {
-			if k.Kind == Requests {
-				continue
+		for _, mp := range [...]map[Key]*bucket{sh.m, sh.v} {
+			for k, b := range mp {
+				if k.Kind == Requests {
+					continue
+				}
+				level := b.level
+				if dt := now.Sub(b.last).Seconds(); dt > 0 {
+					level = min(b.capacity, level+dt*b.rate)
+				}
+				buf = append(buf, entry{k, level, b.capacity})
 			}
-			level := b.level
-			if dt := now.Sub(b.last).Seconds(); dt > 0 {
-				level = min(b.capacity, level+dt*b.rate)
-			}
-			buf = append(buf, entry{k, level, b.capacity})
 		}
 		sh.mu.Unlock()
 		for _, e := range buf {

@@ -421,10 +421,7 @@ func (l *Limiter) boundValues(ctx context.Context, c *charges) error {
 			continue
 		}
 		k, ctr := c.keyAt(c.askAt[i])
-		k.By = Overflow
-		if k.Dim != APIKey {
-			k.By = a.Key + "/" + Overflow
-		}
+		k.By = overflowBy(k.Dim, a.Key)
 		l.stats(ctr).Overflowed()
 	}
 	return nil

@@ -18,13 +18,18 @@ const memoryShards = 64
 // Memory keeps buckets in this process, in sharded maps with one entry bound per
 // dimension and bucket kind: a flood of new identities on one dimension (every IPv6
 // client address is one) fills only that dimension's map, and never makes another
-// dimension's buckets fail open. An absent bucket is a full one, so Sweep may drop any
-// bucket that refilled, and never drops one in debt.
+// dimension's buckets fail open. The buckets of client-supplied count_by values (a
+// session, a fingerprint) have a map and bound of their own, so a tenant's many keys
+// sending new values never fill the map its neighbours' subjects live in. An absent
+// bucket is a full one, so Sweep may drop any bucket that refilled, and never drops
+// one in debt.
 type Memory struct {
 	clock      Clock
 	seed       maphash.Seed
 	maxBuckets atomic.Int64
 	counts     [NumDimensions][NumKinds]atomic.Int64
+	// valueCount is how many buckets the shards' value maps hold.
+	valueCount atomic.Int64
 	shards     [memoryShards]memShard
 	// values bound the distinct client-supplied count_by values (attributes.go).
 	values valueSets
@@ -33,7 +38,9 @@ type Memory struct {
 type memShard struct {
 	mu sync.Mutex
 	m  map[Key]*bucket
-	_  [40]byte // keep shards on separate cache lines
+	// v holds the buckets of client-supplied values (valueCharge).
+	v map[Key]*bucket
+	_ [32]byte // keep shards on separate cache lines
 }
 
 type bucket struct {
@@ -50,6 +57,7 @@ func NewMemory(clock Clock, maxBuckets int64) *Memory {
 	m.SetMaxBuckets(maxBuckets)
 	for i := range m.shards {
 		m.shards[i].m = make(map[Key]*bucket)
+		m.shards[i].v = make(map[Key]*bucket)
 	}
 	return m
 }
@@ -76,6 +84,24 @@ func (m *Memory) LenOf(d Dimension, k Kind) int64 { return m.counts[d][k].Load()
 
 // count is the counter of a key's map.
 func (m *Memory) count(k Key) *atomic.Int64 { return &m.counts[k.Dim%NumDimensions][k.Kind%NumKinds] }
+
+// ValueBuckets is the number of buckets of client-supplied values: what max_buckets
+// bounds apart from the dimensions' maps.
+func (m *Memory) ValueBuckets() int64 { return m.valueCount.Load() }
+
+// valueCharge reports whether c is the bucket of a client-supplied count_by value,
+// not its key's overflow subject: it lives in the value maps.
+func valueCharge(c *Charge) bool {
+	return c.ctr != nil && c.ctr.countBy.Supplied() && !isOverflow(c.Key.By)
+}
+
+// mapOf is the map and counter c's bucket lives in, in its (locked) shard.
+func (m *Memory) mapOf(sh *memShard, c *Charge) (map[Key]*bucket, *atomic.Int64) {
+	if valueCharge(c) {
+		return sh.v, &m.valueCount
+	}
+	return sh.m, m.count(c.Key)
+}
 
 // shardOf is a key's shard, by its identity alone: the buckets of one subject share a
 // shard, so a request locks one shard per subject rather than one per bucket, and the
@@ -121,18 +147,18 @@ func (m *Memory) unlock(l *locked) {
 // full when absent. It returns nil when the map of the key's dimension and kind is
 // full. The shard is locked.
 func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
-	sh := &m.shards[m.shardOf(c.Key)]
-	b := sh.m[c.Key]
+	mp, n := m.mapOf(&m.shards[m.shardOf(c.Key)], &c)
+	b := mp[c.Key]
 	if b == nil {
 		if !create {
 			return nil
 		}
-		if n := m.count(c.Key); n.Add(1) > m.maxBuckets.Load() {
+		if n.Add(1) > m.maxBuckets.Load() {
 			n.Add(-1)
 			return nil
 		}
 		b = &bucket{level: c.Capacity, capacity: c.Capacity, rate: c.Rate, last: now}
-		sh.m[c.Key] = b
+		mp[c.Key] = b
 		return b
 	}
 	b.refill(now)
@@ -206,6 +232,13 @@ func check(m *Memory, charges []Charge, now time.Time, bs []*bucket, levels []fl
 	for i := range charges {
 		c := &charges[i]
 		b := m.get(*c, now, true)
+		if b == nil && valueCharge(c) {
+			// The values' map is full (a value admitted before it filled, its bucket
+			// swept since): the value counts in its key's overflow subject, which the
+			// hold then settles.
+			c.Key.By = overflowOf(c.Key)
+			b = m.get(*c, now, true)
+		}
 		bs = append(bs, b)
 		if b == nil {
 			if c.Durable {
@@ -328,7 +361,8 @@ func unscaled(amount float64, c Charge, b *bucket) float64 {
 // getForSettle returns an existing bucket brought up to now under its own current
 // parameters; settlement never rebuilds a bucket to the hold's old ones.
 func (m *Memory) getForSettle(c Charge, now time.Time) *bucket {
-	b := m.shards[m.shardOf(c.Key)].m[c.Key]
+	mp, _ := m.mapOf(&m.shards[m.shardOf(c.Key)], &c)
+	b := mp[c.Key]
 	if b != nil {
 		b.refill(now)
 	}
@@ -341,6 +375,9 @@ func (m *Memory) Level(k Key) (float64, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	b := sh.m[k]
+	if b == nil {
+		b = sh.v[k]
+	}
 	if b == nil {
 		return 0, false
 	}
@@ -372,6 +409,12 @@ func (m *Memory) deleteIf(drop func(Key, *bucket) bool) {
 			if drop(k, b) {
 				delete(sh.m, k)
 				m.count(k).Add(-1)
+			}
+		}
+		for k, b := range sh.v {
+			if drop(k, b) {
+				delete(sh.v, k)
+				m.valueCount.Add(-1)
 			}
 		}
 		sh.mu.Unlock()

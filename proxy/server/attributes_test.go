@@ -203,7 +203,8 @@ var _ = Describe("The bound on a key's distinct values", func() {
 		Expect(r.errorField("error", "details", "rule")).To(Equal("each-session"))
 		Expect(counter(h.m.RuleOverflow.WithLabelValues("each-session", "minute"))).To(Equal(2.0))
 		Expect(h.store.ValuesHeld("each-session", 0, "alice")).To(Equal(3))
-		Expect(h.store.LenOf(budget.APIKey, budget.Rolling)).To(Equal(int64(4)), "three sessions and the overflow subject")
+		Expect(h.store.ValueBuckets()).To(Equal(int64(3)), "three sessions")
+		Expect(h.store.LenOf(budget.APIKey, budget.Rolling)).To(Equal(int64(1)), "the overflow subject, among the key's subjects")
 		Expect(chatWith("sk-bob", attribute.SessionHeader, "s-4")(h).code).To(Equal(200), "bob's values are his own")
 
 		h.clock.Advance(time.Minute)

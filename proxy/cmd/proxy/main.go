@@ -517,6 +517,8 @@ func sweep(ctx context.Context, mem *budget.Memory, m *metrics.Metrics) {
 					m.BucketsInUse.WithLabelValues(d.String(), k.String()).Set(float64(mem.LenOf(d, k)))
 				}
 			}
+			// The buckets of client-supplied values, a rule's, bounded apart.
+			m.BucketsInUse.WithLabelValues("attribute_values", budget.Rolling.String()).Set(float64(mem.ValueBuckets()))
 		}
 	}
 }

@@ -1,0 +1,119 @@
+// Copyright 2026 The tokenwarden Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/tokenwarden/tokenwarden/proxy/attribute"
+	"github.com/tokenwarden/tokenwarden/proxy/budget"
+)
+
+// neighboursDoc has tenant team-a's three keys and tenant team-b's root, under a
+// platform rule per session and one per key; the bucket maps hold 12 each and a key
+// 4 values a minute, as 100,000 and 1,000 are for 100 keys.
+const neighboursDoc = `
+upstreams: [{name: default, url: UPSTREAM}]
+api_keys:
+- {name: alice, key_sha256: HASH(alice), team: research, tenant: team-a}
+- {name: bob, key_sha256: HASH(bob), team: research, tenant: team-a}
+- {name: carol, key_sha256: HASH(carol), team: research, tenant: team-a}
+- {name: root, key_sha256: HASH(root), team: ops, tenant: team-b}
+rate_limiting:
+  budget_division: {replicas: 1}
+  max_buckets: 12
+  max_attribute_values: 4
+  rules:
+  - {name: each-session, dimension: api_key, count_by: session, amount: requests, windows: [{limit: 100, rolling: {period: minute}}]}
+  - {name: key, dimension: api_key, amount: requests, windows: [{limit: 1, rolling: {period: minute}}]}
+`
+
+var _ = Describe("A tenant whose keys send many session ids", func() {
+	It("never fills the bucket map its neighbour's budgets live in: the neighbour's per-key budget still refuses", func() {
+		h := newHarness(neighboursDoc)
+		for _, key := range []string{"sk-alice", "sk-bob", "sk-carol"} {
+			for i := range 4 {
+				chatWith(key, attribute.SessionHeader, "s-"+itoa(i))(h) // the second on is refused by "key", and still counted
+			}
+		}
+		Expect(h.store.LenOf(budget.APIKey, budget.Rolling)).To(BeNumerically("<=", 12), "the map stays bounded")
+
+		Expect(chatWith("sk-root")(h).code).To(Equal(http.StatusOK))
+		r := chatWith("sk-root")(h)
+		Expect(r.code).To(Equal(http.StatusTooManyRequests), "team-b's key holds one request a minute, whatever team-a sent")
+		Expect(r.errorField("error", "details", "rule")).To(Equal("key"))
+		Expect(counter(h.m.BucketMapFullVec.WithLabelValues("api_key", "rolling"))).To(BeZero(), "no subject's bucket was left out")
+
+		// The values' buckets are bounded apart: a new value once they are full counts in
+		// its key's overflow subject, never unbounded and never failing open.
+		h.clock.Advance(2 * 60e9)
+		before := counter(h.m.RuleOverflow.WithLabelValues("each-session", "minute"))
+		Expect(chatWith("sk-root", attribute.SessionHeader, "r-1")(h).code).To(Equal(http.StatusOK))
+		Expect(counter(h.m.RuleOverflow.WithLabelValues("each-session", "minute"))-before).To(Equal(1.0),
+			"the values' map is full of team-a's sessions: root's new one is its overflow subject's")
+	})
+})
+
+// sendRaw sends r as built, its headers' names as written.
+func sendRaw(r *http.Request) reply {
+	GinkgoHelper()
+	resp, err := http.DefaultClient.Do(r)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	out := reply{code: resp.StatusCode, header: resp.Header, body: b}
+	_ = json.Unmarshal(b, &out.json)
+	return out
+}
+
+var _ = Describe("Attribute headers a client bends", func() {
+	doc := attributesDoc + `  - {name: each-session, dimension: api_key, count_by: session, amount: requests, windows: [{limit: 1, rolling: {period: minute}}]}
+`
+	It("is one header whatever its case, and twice is refused, on either route, in the route's shape", func() {
+		h := newHarness(doc)
+		req := func(path, body string, hdr func(http.Header)) reply {
+			GinkgoHelper()
+			r, err := http.NewRequest("POST", h.front.URL+path, strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			r.Header.Set("Authorization", "Bearer sk-alice")
+			r.Header.Set("x-api-key", "sk-alice")
+			r.Header.Set("Content-Type", "application/json")
+			hdr(r.Header)
+			return sendRaw(r)
+		}
+		chat := func(hdr func(http.Header)) reply {
+			return req("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`, hdr)
+		}
+		raw := func(name, v string) func(http.Header) { return func(hh http.Header) { hh[name] = append(hh[name], v) } }
+
+		Expect(chat(raw("x-tokenwarden-session-id", "s-1")).code).To(Equal(http.StatusOK))
+		Expect(chat(raw("X-TOKENWARDEN-SESSION-ID", "s-1")).code).To(Equal(http.StatusTooManyRequests), "any case is the one header")
+		Expect(chat(raw(attribute.SessionHeader, "  s-1  ")).code).To(Equal(http.StatusTooManyRequests), "spaces around a value are not the value's")
+
+		twice := chat(func(hh http.Header) { hh[attribute.SessionHeader] = []string{"s-2", "s-3"} })
+		Expect(twice.code).To(Equal(http.StatusBadRequest))
+		Expect(twice.errorField("error", "code")).To(Equal("invalid_request_attribute"))
+		Expect(chat(func(hh http.Header) { hh[attribute.SessionHeader] = []string{"", "s-2"} }).code).To(Equal(http.StatusBadRequest), "an empty line is a line")
+		Expect(chat(raw(attribute.SessionHeader, "s-2, s-3")).code).To(Equal(http.StatusBadRequest), "a list is not one value")
+
+		Expect(chat(raw(attribute.SessionHeader, strings.Repeat("a", attribute.MaxLength))).code).To(Equal(http.StatusOK), "256 bytes is a value")
+		Expect(chat(raw(attribute.SessionHeader, strings.Repeat("a", attribute.MaxLength+1))).code).To(Equal(http.StatusBadRequest))
+		Expect(chat(raw(attribute.SessionHeader, "sessión")).code).To(Equal(http.StatusBadRequest), "UTF-8 beyond ASCII")
+
+		m := req("/v1/messages", `{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+			func(hh http.Header) { hh[attribute.SessionHeader] = []string{"a", "b"} })
+		Expect(m.code).To(Equal(http.StatusBadRequest))
+		Expect(m.errorField("type")).To(Equal("error"), "Anthropic's shape: %s", m.body)
+		Expect(m.errorField("error", "type")).To(Equal("invalid_request_error"))
+		Expect(m.errorField("error", "message")).To(ContainSubstring("X-Tokenwarden-Session-Id header is sent more than once"))
+		Expect(h.llm.Requests()).To(HaveLen(2), "only the two requests admitted reached the backend")
+	})
+})
