@@ -4,6 +4,8 @@
 package server_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -115,5 +117,55 @@ var _ = Describe("Attribute headers a client bends", func() {
 		Expect(m.errorField("error", "type")).To(Equal("invalid_request_error"))
 		Expect(m.errorField("error", "message")).To(ContainSubstring("X-Tokenwarden-Session-Id header is sent more than once"))
 		Expect(h.llm.Requests()).To(HaveLen(2), "only the two requests admitted reached the backend")
+	})
+})
+
+var _ = Describe("The request fingerprint a stuck agent resends", func() {
+	const body = `{"model":"gpt-4o","messages":[{"role":"user","content":"retry me"}],"max_tokens":5}`
+	doc := attributesDoc + `  - {name: identical, dimension: api_key, amount: requests, count_by: request_fingerprint,
+     windows: [{limit: 3, rolling: {period: minute}}]}
+`
+	send := func(h *harness, b []byte, query string, hdr map[string]string) int {
+		GinkgoHelper()
+		r, err := http.NewRequest("POST", h.front.URL+"/v1/chat/completions"+query, bytes.NewReader(b))
+		Expect(err).NotTo(HaveOccurred())
+		r.Header.Set("Authorization", "Bearer sk-alice")
+		r.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		return sendRaw(r).code
+	}
+	gz := func(s string) []byte {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		_, _ = w.Write([]byte(s))
+		Expect(w.Close()).To(Succeed())
+		return b.Bytes()
+	}
+
+	It("is one call whatever the headers an SDK varies between retries, and whether the body came gzipped", func() {
+		h := newHarness(doc)
+		Expect(send(h, []byte(body), "", map[string]string{"X-Stainless-Retry-Count": "0", "Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})).To(Equal(200))
+		Expect(send(h, []byte(body), "", map[string]string{"X-Stainless-Retry-Count": "1", "Idempotency-Key": "stainless-retry-1", "User-Agent": "OpenAI/Python 9.9"})).To(Equal(200))
+		Expect(send(h, gz(body), "", map[string]string{"Content-Encoding": "gzip", "X-Stainless-Retry-Count": "2"})).To(Equal(200))
+		Expect(send(h, []byte(body), "", map[string]string{"X-Request-Id": "another"})).To(Equal(http.StatusTooManyRequests),
+			"the fourth identical call in a minute, however each was sent")
+	})
+
+	It("is the body byte for byte, as the cache compares it: another key order, spacing, stream flag or query is another request", func() {
+		h := newHarness(doc)
+		for range 3 {
+			Expect(send(h, []byte(body), "", nil)).To(Equal(200))
+		}
+		Expect(send(h, []byte(body), "", nil)).To(Equal(http.StatusTooManyRequests))
+		for _, other := range []struct{ what, body, query string }{
+			{"keys in another order", `{"messages":[{"role":"user","content":"retry me"}],"model":"gpt-4o","max_tokens":5}`, ""},
+			{"another spacing", `{"model": "gpt-4o", "messages":[{"role":"user","content":"retry me"}],"max_tokens":5}`, ""},
+			{"the stream flag", `{"model":"gpt-4o","messages":[{"role":"user","content":"retry me"}],"max_tokens":5,"stream":false}`, ""},
+			{"a query", body, "?attempt=2"},
+		} {
+			Expect(send(h, []byte(other.body), other.query, nil)).To(Equal(200), "%s is another request's counter", other.what)
+		}
 	})
 })
