@@ -6,7 +6,9 @@ package server_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/tokenwarden/tokenwarden/proxy/attribute"
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/server"
+	"github.com/tokenwarden/tokenwarden/test/redisserver"
 )
 
 // neighboursDoc has tenant team-a's three keys and tenant team-b's root, under a
@@ -167,5 +171,81 @@ var _ = Describe("The request fingerprint a stuck agent resends", func() {
 		} {
 			Expect(send(h, []byte(other.body), other.query, nil)).To(Equal(200), "%s is another request's counter", other.what)
 		}
+	})
+})
+
+var _ = Describe("The overflow subject's requests in flight", func() {
+	var redis *redisserver.Server
+	BeforeEach(func() { redis = redisserver.Start(GinkgoT()) })
+
+	// overflowLeaks fills alice's three values, then sends new sessions through the
+	// proxies at urls: two in flight in the overflow subject, a third refused by it, one
+	// refused by a later budget and one whose client goes away; once all end, the
+	// overflow subject holds no request in flight, on every proxy of srvs.
+	overflowLeaks := func(h *harness, g *gate, urls []string, srvs []*server.Server) {
+		out := make(chan sent, 8)
+		for i, s := range []string{"s1", "s2", "s3", "new-1", "new-2"} {
+			sendVia(context.Background(), urls[i%len(urls)], out, s, "sk-alice", session(s)...)
+			Eventually(func() int { return len(g.order()) }).Should(Equal(i + 1))
+		}
+		last := urls[len(urls)-1]
+		expectInFlightRefusal(sessionChat(h, last, "sk-alice", "new-3"), "a third new session shares the overflow's two")
+		g.release()
+		for range 5 {
+			Expect((<-out).code).To(Equal(http.StatusOK))
+		}
+		big := h.doAt(last, "POST", "/v1/chat/completions", "sk-alice",
+			`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`, session("new-4")...)
+		Expect(big.code).To(Equal(http.StatusTooManyRequests), "refused by alice-tokens after its slot was taken: %s", big.body)
+		bad := h.doAt(last, "POST", "/v1/chat/completions", "sk-alice", fleetChat, attribute.SessionHeader, "new 5")
+		Expect(bad.code).To(Equal(http.StatusBadRequest))
+
+		hold := func() *gate {
+			gt := &gate{next: h.llm, open: make(chan struct{})}
+			DeferCleanup(gt.release)
+			h.backend.Config.Handler = gt
+			return gt
+		}
+		g2 := hold()
+		ctx, cancel := context.WithCancel(context.Background())
+		sendVia(ctx, urls[0], out, "gone", "sk-alice", session("new-6")...)
+		Eventually(func() int { return len(g2.order()) }).Should(Equal(1))
+		cancel()
+		Expect((<-out).code).To(Equal(-1), "its client went away")
+		g2.release()
+
+		for _, srv := range srvs {
+			Eventually(func() int64 { _, b := explainedInFlight(srv, "new-9"); return *b.InFlight }).Should(BeZero(),
+				"the overflow subject gave back every slot")
+			_, b := explainedInFlight(srv, "new-9")
+			Expect(b.Overflow).To(BeTrue(), "new-9 is the overflow subject's")
+		}
+		g3 := hold()
+		both := make(chan sent, 2)
+		sendVia(context.Background(), urls[0], both, "n7", "sk-alice", session("new-7")...)
+		sendVia(context.Background(), last, both, "n8", "sk-alice", session("new-8")...)
+		Eventually(func() int { return len(g3.order()) }).Should(Equal(2), "the overflow subject's two slots are whole")
+		g3.release()
+		for range 2 {
+			Expect((<-both).code).To(Equal(http.StatusOK))
+		}
+	}
+
+	It("are all given back however they end, in memory", func() {
+		h, g := gated(sessionInFlightDoc)
+		overflowLeaks(h, g, []string{h.front.URL}, []*server.Server{h.srv})
+	})
+
+	It("are all given back however they end, across three proxies on one Redis", func() {
+		h, g := gated(sessionInFlightDoc)
+		prefix := fmt.Sprintf("overflow%d", redisPrefixes.Add(1))
+		doc := fmt.Sprintf(fleetSessionInFlightDoc, redis.URL())
+		var urls []string
+		var srvs []*server.Server
+		for range 3 {
+			p := fleetProxy(h, redis.URL(), prefix, doc)
+			urls, srvs = append(urls, p.url), append(srvs, p.srv)
+		}
+		overflowLeaks(h, g, urls, srvs)
 	})
 })
