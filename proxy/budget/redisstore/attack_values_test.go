@@ -170,3 +170,28 @@ var _ = Describe("The bound on a key's values across three proxies on one Redis"
 		Expect(send(ls[0], "s-new")).To(BeFalse(), "a new value is the overflow subject's, spent")
 	})
 })
+
+var _ = Describe("A team's counters of client-supplied values", func() {
+	collide := func(url string) {
+		GinkgoHelper()
+		s := fleetStore(url, fmt.Sprintf("collide%d", prefixes.Add(1)), nil)
+		p := floodPolicy(url, 100)
+		l := budget.NewLimiter(s, budget.NopRecorder{}, budget.SystemClock{}, false)
+		// team-session holds 10,000 tokens an hour per (team, key, session): two asks of
+		// 6,000 fit only in two counters.
+		send := func(key, session string) bool {
+			GinkgoHelper()
+			dec, err := l.Admit(context.Background(), p, budget.Identity{Key: p.Key(key), Session: session, Fingerprint: key + session},
+				budget.Ask{Input: 1000, Output: 5000})
+			Expect(err).NotTo(HaveOccurred())
+			return dec.Refusal == nil
+		}
+		Expect(send("amir", "s")).To(BeTrue())
+		Expect(send("alice", "s")).To(BeTrue(), "alice's session s is not amir's")
+		Expect(send("alice", "amir/s")).To(BeTrue(), "nor is alice's session amir/s: a key's name holds no '/'")
+		Expect(send("alice", "amir/s")).To(BeFalse(), "alice's amir/s is her own counter, spent")
+		Expect(send("amir", "s")).To(BeFalse())
+	}
+	It("keep each key's values apart, whatever a value spells, on one server", func() { collide(srv.URL()) })
+	It("keep each key's values apart, whatever a value spells, on a cluster", func() { collide(cluster.URL()) })
+})
