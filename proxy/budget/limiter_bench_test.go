@@ -99,7 +99,10 @@ func BenchmarkTenantBudgets(b *testing.B) {
 // in this replica's memory), so that the difference is the rule's cost.
 func BenchmarkInFlightRule(b *testing.B) {
 	inFlight := "  - {name: two-per-session, dimension: api_key, count_by: session, amount: in_flight, windows: [{limit: 2}]}\n"
-	for _, bc := range []struct{ name, rules string }{{"rules=4", benchRules}, {"rules=4+in_flight", benchRules + inFlight}} {
+	perSession := "  - {name: per-session, dimension: api_key, count_by: session, windows: [{limit: 1000000000, rolling: {period: hour}}]}\n"
+	for _, bc := range []struct{ name, rules string }{
+		{"rules=4", benchRules}, {"rules=4+in_flight", benchRules + inFlight}, {"rules=4+per_session", benchRules + perSession},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c, err := config.Parse([]byte(`
 upstreams: [{name: default, url: "http://127.0.0.1:1"}]
