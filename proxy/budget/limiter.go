@@ -427,6 +427,19 @@ func (l *Limiter) boundValues(ctx context.Context, c *charges) error {
 	return nil
 }
 
+// countDiverted counts the values a store moved to their key's overflow subject when
+// it had no room for their counters (a memory map of values that is full).
+func (l *Limiter) countDiverted(c *charges) {
+	for i := range c.asks {
+		if c.asks[i].Over || c.askAt[i] >= slotAt {
+			continue
+		}
+		if k, ctr := c.keyAt(c.askAt[i]); isOverflow(k.By) {
+			l.stats(ctr).Overflowed()
+		}
+	}
+}
+
 // keyAt is the key and counter of the charge or slot an ask's place names.
 func (c *charges) keyAt(at int32) (*Key, *counter) {
 	switch {
@@ -581,6 +594,7 @@ func (l *Limiter) Admit(ctx context.Context, p *Policy, id Identity, ask Ask) (D
 	}
 	dec.FailedOpen = dec.FailedOpen || slices.Contains(res.RequestSkipped, true) || slices.Contains(res.TokenSkipped, true) ||
 		(res.Backend != nil && res.Backend != l.store)
+	l.countDiverted(c)
 	now := l.clock.Now()
 	// A shared store decided on the fleet totals: report those.
 	view := func(ch Charge) Charge {

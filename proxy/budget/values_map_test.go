@@ -10,7 +10,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tokenwarden/tokenwarden/proxy/budget"
+	"github.com/tokenwarden/tokenwarden/proxy/metrics"
 )
 
 var _ = Describe("The buckets of client-supplied values", func() {
@@ -20,6 +24,9 @@ var _ = Describe("The buckets of client-supplied values", func() {
   - {name: each-session, dimension: team, count_by: session, amount: requests, windows: [{limit: 2, rolling: {period: minute}}]}
   - {name: team, dimension: team, amount: requests, windows: [{limit: 100, rolling: {period: minute}}]}
 `))
+		reg := prometheus.NewRegistry()
+		m := metrics.New(reg)
+		r.l = budget.NewLimiter(r.mem, m, r.clock, false)
 		r.mem.SetMaxBuckets(4)
 		send := func(key, session string) bool {
 			GinkgoHelper()
@@ -46,6 +53,8 @@ var _ = Describe("The buckets of client-supplied values", func() {
 		Expect(send("alice", "s-1")).To(BeTrue())
 		Expect(send("alice", "s-1")).To(BeTrue())
 		Expect(send("alice", "s-1")).To(BeFalse(), "s-1 has no room for a bucket: it counts in alice's overflow subject, two a minute")
+		Expect(testutil.ToFloat64(m.RuleOverflow.WithLabelValues("each-session", "minute"))).To(Equal(4.0),
+			"bob's b-5 and alice's three of s-1, counted")
 		level, ok := r.mem.Level(budget.Key{Kind: budget.Rolling, Dim: budget.Team, ID: "research", Rule: "each-session",
 			By: "alice/" + budget.Overflow})
 		Expect(ok).To(BeTrue())
