@@ -4,6 +4,8 @@
 package controllers
 
 import (
+	"reflect"
+
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,16 +49,29 @@ func scopedCacheOptions(byObject map[client.Object]cache.ByObject) cache.Options
 		panic(err) // constant, valid keys and values
 	}
 	owned := k8slabels.SelectorFromSet(k8slabels.Set{managedByLabel: fieldManager})
-	byObject[&corev1.Secret{}] = cache.ByObject{Label: k8slabels.NewSelector().Add(*usage), Transform: slimSecret}
-	for _, o := range []client.Object{&corev1.ConfigMap{}, &corev1.Service{}, &corev1.ServiceAccount{},
+	set := func(o client.Object, b cache.ByObject) { setByObject(byObject, o, b) }
+	set(&corev1.Secret{}, cache.ByObject{Label: k8slabels.NewSelector().Add(*usage), Transform: slimSecret})
+	for _, o := range []client.Object{&corev1.Service{}, &corev1.ServiceAccount{},
 		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
-		byObject[o] = cache.ByObject{Label: owned}
+		set(o, cache.ByObject{Label: owned})
 	}
-	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: owned, Transform: render.SlimConfigMap}
-	byObject[&twv1alpha1.ApiKey{}] = cache.ByObject{Transform: slimAPIKey}
-	byObject[&appsv1.Deployment{}] = cache.ByObject{Label: owned, Transform: keepManagedFields}
-	byObject[&rbacv1.ClusterRoleBinding{}] = cache.ByObject{Label: owned}
+	set(&corev1.ConfigMap{}, cache.ByObject{Label: owned, Transform: render.SlimConfigMap})
+	set(&twv1alpha1.ApiKey{}, cache.ByObject{Transform: slimAPIKey})
+	set(&appsv1.Deployment{}, cache.ByObject{Label: owned, Transform: keepManagedFields})
+	set(&rbacv1.ClusterRoleBinding{}, cache.ByObject{Label: owned})
 	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// setByObject sets o's type's selection in byObject, replacing any set for that type
+// before. ByObject is keyed by pointer: of two keys of one type the cache keeps
+// either, at random at each start (the chunks' text was cached at every other start).
+func setByObject(byObject map[client.Object]cache.ByObject, o client.Object, b cache.ByObject) {
+	for k := range byObject {
+		if reflect.TypeOf(k) == reflect.TypeOf(o) {
+			delete(byObject, k)
+		}
+	}
+	byObject[o] = b
 }
 
 // keepManagedFields is the identity transform: it overrides the default one.
