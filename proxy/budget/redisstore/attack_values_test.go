@@ -20,7 +20,9 @@ import (
 )
 
 // floodPolicy counts by session under the key and under its team, by day and by
-// request fingerprint, with the bound given; alice and amir are team research's.
+// request fingerprint, with the bound given; alice and amir are team research's. Its
+// windows are long enough that no counter refills and expires while a spec runs (a
+// counter of 1 of 20 requests a minute is full again, and gone, in 3 s).
 func floodPolicy(url string, bound int) *budget.Policy {
 	GinkgoHelper()
 	c, err := config.Parse(fmt.Appendf(nil, `
@@ -33,10 +35,10 @@ rate_limiting:
   redis: {url: "%s"}
   max_attribute_values: %d
   rules:
-  - {name: each-session, dimension: api_key, count_by: session, amount: requests, windows: [{limit: 5, rolling: {period: minute}}]}
-  - {name: team-session, dimension: team, count_by: session, amount: tokens, windows: [{limit: 10000, rolling: {period: hour}}]}
+  - {name: each-session, dimension: api_key, count_by: session, amount: requests, windows: [{limit: 5, rolling: {period: hour}}]}
+  - {name: team-session, dimension: team, count_by: session, amount: tokens, windows: [{limit: 10000, rolling: {period: day}}]}
   - {name: daily, dimension: api_key, count_by: session, amount: requests, windows: [{limit: 50, calendar: {every: day}}]}
-  - {name: identical, dimension: api_key, count_by: request_fingerprint, amount: requests, windows: [{limit: 20, rolling: {period: minute}}]}
+  - {name: identical, dimension: api_key, count_by: request_fingerprint, amount: requests, windows: [{limit: 20, rolling: {period: day}}]}
 `, 1, 2, url, bound))
 	Expect(err).NotTo(HaveOccurred())
 	return budget.NewPolicy(c)
@@ -109,7 +111,7 @@ func flood(url, prefix string) {
 	// Each of the 4 rules, for each of the 2 keys: 100 values and the overflow subject.
 	Expect(sets).To(Equal(8), "a set per rule window and key")
 	Expect(counters).To(Equal(4*2*101), "10,000 ids make 100 counters a rule and key, and the overflow subject")
-	Expect(admitted.Load()).To(BeNumerically("<=", 2*(100+5)), "the overflow subject holds every later id to its 5 a minute")
+	Expect(admitted.Load()).To(BeNumerically("<=", 2*(100+5)), "the overflow subject holds every later id to its 5 an hour")
 }
 
 var _ = Describe("A client flooding Redis with new session ids and bodies", func() {
@@ -151,7 +153,7 @@ var _ = Describe("The bound on a key's values across three proxies on one Redis"
 		}
 		wg.Wait()
 		// Every id (and body) is new: 50 have counters of their own, and the other 550
-		// share the overflow subject's 5 a minute.
+		// share the overflow subject's 5 an hour.
 		Expect(admitted.Load()).To(Equal(int64(55)), "50 values of their own and 5 in the overflow subject, not 3 replicas' bounds")
 
 		var sets []string
