@@ -147,19 +147,11 @@ func (m *Memory) unlock(l *locked) {
 // full when absent. It returns nil when the map of the key's dimension and kind is
 // full. The shard is locked.
 func (m *Memory) get(c Charge, now time.Time, create bool) *bucket {
-	sh := &m.shards[m.shardOf(c.Key)]
-	mp := sh.m
-	if valueCharge(&c) {
-		mp = sh.v
-	}
+	mp, n := m.mapOf(&m.shards[m.shardOf(c.Key)], &c)
 	b := mp[c.Key]
 	if b == nil {
 		if !create {
 			return nil
-		}
-		n := m.count(c.Key)
-		if valueCharge(&c) {
-			n = &m.valueCount
 		}
 		if n.Add(1) > m.maxBuckets.Load() {
 			n.Add(-1)
