@@ -16,10 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	twv1alpha1 "github.com/tokenwarden/tokenwarden/api/v1alpha1"
 	"github.com/tokenwarden/tokenwarden/controllers"
 	"github.com/tokenwarden/tokenwarden/proxy/config"
-	"github.com/tokenwarden/tokenwarden/test/bulk"
 )
 
 // The operator's cache holds of a config chunk only its text's hash: a 50,000-key
@@ -29,22 +27,7 @@ var _ = Describe("The operator's cache of a fleet's config chunks", func() {
 
 	It("holds each chunk's hash, not its text, at every start, and a chunk or the fleet's ConfigMap deleted by hand is written again", func() {
 		ns := newNamespace("cached-chunks")
-		Expect(bulk.CreateKeys(ctx, k8sClient, ns, "fleet", keys)).To(Succeed())
-		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
-		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
-		manifest := func(g Gomega) *config.Manifest {
-			var cm corev1.ConfigMap
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
-			m, err := config.ParseManifest([]byte(cm.Data[config.ManifestKey]))
-			g.Expect(err).NotTo(HaveOccurred())
-			return m
-		}
-		var m *config.Manifest
-		Eventually(func(g Gomega) {
-			g.Expect(rendered(g, ns).APIKeys).To(HaveLen(keys))
-			m = manifest(g)
-			g.Expect(condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
-		}, 2*time.Minute).Should(Succeed())
+		manifest, m := chunkedFleet(ns, keys)
 		Expect(len(m.Chunks)).To(BeNumerically(">", 1))
 		texts := map[string]string{}
 		for _, name := range m.Chunks {

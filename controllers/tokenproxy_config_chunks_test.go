@@ -27,22 +27,7 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 
 	It("is neither used nor overwritten: Degraded=ConfigChunkTaken names it, the fleet keeps its config, and its removal heals", func() {
 		ns := newNamespace("taken")
-		Expect(bulk.CreateKeys(ctx, k8sClient, ns, "fleet", keys)).To(Succeed())
-		Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
-		Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
-		manifest := func(g Gomega) *config.Manifest {
-			var cm corev1.ConfigMap
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
-			m, err := config.ParseManifest([]byte(cm.Data[config.ManifestKey]))
-			g.Expect(err).NotTo(HaveOccurred())
-			return m
-		}
-		var m *config.Manifest
-		Eventually(func(g Gomega) {
-			g.Expect(rendered(g, ns).APIKeys).To(HaveLen(keys))
-			m = manifest(g)
-			g.Expect(condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
-		}, 2*time.Minute).Should(Succeed())
+		manifest, m := chunkedFleet(ns, keys)
 
 		// The next document: the last key in team blue. Its last chunk is predictable,
 		// so a ConfigMap can take its name first.
@@ -131,3 +116,27 @@ var _ = Describe("A ConfigMap in the way of a config chunk", func() {
 		}, time.Minute).Should(Succeed())
 	})
 })
+
+// chunkedFleet creates keys ApiKeys and a fleet of one in ns, waits until its config
+// holds every key and it is not Degraded, and returns a reader of its manifest and the
+// manifest then.
+func chunkedFleet(ns string, keys int) (func(Gomega) *config.Manifest, *config.Manifest) {
+	GinkgoHelper()
+	Expect(bulk.CreateKeys(ctx, k8sClient, ns, "fleet", keys)).To(Succeed())
+	Expect(k8sClient.Create(ctx, credentialSecret(ns, "provider", map[string]string{"anthropic": "upstream"}))).To(Succeed())
+	Expect(k8sClient.Create(ctx, fleetProxy(ns, 1))).To(Succeed())
+	manifest := func(g Gomega) *config.Manifest {
+		var cm corev1.ConfigMap
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-proxy"}, &cm)).To(Succeed())
+		m, err := config.ParseManifest([]byte(cm.Data[config.ManifestKey]))
+		g.Expect(err).NotTo(HaveOccurred())
+		return m
+	}
+	var m *config.Manifest
+	Eventually(func(g Gomega) {
+		g.Expect(rendered(g, ns).APIKeys).To(HaveLen(keys))
+		m = manifest(g)
+		g.Expect(condition(proxyStatus(g, ns).Conditions, twv1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionFalse))
+	}, 2*time.Minute).Should(Succeed())
+	return manifest, m
+}
